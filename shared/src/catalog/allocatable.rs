@@ -1,0 +1,164 @@
+//! What a node of an instance type can hold, computed as Karpenter computes it for EKS
+//! AL2023 nodes (`pkg/providers/instancetype/types.go`).
+//!
+//! - **capacity**: vCPUs × 1000 millicores; memory as EC2 reports it less the VM overhead
+//!   (`ceil(MiB × 7.5%)`, Karpenter's `vmMemoryOverheadPercent`); the root volume (20 GiB
+//!   by default) as ephemeral storage; max pods; GPUs, Neuron devices and branch ENIs.
+//! - **max pods**: the kubelet's `maxPods` if set, else the VPC CNI's ENI limit
+//!   (ENIs × (IPv4 per ENI − 1) + 2); then capped by `podsPerCore × vCPUs` if set.
+//! - **kube-reserved**: CPU 6% of the first core, 1% of the second, 0.5% of the third and
+//!   fourth, 0.25% of the rest; memory 11 MiB per pod + 255 MiB; 1 GiB of ephemeral
+//!   storage. `kubeReserved` in the EC2NodeClass replaces a resource's default.
+//! - **system-reserved**: only what `systemReserved` sets.
+//! - **eviction**: `memory.available` 100 MiB and `nodefs.available` 10% by default; the
+//!   larger of `evictionHard` and `evictionSoft` where set.
+//! - **arm64**: Karpenter's published AL2023 figures for every arm64 type are exactly
+//!   [`ARM64_EXTRA_RESERVED_MIB`] lower than this formula gives, for every size (so it is
+//!   a fixed reservation, not a share). The sources at hand do not say why; Carpool
+//!   subtracts it so that it never promises a pod more memory than Karpenter would.
+//!
+//! `allocatable = capacity − kube-reserved − system-reserved − eviction threshold`.
+
+use crate::model::kubelet::{KubeletConfiguration, Threshold};
+use crate::model::resources::{self as res, Resources};
+use crate::model::{Arch, InstanceType};
+
+/// Karpenter's default `vmMemoryOverheadPercent`.
+pub const VM_MEMORY_OVERHEAD: f64 = 0.075;
+/// The AL2023 root volume when the EC2NodeClass sets none.
+pub const DEFAULT_ROOT_VOLUME_BYTES: i64 = 20 << 30;
+/// The kubelet's default `memory.available` hard eviction threshold.
+pub const DEFAULT_MEMORY_EVICTION_BYTES: i64 = 100 << 20;
+/// The kubelet's default `nodefs.available` hard eviction threshold, percent.
+pub const DEFAULT_NODEFS_EVICTION_PERCENT: f64 = 10.0;
+/// See the module doc.
+pub const ARM64_EXTRA_RESERVED_MIB: i64 = 59;
+
+const MIB: i64 = 1 << 20;
+
+/// The node settings of an EC2NodeClass that change a node's resources.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeSettings {
+    /// `spec.kubelet`.
+    pub kubelet: KubeletConfiguration,
+    /// The root volume size in bytes, if the class sets one.
+    pub root_volume_bytes: Option<i64>,
+}
+
+/// Max pods: the kubelet's `maxPods`, else the ENI limit; capped by `podsPerCore`.
+pub fn max_pods(eni_max_pods: u32, vcpu: u32, kubelet: &KubeletConfiguration) -> i64 {
+    let mut pods = kubelet.max_pods.map_or(i64::from(eni_max_pods), i64::from);
+    if let Some(per_core) = kubelet.pods_per_core.filter(|p| *p > 0) {
+        pods = pods.min(i64::from(per_core) * i64::from(vcpu));
+    }
+    pods
+}
+
+/// The EKS kube-reserved CPU for a number of millicores.
+pub fn kube_reserved_cpu_millis(cpu_millis: i64) -> i64 {
+    const STEPS: [(i64, i64, f64); 4] = [(0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, i64::MAX, 0.0025)];
+    let reserved: f64 = STEPS
+        .iter()
+        .filter(|(lo, _, _)| cpu_millis > *lo)
+        .map(|(lo, hi, share)| (cpu_millis.min(*hi) - lo) as f64 * share)
+        .sum();
+    reserved as i64
+}
+
+/// Capacity as the node will report it.
+pub fn capacity(it: &InstanceType, settings: &NodeSettings) -> Resources {
+    let mem_mib = it.memory_mib as i64;
+    let overhead_mib = (mem_mib as f64 * VM_MEMORY_OVERHEAD).ceil() as i64;
+    let mut c = Resources {
+        cpu_millis: i64::from(it.vcpu) * 1000,
+        memory: (mem_mib - overhead_mib) * MIB,
+        ephemeral_storage: settings.root_volume_bytes.unwrap_or(DEFAULT_ROOT_VOLUME_BYTES),
+        pods: max_pods(it.eni_max_pods, it.vcpu, &settings.kubelet),
+        ..Resources::default()
+    };
+    if it.gpu_count > 0 {
+        let name = match it.gpu_manufacturer.as_deref() {
+            Some("amd") => Some(res::AMD_GPU),
+            Some("habana") => Some("habana.ai/gaudi"),
+            Some("nvidia") => Some(res::NVIDIA_GPU),
+            _ => None,
+        };
+        if let Some(name) = name {
+            c.set(name, i64::from(it.gpu_count));
+        }
+    }
+    if it.neuron_devices > 0 {
+        c.set(res::AWS_NEURON, i64::from(it.neuron_devices));
+        c.set(res::AWS_NEURON_CORE, i64::from(it.neuron_cores));
+    }
+    if it.branch_enis > 0 {
+        c.set(res::POD_ENI, i64::from(it.branch_enis));
+    }
+    c
+}
+
+fn threshold(k: &KubeletConfiguration, signal: &str, default: Threshold, capacity: i64) -> i64 {
+    let hard = k.eviction_hard(signal).unwrap_or(default).amount(capacity);
+    let soft = k
+        .eviction_soft
+        .get(signal)
+        .and_then(|v| Threshold::parse(v).ok())
+        .map_or(0, |t| t.amount(capacity));
+    hard.max(soft)
+}
+
+/// Allocatable: capacity less kube-reserved, system-reserved and eviction thresholds.
+pub fn allocatable(it: &InstanceType, capacity: &Resources, settings: &NodeSettings) -> Resources {
+    let k = &settings.kubelet;
+    let reserved = |map: &std::collections::BTreeMap<String, crate::model::Quantity>, name: &str| {
+        map.get(name).map(|q| if name == res::CPU { q.millis_ceil() } else { q.units_ceil() })
+    };
+    let kube_cpu = reserved(&k.kube_reserved, res::CPU).unwrap_or_else(|| kube_reserved_cpu_millis(capacity.cpu_millis));
+    let kube_mem = reserved(&k.kube_reserved, res::MEMORY).unwrap_or((11 * capacity.pods + 255) * MIB);
+    let kube_eph = reserved(&k.kube_reserved, res::EPHEMERAL_STORAGE).unwrap_or(1 << 30);
+    let sys = |name| reserved(&k.system_reserved, name).unwrap_or(0);
+    let evict_mem = threshold(k, "memory.available", Threshold::Absolute(DEFAULT_MEMORY_EVICTION_BYTES), capacity.memory);
+    let evict_eph = threshold(k, "nodefs.available", Threshold::Percent(DEFAULT_NODEFS_EVICTION_PERCENT), capacity.ephemeral_storage);
+    let arm_extra = if it.arch == Arch::Arm64 { ARM64_EXTRA_RESERVED_MIB * MIB } else { 0 };
+
+    let mut a = capacity.clone();
+    a.cpu_millis -= kube_cpu + sys(res::CPU);
+    a.memory -= kube_mem + sys(res::MEMORY) + evict_mem + arm_extra;
+    a.ephemeral_storage -= kube_eph + sys(res::EPHEMERAL_STORAGE) + evict_eph;
+    a.cpu_millis = a.cpu_millis.max(0);
+    a.memory = a.memory.max(0);
+    a.ephemeral_storage = a.ephemeral_storage.max(0);
+    a
+}
+
+/// Recomputes an instance type's capacity and allocatable for an EC2NodeClass's settings.
+pub fn with_settings(it: &InstanceType, settings: &NodeSettings) -> InstanceType {
+    let mut out = it.clone();
+    out.capacity = capacity(it, settings);
+    out.allocatable = allocatable(it, &out.capacity, settings);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_reserved_cpu_follows_the_eks_steps() {
+        assert_eq!(kube_reserved_cpu_millis(1000), 60);
+        assert_eq!(kube_reserved_cpu_millis(2000), 70);
+        assert_eq!(kube_reserved_cpu_millis(4000), 80);
+        assert_eq!(kube_reserved_cpu_millis(8000), 90);
+        assert_eq!(kube_reserved_cpu_millis(96_000), 310);
+    }
+
+    #[test]
+    fn kubelet_max_pods_and_pods_per_core_cap_the_eni_limit() {
+        let none = KubeletConfiguration::default();
+        assert_eq!(max_pods(29, 2, &none), 29);
+        let k = KubeletConfiguration { max_pods: Some(110), ..Default::default() };
+        assert_eq!(max_pods(737, 64, &k), 110);
+        let k = KubeletConfiguration { pods_per_core: Some(4), ..Default::default() };
+        assert_eq!(max_pods(29, 2, &k), 8);
+    }
+}

@@ -1,0 +1,170 @@
+//! The instance-type data compiled into the binary (see `shared/data/ec2/SOURCES.md`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+
+use super::CatalogError;
+use super::allocatable::{self, NodeSettings};
+use crate::model::{Arch, InstanceType, Resources};
+
+const INSTANCE_TYPES: &str = include_str!("../../data/ec2/instance-types.json");
+const OFFERINGS: &str = include_str!("../../data/ec2/offerings.json");
+const ON_DEMAND_PRICES: &str = include_str!("../../data/ec2/on-demand-prices.json");
+
+/// The column order `extract.py` writes; checked when loading.
+const COLUMNS: [&str; 24] = [
+    "name", "family", "category", "generation", "size", "vcpu", "memory_mib", "arch",
+    "cpu_manufacturer", "gpu_count", "gpu_manufacturer", "gpu_name", "gpu_memory_mib_per_gpu",
+    "neuron_device_count", "neuron_core_count", "default_card_max_enis", "ipv4_per_eni",
+    "max_pods", "branch_interfaces", "network_bandwidth_mbps", "supported_usage_classes",
+    "hypervisor", "bare_metal", "local_nvme_gb",
+];
+
+#[derive(Deserialize)]
+struct Table {
+    columns: Vec<String>,
+    rows: Vec<Row>,
+}
+
+/// One row, in [`COLUMNS`] order.
+#[derive(Deserialize)]
+struct Row(
+    String,
+    String,
+    String,
+    Option<u32>,
+    String,
+    Option<u32>,
+    Option<u64>,
+    Option<String>,
+    Option<String>,
+    Option<u32>,
+    Option<String>,
+    Option<String>,
+    Option<u64>,
+    Option<u32>,
+    Option<u32>,
+    Option<u32>,
+    Option<u32>,
+    Option<u32>,
+    Option<u32>,
+    Option<u64>,
+    Option<Vec<String>>,
+    Option<String>,
+    Option<bool>,
+    Option<u64>,
+);
+
+/// Everything the embedded files hold.
+pub(super) struct Embedded {
+    /// Types with enough facts to schedule on.
+    pub types: Vec<InstanceType>,
+    /// Rows without vCPU, memory, arch or pod limits, by name.
+    pub incomplete: Vec<String>,
+    /// Per region, the names of the types offered there.
+    pub offered: BTreeMap<String, Vec<String>>,
+    /// Per region, on-demand USD per hour by type.
+    pub on_demand: BTreeMap<String, HashMap<String, f64>>,
+}
+
+fn to_instance_type(r: Row) -> Result<InstanceType, String> {
+    let Row(
+        name,
+        family,
+        category,
+        generation,
+        size,
+        vcpu,
+        memory_mib,
+        arch,
+        cpu_manufacturer,
+        gpu_count,
+        gpu_manufacturer,
+        gpu_name,
+        gpu_memory_mib,
+        neuron_devices,
+        neuron_cores,
+        max_enis,
+        ipv4_per_eni,
+        max_pods,
+        branch,
+        bandwidth,
+        usage,
+        hypervisor,
+        bare_metal,
+        nvme,
+    ) = r;
+    let (Some(vcpu), Some(memory_mib), Some(arch), Some(max_pods)) = (vcpu, memory_mib, arch, max_pods) else {
+        return Err(name);
+    };
+    let arch = match arch.as_str() {
+        "x86_64" => Arch::Amd64,
+        "arm64" => Arch::Arm64,
+        _ => return Err(name),
+    };
+    let mut it = InstanceType {
+        name,
+        family,
+        category,
+        generation,
+        size,
+        vcpu,
+        memory_mib,
+        arch,
+        cpu_manufacturer,
+        gpu_count: gpu_count.unwrap_or(0),
+        gpu_manufacturer,
+        gpu_name,
+        gpu_memory_mib: gpu_memory_mib.unwrap_or(0),
+        neuron_devices: neuron_devices.unwrap_or(0),
+        neuron_cores: neuron_cores.unwrap_or(0),
+        max_enis: max_enis.unwrap_or(0),
+        ipv4_per_eni: ipv4_per_eni.unwrap_or(0),
+        eni_max_pods: max_pods,
+        branch_enis: branch.unwrap_or(0),
+        network_bandwidth_mbps: bandwidth,
+        // Unknown usage classes: assume on-demand only, never a spot offering that may not exist.
+        spot: usage.is_some_and(|u| u.iter().any(|c| c == "spot")),
+        hypervisor: hypervisor.filter(|h| !h.is_empty()),
+        bare_metal: bare_metal.unwrap_or(false),
+        local_nvme_gb: nvme.unwrap_or(0),
+        capacity: Resources::default(),
+        allocatable: Resources::default(),
+    };
+    it = allocatable::with_settings(&it, &NodeSettings::default());
+    Ok(it)
+}
+
+pub(super) fn load() -> Result<Embedded, CatalogError> {
+    let table: Table = serde_json::from_str(INSTANCE_TYPES).map_err(|e| CatalogError::Embedded(e.to_string()))?;
+    if table.columns != COLUMNS {
+        return Err(CatalogError::Embedded(format!(
+            "instance-types.json columns {:?} differ from the expected {COLUMNS:?}; rerun extract.py",
+            table.columns
+        )));
+    }
+    let names: Vec<String> = table.rows.iter().map(|r| r.0.clone()).collect();
+    let mut types = Vec::with_capacity(table.rows.len());
+    let mut incomplete = Vec::new();
+    for row in table.rows {
+        match to_instance_type(row) {
+            Ok(it) => types.push(it),
+            Err(name) => incomplete.push(name),
+        }
+    }
+    let indices: BTreeMap<String, Vec<usize>> =
+        serde_json::from_str(OFFERINGS).map_err(|e| CatalogError::Embedded(e.to_string()))?;
+    let offered = indices
+        .into_iter()
+        .map(|(region, idx)| (region, idx.into_iter().filter_map(|i| names.get(i).cloned()).collect()))
+        .collect();
+    let on_demand: BTreeMap<String, HashMap<String, f64>> =
+        serde_json::from_str(ON_DEMAND_PRICES).map_err(|e| CatalogError::Embedded(e.to_string()))?;
+    Ok(Embedded {
+        types,
+        incomplete,
+        offered,
+        on_demand,
+    })
+}

@@ -1,0 +1,176 @@
+//! The instance-type catalog: facts, allocatable resources, offerings and prices.
+//!
+//! [`Catalog::embedded`] loads the data compiled into the binary once per process.
+//! [`Catalog::region`] gives a [`RegionCatalog`]: the types offered in one region, their
+//! zones, and a [`PriceBook`] that live prices can update without changing callers.
+
+pub mod allocatable;
+mod embedded;
+pub mod prices;
+pub mod query;
+pub mod zones;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
+
+pub use prices::{PriceBook, SpotModel};
+
+use crate::model::{CapacityType, InstanceType, Offering};
+
+/// The region whose price table stands in where a region has none.
+pub const PRICE_FALLBACK_REGION: &str = "us-east-1";
+
+/// A catalog that cannot answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    /// The embedded data is damaged (a build defect, not a user error).
+    #[error("embedded catalog data is invalid: {0}")]
+    Embedded(String),
+    /// A region Carpool has no data for.
+    #[error("unknown region {region:?}; known regions: {known}")]
+    UnknownRegion {
+        /// The region asked for.
+        region: String,
+        /// The regions known, comma-separated.
+        known: String,
+    },
+}
+
+/// Every instance type Carpool knows, with offerings and prices by region.
+#[derive(Debug)]
+pub struct Catalog {
+    types: Vec<InstanceType>,
+    by_name: HashMap<String, usize>,
+    incomplete: Vec<String>,
+    offered: BTreeMap<String, Vec<String>>,
+    on_demand: BTreeMap<String, HashMap<String, f64>>,
+}
+
+static EMBEDDED: OnceLock<Result<Catalog, CatalogError>> = OnceLock::new();
+
+impl Catalog {
+    /// The catalog compiled into the binary, loaded on first use.
+    pub fn embedded() -> Result<&'static Catalog, CatalogError> {
+        EMBEDDED
+            .get_or_init(|| {
+                let e = embedded::load()?;
+                let by_name = e.types.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+                Ok(Catalog {
+                    types: e.types,
+                    by_name,
+                    incomplete: e.incomplete,
+                    offered: e.offered,
+                    on_demand: e.on_demand,
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Every instance type with enough facts to schedule on, sorted by name.
+    pub fn types(&self) -> &[InstanceType] {
+        &self.types
+    }
+
+    /// Rows of the data that lack vCPU, memory, architecture or pod limits.
+    pub fn incomplete(&self) -> &[String] {
+        &self.incomplete
+    }
+
+    /// An instance type by name.
+    pub fn get(&self, name: &str) -> Option<&InstanceType> {
+        self.by_name.get(name).map(|&i| &self.types[i])
+    }
+
+    /// The regions with offerings data or a price table.
+    pub fn regions(&self) -> Vec<&str> {
+        let mut r: Vec<&str> = self.offered.keys().chain(self.on_demand.keys()).map(String::as_str).collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    }
+
+    /// The catalog of one region.
+    pub fn region(&self, region: &str) -> Result<RegionCatalog<'_>, CatalogError> {
+        let zones = zones::zones(region);
+        let table = self.on_demand.get(region);
+        let names: Vec<&String> = match (self.offered.get(region), table) {
+            (Some(names), _) => names.iter().collect(),
+            (None, Some(prices)) => prices.keys().collect(),
+            (None, None) => Vec::new(),
+        };
+        if names.is_empty() || zones.is_empty() {
+            return Err(CatalogError::UnknownRegion {
+                region: region.to_string(),
+                known: self.regions().join(", "),
+            });
+        }
+        let mut types: Vec<&InstanceType> = names.into_iter().filter_map(|n| self.get(n)).collect();
+        types.sort_by(|a, b| a.name.cmp(&b.name));
+        let (prices, estimated) = match table {
+            Some(t) => (t.clone(), false),
+            None => (self.on_demand.get(PRICE_FALLBACK_REGION).cloned().unwrap_or_default(), true),
+        };
+        Ok(RegionCatalog {
+            region: region.to_string(),
+            zones,
+            types,
+            prices: PriceBook::new(prices, estimated),
+        })
+    }
+}
+
+/// The instance types, zones and prices of one region.
+#[derive(Clone, Debug)]
+pub struct RegionCatalog<'a> {
+    region: String,
+    zones: Vec<String>,
+    types: Vec<&'a InstanceType>,
+    prices: PriceBook,
+}
+
+impl<'a> RegionCatalog<'a> {
+    /// The region name.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// The zones offerings are in.
+    pub fn zones(&self) -> &[String] {
+        &self.zones
+    }
+
+    /// The instance types offered in the region.
+    pub fn types(&self) -> &[&'a InstanceType] {
+        &self.types
+    }
+
+    /// The prices; live prices are set through [`RegionCatalog::prices_mut`].
+    pub fn prices(&self) -> &PriceBook {
+        &self.prices
+    }
+
+    /// The prices, for live updates.
+    pub fn prices_mut(&mut self) -> &mut PriceBook {
+        &mut self.prices
+    }
+
+    /// The offerings of one type: every zone × capacity type with a known price.
+    pub fn offerings_of(&self, it: &InstanceType) -> Vec<Offering> {
+        let mut out = Vec::new();
+        for zone in &self.zones {
+            for ct in CapacityType::ALL {
+                if let Some(price) = self.prices.price(it, zone, ct) {
+                    out.push(Offering {
+                        instance_type: it.name.clone(),
+                        zone: zone.clone(),
+                        capacity_type: ct,
+                        price,
+                        available: true,
+                    });
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,123 @@
+//! Hourly prices: the embedded on-demand table, a spot-price model, and live overrides.
+//!
+//! The embedded data has on-demand prices for us-east-1 and the two GovCloud regions
+//! only. Elsewhere the us-east-1 price stands in, and [`PriceBook::is_estimated`] says
+//! so. There is no embedded spot price at all: spot is estimated as a share of the
+//! on-demand price by instance category ([`SpotModel`]), the same in every zone.
+//!
+//! Live prices (the Pricing API for on-demand, `DescribeSpotPriceHistory` for spot, per
+//! zone) are set with [`PriceBook::set_on_demand`] and [`PriceBook::set_spot`]; they take
+//! precedence over the table and the model, and callers that read offerings do not change.
+
+use std::collections::HashMap;
+
+use crate::model::{CapacityType, InstanceType};
+
+/// Spot price as a share of on-demand, by instance category.
+///
+/// The shares are assumptions, set from the long-run savings the EC2 Spot Instance
+/// Advisor shows (about 60–70% for general purpose, compute and memory types, less for
+/// accelerated types). They are documented in the README. Real spot prices vary by zone
+/// and hour; deploy with live prices for real decisions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpotModel {
+    /// The share used for a category not listed.
+    pub default_share: f64,
+    /// Shares by category (`c`, `m`, `g`...).
+    pub by_category: HashMap<String, f64>,
+}
+
+impl Default for SpotModel {
+    fn default() -> Self {
+        let mut by_category = HashMap::new();
+        for c in ["c", "m", "r", "t", "a"] {
+            by_category.insert(c.to_string(), 0.38);
+        }
+        for c in ["i", "d", "h", "x", "z", "u", "im", "is", "hpc"] {
+            by_category.insert(c.to_string(), 0.40);
+        }
+        for c in ["g", "p", "inf", "trn", "dl", "vt", "f", "gr"] {
+            by_category.insert(c.to_string(), 0.45);
+        }
+        SpotModel {
+            default_share: 0.40,
+            by_category,
+        }
+    }
+}
+
+impl SpotModel {
+    /// The estimated spot price of a type, from its on-demand price.
+    pub fn estimate(&self, it: &InstanceType, on_demand: f64) -> f64 {
+        let share = self.by_category.get(&it.category).copied().unwrap_or(self.default_share);
+        round_price(on_demand * share)
+    }
+}
+
+fn round_price(p: f64) -> f64 {
+    (p * 1e5).round() / 1e5
+}
+
+/// The prices of one region.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriceBook {
+    on_demand: HashMap<String, f64>,
+    spot: HashMap<(String, String), f64>,
+    estimated_on_demand: bool,
+    spot_model: SpotModel,
+}
+
+impl PriceBook {
+    /// A price book from an on-demand table; `estimated` when the table is another
+    /// region's.
+    pub fn new(on_demand: HashMap<String, f64>, estimated: bool) -> Self {
+        PriceBook {
+            on_demand,
+            spot: HashMap::new(),
+            estimated_on_demand: estimated,
+            spot_model: SpotModel::default(),
+        }
+    }
+
+    /// Whether on-demand prices are another region's, standing in.
+    pub fn is_estimated(&self) -> bool {
+        self.estimated_on_demand
+    }
+
+    /// Replaces the spot model.
+    pub fn set_spot_model(&mut self, model: SpotModel) {
+        self.spot_model = model;
+    }
+
+    /// Sets a live on-demand price.
+    pub fn set_on_demand(&mut self, instance_type: &str, usd_per_hour: f64) {
+        self.on_demand.insert(instance_type.to_string(), usd_per_hour);
+    }
+
+    /// Sets a live spot price for one zone.
+    pub fn set_spot(&mut self, instance_type: &str, zone: &str, usd_per_hour: f64) {
+        self.spot.insert((instance_type.to_string(), zone.to_string()), usd_per_hour);
+    }
+
+    /// The on-demand price of a type, if known.
+    pub fn on_demand(&self, instance_type: &str) -> Option<f64> {
+        self.on_demand.get(instance_type).copied()
+    }
+
+    /// The price of an offering: live if known, else the table or the model. None when
+    /// the type has no known price (it is then not offered).
+    pub fn price(&self, it: &InstanceType, zone: &str, capacity_type: CapacityType) -> Option<f64> {
+        match capacity_type {
+            CapacityType::OnDemand => self.on_demand(&it.name),
+            CapacityType::Spot => {
+                if !it.spot {
+                    return None;
+                }
+                if let Some(p) = self.spot.get(&(it.name.clone(), zone.to_string())) {
+                    return Some(*p);
+                }
+                self.on_demand(&it.name).map(|od| self.spot_model.estimate(it, od))
+            }
+        }
+    }
+}

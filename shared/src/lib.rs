@@ -1,0 +1,27 @@
+//! # Carpool core
+//!
+//! Carpool is a node autoscaler for Amazon EKS that runs as AWS Lambda functions, with no
+//! controller in the cluster. This crate is the core every function and the CLI share.
+//!
+//! ## Layout
+//!
+//! - [`model`]: plain types. Exact Kubernetes [quantities](model::quantity) and
+//!   [resources](model::resources); a pod's [effective requests](model::pod_requests) and
+//!   [node requirements](model::pod_requirements); the label
+//!   [requirement algebra](model::requirements) with Karpenter's semantics; nodes,
+//!   [instance types](model::instance_type) and [offerings](model::offering); the
+//!   [NodePool](model::nodepool) and [EC2NodeClass](model::ec2nodeclass) manifests, read
+//!   through [`model::manifest`] with errors that name the field path.
+//! - [`catalog`]: the embedded EC2 catalog: instance-type facts, allocatable resources as
+//!   EKS AL2023 nodes report them ([`catalog::allocatable`]), offerings by region and zone,
+//!   on-demand prices with a spot model and live overrides ([`catalog::prices`]), and the
+//!   cheapest-types [query](catalog::query).
+//!
+//! Later layers (see `DESIGN.md`): `decide/` (pure decisions), `ports.rs`, `fakes/`,
+//! `run/`.
+//!
+//! Nothing here performs I/O or reads the clock.
+#![deny(missing_docs)]
+
+pub mod catalog;
+pub mod model;

@@ -1,0 +1,376 @@
+//! Karpenter's `karpenter.k8s.aws/v1` EC2NodeClass: how to launch on EC2.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use super::kubelet::KubeletConfiguration;
+use super::manifest::{ManifestError, Validate};
+use super::quantity::Quantity;
+
+/// The API version Carpool reads.
+pub const EC2NODECLASS_API_VERSION: &str = "karpenter.k8s.aws/v1";
+
+/// An EC2NodeClass.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EC2NodeClass {
+    /// `karpenter.k8s.aws/v1`.
+    #[serde(default)]
+    pub api_version: String,
+    /// `EC2NodeClass`.
+    #[serde(default)]
+    pub kind: String,
+    /// Name, labels, annotations.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The desired state.
+    pub spec: EC2NodeClassSpec,
+    /// Status as Karpenter writes it; kept, not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+}
+
+/// `spec` of an EC2NodeClass.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EC2NodeClassSpec {
+    /// Which subnets to launch in (terms ORed, fields within a term ANDed).
+    #[serde(default)]
+    pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
+    /// Which security groups to attach.
+    #[serde(default)]
+    pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
+    /// Which capacity reservations may be used; kept, not yet used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservation_selector_terms: Vec<serde_json::Value>,
+    /// Whether to give instances a public IPv4 address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub associate_public_ip_address: Option<bool>,
+    /// Which AMIs to use.
+    #[serde(default)]
+    pub ami_selector_terms: Vec<AmiSelectorTerm>,
+    /// The AMI family (`AL2023`, `Bottlerocket`, `Custom`...): user data format and defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ami_family: Option<String>,
+    /// User data merged with Carpool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
+    /// The IAM role for the node's instance profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// An existing instance profile, instead of `role`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_profile: Option<String>,
+    /// Tags for instances, volumes and launch templates.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    /// Kubelet settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<KubeletConfiguration>,
+    /// Volumes.
+    #[serde(default)]
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    /// `RAID0` to use local NVMe for ephemeral storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_store_policy: Option<String>,
+    /// Detailed CloudWatch monitoring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detailed_monitoring: Option<bool>,
+    /// Instance metadata service settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_options: Option<MetadataOptions>,
+    /// An EC2 fleet context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+/// A subnet selector term: by tags, or by id.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubnetSelectorTerm {
+    /// Tags that must all match (`*` matches any value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// A subnet id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+/// A security group selector term: by tags, id or name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SecurityGroupSelectorTerm {
+    /// Tags that must all match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// A security group id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// A security group name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// An AMI selector term.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AmiSelectorTerm {
+    /// `family@version`, e.g. `al2023@latest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// Tags that must all match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// An AMI id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// An AMI name (wildcards allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The owner account or alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// An SSM parameter holding the AMI id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssm_parameter: Option<String>,
+}
+
+/// A block device mapping.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockDeviceMapping {
+    /// The device name, e.g. `/dev/xvda`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_name: Option<String>,
+    /// The EBS volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ebs: Option<BlockDevice>,
+    /// Whether this is the root volume (its size is the node's ephemeral storage).
+    #[serde(default)]
+    pub root_volume: bool,
+}
+
+/// An EBS volume.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockDevice {
+    /// Size, e.g. `100Gi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_size: Option<Quantity>,
+    /// `gp3`, `gp2`, `io1`, `io2`, `sc1`, `st1` or `standard`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_type: Option<String>,
+    /// Provisioned IOPS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iops: Option<i64>,
+    /// Throughput, MiB/s (gp3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<i64>,
+    /// Whether the volume is encrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<bool>,
+    /// The KMS key.
+    #[serde(default, rename = "kmsKeyID", skip_serializing_if = "Option::is_none")]
+    pub kms_key_id: Option<String>,
+    /// Delete the volume with the instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_on_termination: Option<bool>,
+    /// A snapshot to restore.
+    #[serde(default, rename = "snapshotID", skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+}
+
+/// Instance metadata service options.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataOptions {
+    /// `enabled` or `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_endpoint: Option<String>,
+    /// `enabled` or `disabled`.
+    #[serde(default, rename = "httpProtocolIPv6", skip_serializing_if = "Option::is_none")]
+    pub http_protocol_ipv6: Option<String>,
+    /// Hop limit, 1–64 (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_put_response_hop_limit: Option<i64>,
+    /// `required` (IMDSv2, the default) or `optional`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_tokens: Option<String>,
+}
+
+const AMI_FAMILIES: &[&str] = &["AL2", "AL2023", "Bottlerocket", "Windows2019", "Windows2022", "Custom"];
+const ALIAS_FAMILIES: &[&str] = &["al2", "al2023", "bottlerocket", "windows2019", "windows2022"];
+const VOLUME_TYPES: &[&str] = &["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"];
+/// Tag keys Carpool and Karpenter set themselves.
+const RESTRICTED_TAG_PREFIXES: &[&str] = &[
+    "kubernetes.io/cluster/",
+    "karpenter.sh/nodepool",
+    "karpenter.sh/nodeclaim",
+    "karpenter.k8s.aws/ec2nodeclass",
+    "eks:eks-cluster-name",
+    "carpool.sh/",
+];
+
+fn check_tags(tags: &BTreeMap<String, String>, path: &str) -> Result<(), ManifestError> {
+    for (k, v) in tags {
+        if k.is_empty() || v.is_empty() {
+            return Err(ManifestError::at(path, "tag keys and values must not be empty"));
+        }
+    }
+    Ok(())
+}
+
+fn one_of(value: Option<&String>, allowed: &[&str], path: &str) -> Result<(), ManifestError> {
+    match value {
+        Some(v) if !allowed.contains(&v.as_str()) => Err(ManifestError::at(
+            path,
+            format!("{v:?} is not allowed; use one of {}", allowed.join(", ")),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl Validate for EC2NodeClass {
+    fn validate(&self) -> Result<(), ManifestError> {
+        if !self.api_version.is_empty() && self.api_version != EC2NODECLASS_API_VERSION {
+            return Err(ManifestError::at(
+                "apiVersion",
+                format!("{:?} is not supported; Carpool reads {EC2NODECLASS_API_VERSION}", self.api_version),
+            ));
+        }
+        if !self.kind.is_empty() && self.kind != "EC2NodeClass" {
+            return Err(ManifestError::at("kind", format!("expected EC2NodeClass, found {:?}", self.kind)));
+        }
+        if self.metadata.name.as_deref().unwrap_or_default().is_empty() {
+            return Err(ManifestError::at("metadata.name", "an EC2NodeClass needs a name"));
+        }
+        let s = &self.spec;
+        if s.subnet_selector_terms.is_empty() {
+            return Err(ManifestError::at("spec.subnetSelectorTerms", "at least one term is required"));
+        }
+        for (i, t) in s.subnet_selector_terms.iter().enumerate() {
+            let path = format!("spec.subnetSelectorTerms[{i}]");
+            match (t.tags.is_empty(), &t.id) {
+                (true, None) => return Err(ManifestError::at(path, "a term needs tags or id")),
+                (false, Some(_)) => return Err(ManifestError::at(path, "id cannot be combined with tags")),
+                _ => check_tags(&t.tags, &format!("{path}.tags"))?,
+            }
+        }
+        if s.security_group_selector_terms.is_empty() {
+            return Err(ManifestError::at("spec.securityGroupSelectorTerms", "at least one term is required"));
+        }
+        for (i, t) in s.security_group_selector_terms.iter().enumerate() {
+            let path = format!("spec.securityGroupSelectorTerms[{i}]");
+            if t.tags.is_empty() && t.id.is_none() && t.name.is_none() {
+                return Err(ManifestError::at(path, "a term needs tags, id or name"));
+            }
+            if t.id.is_some() && (!t.tags.is_empty() || t.name.is_some()) {
+                return Err(ManifestError::at(path, "id cannot be combined with other fields"));
+            }
+            check_tags(&t.tags, &format!("{path}.tags"))?;
+        }
+        if s.ami_selector_terms.is_empty() {
+            return Err(ManifestError::at("spec.amiSelectorTerms", "at least one term is required"));
+        }
+        let mut alias_family = None;
+        for (i, t) in s.ami_selector_terms.iter().enumerate() {
+            let path = format!("spec.amiSelectorTerms[{i}]");
+            if let Some(alias) = &t.alias {
+                if s.ami_selector_terms.len() > 1
+                    || !t.tags.is_empty()
+                    || t.id.is_some()
+                    || t.name.is_some()
+                    || t.owner.is_some()
+                    || t.ssm_parameter.is_some()
+                {
+                    return Err(ManifestError::at(path, "alias cannot be combined with other terms or fields"));
+                }
+                let (family, version) = alias.split_once('@').unwrap_or((alias.as_str(), ""));
+                if !ALIAS_FAMILIES.contains(&family) || version.is_empty() {
+                    return Err(ManifestError::at(
+                        format!("{path}.alias"),
+                        format!("{alias:?} is not family@version, with family one of {}", ALIAS_FAMILIES.join(", ")),
+                    ));
+                }
+                alias_family = Some(family.to_string());
+            } else if t.tags.is_empty() && t.id.is_none() && t.name.is_none() && t.ssm_parameter.is_none() {
+                return Err(ManifestError::at(path, "a term needs alias, tags, id, name or ssmParameter"));
+            }
+            check_tags(&t.tags, &format!("{path}.tags"))?;
+        }
+        one_of(s.ami_family.as_ref(), AMI_FAMILIES, "spec.amiFamily")?;
+        match (&alias_family, &s.ami_family) {
+            (None, None) => {
+                return Err(ManifestError::at("spec.amiFamily", "required when amiSelectorTerms has no alias"));
+            }
+            (Some(a), Some(f)) if f != "Custom" && !f.eq_ignore_ascii_case(a) => {
+                return Err(ManifestError::at(
+                    "spec.amiFamily",
+                    format!("{f:?} does not match the alias family {a:?}; leave it unset or use Custom"),
+                ));
+            }
+            _ => {}
+        }
+        match (&s.role, &s.instance_profile) {
+            (None, None) => return Err(ManifestError::at("spec.role", "set role or instanceProfile")),
+            (Some(_), Some(_)) => {
+                return Err(ManifestError::at("spec.instanceProfile", "set role or instanceProfile, not both"));
+            }
+            _ => {}
+        }
+        for k in s.tags.keys() {
+            if RESTRICTED_TAG_PREFIXES.iter().any(|p| k.starts_with(p)) {
+                return Err(ManifestError::at(format!("spec.tags[{k}]"), format!("tag {k:?} is restricted")));
+            }
+        }
+        if let Some(k) = &s.kubelet {
+            k.validate("spec.kubelet")?;
+        }
+        if s.block_device_mappings.iter().filter(|m| m.root_volume).count() > 1 {
+            return Err(ManifestError::at("spec.blockDeviceMappings", "at most one mapping may be the root volume"));
+        }
+        for (i, m) in s.block_device_mappings.iter().enumerate() {
+            let Some(ebs) = &m.ebs else { continue };
+            let path = format!("spec.blockDeviceMappings[{i}].ebs");
+            one_of(ebs.volume_type.as_ref(), VOLUME_TYPES, &format!("{path}.volumeType"))?;
+            if let Some(size) = &ebs.volume_size
+                && (size.units_ceil() <= 0 || size.units_ceil() > 64 << 40)
+            {
+                return Err(ManifestError::at(format!("{path}.volumeSize"), format!("{size} is out of range 1B–64Ti")));
+            }
+        }
+        one_of(s.instance_store_policy.as_ref(), &["RAID0"], "spec.instanceStorePolicy")?;
+        if let Some(m) = &s.metadata_options {
+            one_of(m.http_endpoint.as_ref(), &["enabled", "disabled"], "spec.metadataOptions.httpEndpoint")?;
+            one_of(m.http_protocol_ipv6.as_ref(), &["enabled", "disabled"], "spec.metadataOptions.httpProtocolIPv6")?;
+            one_of(m.http_tokens.as_ref(), &["required", "optional"], "spec.metadataOptions.httpTokens")?;
+            if let Some(h) = m.http_put_response_hop_limit
+                && !(1..=64).contains(&h)
+            {
+                return Err(ManifestError::at(
+                    "spec.metadataOptions.httpPutResponseHopLimit",
+                    format!("{h} is out of range 1–64"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EC2NodeClass {
+    /// The class's name.
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// The size of the root volume in bytes, when the class sets one: the mapping marked
+    /// `rootVolume`, else the AL2/AL2023 root device `/dev/xvda`.
+    pub fn root_volume_bytes(&self) -> Option<i64> {
+        let mappings = &self.spec.block_device_mappings;
+        let root = mappings
+            .iter()
+            .find(|m| m.root_volume)
+            .or_else(|| mappings.iter().find(|m| m.device_name.as_deref() == Some("/dev/xvda")))?;
+        root.ebs.as_ref()?.volume_size.as_ref().map(Quantity::units_ceil)
+    }
+}

@@ -1,0 +1,128 @@
+//! An EC2 instance type: its facts, the labels it gives a node, and its resources.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::resources::Resources;
+use super::well_known as wk;
+
+/// A CPU architecture, named as `kubernetes.io/arch` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// x86_64.
+    Amd64,
+    /// 64-bit ARM (Graviton).
+    Arm64,
+}
+
+impl Arch {
+    /// The `kubernetes.io/arch` value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+}
+
+/// An instance type with the facts Carpool schedules on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceType {
+    /// The API name, e.g. `m7g.xlarge`.
+    pub name: String,
+    /// The family, e.g. `m7g`.
+    pub family: String,
+    /// The category letters, e.g. `m`.
+    pub category: String,
+    /// The generation, e.g. 7 (none for `mac-m*`).
+    pub generation: Option<u32>,
+    /// The size, e.g. `xlarge`.
+    pub size: String,
+    /// vCPUs.
+    pub vcpu: u32,
+    /// Memory as EC2 reports it, in MiB.
+    pub memory_mib: u64,
+    /// CPU architecture.
+    pub arch: Arch,
+    /// `intel`, `amd` or `aws`.
+    pub cpu_manufacturer: Option<String>,
+    /// GPUs.
+    pub gpu_count: u32,
+    /// GPU vendor slug, e.g. `nvidia`.
+    pub gpu_manufacturer: Option<String>,
+    /// GPU model slug, e.g. `h100`.
+    pub gpu_name: Option<String>,
+    /// Memory per GPU, MiB.
+    pub gpu_memory_mib: u64,
+    /// Inferentia/Trainium devices.
+    pub neuron_devices: u32,
+    /// Neuron cores across devices.
+    pub neuron_cores: u32,
+    /// ENIs on the default network card.
+    pub max_enis: u32,
+    /// IPv4 addresses per ENI.
+    pub ipv4_per_eni: u32,
+    /// Max pods by the VPC CNI rule: ENIs × (IPs per ENI − 1) + 2.
+    pub eni_max_pods: u32,
+    /// Branch ENIs for pod security groups (0 when trunking is not supported).
+    pub branch_enis: u32,
+    /// Baseline network bandwidth, Mbps.
+    pub network_bandwidth_mbps: Option<u64>,
+    /// Whether spot capacity exists for the type.
+    pub spot: bool,
+    /// `nitro` or `xen`; none for bare metal.
+    pub hypervisor: Option<String>,
+    /// Whether it is a bare-metal type.
+    pub bare_metal: bool,
+    /// Local NVMe storage, GB.
+    pub local_nvme_gb: u64,
+    /// What the node reports as capacity.
+    pub capacity: Resources,
+    /// What pods can request: capacity less reservations and eviction thresholds.
+    pub allocatable: Resources,
+}
+
+impl InstanceType {
+    /// The labels a node of this type carries, before zone and capacity type
+    /// (see [`super::offering::Offering::labels`]).
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let mut l = BTreeMap::new();
+        let mut put = |k: &str, v: String| {
+            l.insert(k.to_string(), v);
+        };
+        put(wk::INSTANCE_TYPE, self.name.clone());
+        put(wk::ARCH, self.arch.label().to_string());
+        put(wk::OS, "linux".to_string());
+        put(wk::INSTANCE_FAMILY, self.family.clone());
+        put(wk::INSTANCE_CATEGORY, self.category.clone());
+        if let Some(g) = self.generation {
+            put(wk::INSTANCE_GENERATION, g.to_string());
+        }
+        put(wk::INSTANCE_SIZE, self.size.clone());
+        put(wk::INSTANCE_CPU, self.vcpu.to_string());
+        if let Some(m) = &self.cpu_manufacturer {
+            put(wk::INSTANCE_CPU_MANUFACTURER, m.clone());
+        }
+        put(wk::INSTANCE_MEMORY, self.memory_mib.to_string());
+        if self.gpu_count > 0 {
+            put(wk::INSTANCE_GPU_COUNT, self.gpu_count.to_string());
+            if let Some(m) = &self.gpu_manufacturer {
+                put(wk::INSTANCE_GPU_MANUFACTURER, m.clone());
+            }
+            if let Some(n) = &self.gpu_name {
+                put(wk::INSTANCE_GPU_NAME, n.clone());
+            }
+            put(wk::INSTANCE_GPU_MEMORY, self.gpu_memory_mib.to_string());
+        }
+        if self.local_nvme_gb > 0 {
+            put(wk::INSTANCE_LOCAL_NVME, self.local_nvme_gb.to_string());
+        }
+        put(wk::INSTANCE_HYPERVISOR, self.hypervisor.clone().unwrap_or_default());
+        if let Some(bw) = self.network_bandwidth_mbps {
+            put(wk::INSTANCE_NETWORK_BANDWIDTH, bw.to_string());
+        }
+        l
+    }
+}

@@ -1,0 +1,85 @@
+//! The well-known label keys that every instance-type offering carries, and Carpool's own
+//! names on nodes (see DESIGN.md, "Names on AWS and in Kubernetes").
+
+/// `node.kubernetes.io/instance-type`.
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// `topology.kubernetes.io/zone`.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// `topology.kubernetes.io/region`.
+pub const REGION: &str = "topology.kubernetes.io/region";
+/// `karpenter.sh/capacity-type`: `on-demand` or `spot`.
+pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+/// `kubernetes.io/arch`: `amd64` or `arm64`.
+pub const ARCH: &str = "kubernetes.io/arch";
+/// `kubernetes.io/os`.
+pub const OS: &str = "kubernetes.io/os";
+/// `kubernetes.io/hostname`.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// `karpenter.sh/nodepool`.
+pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+/// `karpenter.k8s.aws/ec2nodeclass`.
+pub const EC2NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+/// `carpool.sh/managed`: `true` on nodes Carpool launched.
+pub const CARPOOL_MANAGED: &str = "carpool.sh/managed";
+
+/// `karpenter.k8s.aws/instance-family`, e.g. `m7g`.
+pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
+/// `karpenter.k8s.aws/instance-category`, e.g. `m`.
+pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+/// `karpenter.k8s.aws/instance-generation`, e.g. `7`.
+pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
+/// `karpenter.k8s.aws/instance-size`, e.g. `2xlarge`.
+pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
+/// `karpenter.k8s.aws/instance-cpu`: vCPUs.
+pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+/// `karpenter.k8s.aws/instance-cpu-manufacturer`: `intel`, `amd`, `aws`.
+pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
+/// `karpenter.k8s.aws/instance-memory`: MiB.
+pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+/// `karpenter.k8s.aws/instance-gpu-count`.
+pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+/// `karpenter.k8s.aws/instance-gpu-manufacturer`.
+pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+/// `karpenter.k8s.aws/instance-gpu-name`.
+pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
+/// `karpenter.k8s.aws/instance-gpu-memory`: MiB per GPU.
+pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+/// `karpenter.k8s.aws/instance-local-nvme`: GiB of local NVMe storage.
+pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+/// `karpenter.k8s.aws/instance-hypervisor`: `nitro`, `xen`, or empty for bare metal.
+pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
+/// `karpenter.k8s.aws/instance-network-bandwidth`: baseline Mbps.
+pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+
+/// The label keys an offering always defines. A requirement on one of them is checked
+/// against the offering's value; a requirement on any other key must be satisfied by the
+/// NodePool's own labels or requirements.
+pub const OFFERING_LABELS: &[&str] = &[
+    INSTANCE_TYPE,
+    ZONE,
+    REGION,
+    CAPACITY_TYPE,
+    ARCH,
+    OS,
+    INSTANCE_FAMILY,
+    INSTANCE_CATEGORY,
+    INSTANCE_GENERATION,
+    INSTANCE_SIZE,
+    INSTANCE_CPU,
+    INSTANCE_CPU_MANUFACTURER,
+    INSTANCE_MEMORY,
+    INSTANCE_GPU_COUNT,
+    INSTANCE_GPU_MANUFACTURER,
+    INSTANCE_GPU_NAME,
+    INSTANCE_GPU_MEMORY,
+    INSTANCE_LOCAL_NVME,
+    INSTANCE_HYPERVISOR,
+    INSTANCE_NETWORK_BANDWIDTH,
+];
+
+/// Label keys that may be required without being defined by a NodePool (Karpenter's
+/// `WellKnownLabels`): the offering labels, the node pool, and the hostname, which every
+/// node gets at registration.
+pub fn is_well_known(key: &str) -> bool {
+    OFFERING_LABELS.contains(&key) || key == NODEPOOL || key == HOSTNAME || key == EC2NODECLASS
+}
