@@ -22,6 +22,7 @@
 //!
 //! Nothing here performs I/O or reads the clock.
 #![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod catalog;
 pub mod model;

@@ -56,7 +56,12 @@ pub fn max_pods(eni_max_pods: u32, vcpu: u32, kubelet: &KubeletConfiguration) ->
 
 /// The EKS kube-reserved CPU for a number of millicores.
 pub fn kube_reserved_cpu_millis(cpu_millis: i64) -> i64 {
-    const STEPS: [(i64, i64, f64); 4] = [(0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, i64::MAX, 0.0025)];
+    const STEPS: [(i64, i64, f64); 4] = [
+        (0, 1000, 0.06),
+        (1000, 2000, 0.01),
+        (2000, 4000, 0.005),
+        (4000, i64::MAX, 0.0025),
+    ];
     let reserved: f64 = STEPS
         .iter()
         .filter(|(lo, _, _)| cpu_millis > *lo)
@@ -111,15 +116,36 @@ fn threshold(k: &KubeletConfiguration, signal: &str, default: Threshold, capacit
 pub fn allocatable(it: &InstanceType, capacity: &Resources, settings: &NodeSettings) -> Resources {
     let k = &settings.kubelet;
     let reserved = |map: &std::collections::BTreeMap<String, crate::model::Quantity>, name: &str| {
-        map.get(name).map(|q| if name == res::CPU { q.millis_ceil() } else { q.units_ceil() })
+        map.get(name).map(|q| {
+            if name == res::CPU {
+                q.millis_ceil()
+            } else {
+                q.units_ceil()
+            }
+        })
     };
-    let kube_cpu = reserved(&k.kube_reserved, res::CPU).unwrap_or_else(|| kube_reserved_cpu_millis(capacity.cpu_millis));
+    let kube_cpu =
+        reserved(&k.kube_reserved, res::CPU).unwrap_or_else(|| kube_reserved_cpu_millis(capacity.cpu_millis));
     let kube_mem = reserved(&k.kube_reserved, res::MEMORY).unwrap_or((11 * capacity.pods + 255) * MIB);
     let kube_eph = reserved(&k.kube_reserved, res::EPHEMERAL_STORAGE).unwrap_or(1 << 30);
     let sys = |name| reserved(&k.system_reserved, name).unwrap_or(0);
-    let evict_mem = threshold(k, "memory.available", Threshold::Absolute(DEFAULT_MEMORY_EVICTION_BYTES), capacity.memory);
-    let evict_eph = threshold(k, "nodefs.available", Threshold::Percent(DEFAULT_NODEFS_EVICTION_PERCENT), capacity.ephemeral_storage);
-    let arm_extra = if it.arch == Arch::Arm64 { ARM64_EXTRA_RESERVED_MIB * MIB } else { 0 };
+    let evict_mem = threshold(
+        k,
+        "memory.available",
+        Threshold::Absolute(DEFAULT_MEMORY_EVICTION_BYTES),
+        capacity.memory,
+    );
+    let evict_eph = threshold(
+        k,
+        "nodefs.available",
+        Threshold::Percent(DEFAULT_NODEFS_EVICTION_PERCENT),
+        capacity.ephemeral_storage,
+    );
+    let arm_extra = if it.arch == Arch::Arm64 {
+        ARM64_EXTRA_RESERVED_MIB * MIB
+    } else {
+        0
+    };
 
     let mut a = capacity.clone();
     a.cpu_millis -= kube_cpu + sys(res::CPU);
@@ -156,9 +182,15 @@ mod tests {
     fn kubelet_max_pods_and_pods_per_core_cap_the_eni_limit() {
         let none = KubeletConfiguration::default();
         assert_eq!(max_pods(29, 2, &none), 29);
-        let k = KubeletConfiguration { max_pods: Some(110), ..Default::default() };
+        let k = KubeletConfiguration {
+            max_pods: Some(110),
+            ..Default::default()
+        };
         assert_eq!(max_pods(737, 64, &k), 110);
-        let k = KubeletConfiguration { pods_per_core: Some(4), ..Default::default() };
+        let k = KubeletConfiguration {
+            pods_per_core: Some(4),
+            ..Default::default()
+        };
         assert_eq!(max_pods(29, 2, &k), 8);
     }
 }

@@ -14,11 +14,30 @@ const ON_DEMAND_PRICES: &str = include_str!("../../data/ec2/on-demand-prices.jso
 
 /// The column order `extract.py` writes; checked when loading.
 const COLUMNS: [&str; 24] = [
-    "name", "family", "category", "generation", "size", "vcpu", "memory_mib", "arch",
-    "cpu_manufacturer", "gpu_count", "gpu_manufacturer", "gpu_name", "gpu_memory_mib_per_gpu",
-    "neuron_device_count", "neuron_core_count", "default_card_max_enis", "ipv4_per_eni",
-    "max_pods", "branch_interfaces", "network_bandwidth_mbps", "supported_usage_classes",
-    "hypervisor", "bare_metal", "local_nvme_gb",
+    "name",
+    "family",
+    "category",
+    "generation",
+    "size",
+    "vcpu",
+    "memory_mib",
+    "arch",
+    "cpu_manufacturer",
+    "gpu_count",
+    "gpu_manufacturer",
+    "gpu_name",
+    "gpu_memory_mib_per_gpu",
+    "neuron_device_count",
+    "neuron_core_count",
+    "default_card_max_enis",
+    "ipv4_per_eni",
+    "max_pods",
+    "branch_interfaces",
+    "network_bandwidth_mbps",
+    "supported_usage_classes",
+    "hypervisor",
+    "bare_metal",
+    "local_nvme_gb",
 ];
 
 #[derive(Deserialize)]

@@ -84,7 +84,12 @@ impl Catalog {
 
     /// The regions with offerings data or a price table.
     pub fn regions(&self) -> Vec<&str> {
-        let mut r: Vec<&str> = self.offered.keys().chain(self.on_demand.keys()).map(String::as_str).collect();
+        let mut r: Vec<&str> = self
+            .offered
+            .keys()
+            .chain(self.on_demand.keys())
+            .map(String::as_str)
+            .collect();
         r.sort_unstable();
         r.dedup();
         r
@@ -109,7 +114,10 @@ impl Catalog {
         types.sort_by(|a, b| a.name.cmp(&b.name));
         let (prices, estimated) = match table {
             Some(t) => (t.clone(), false),
-            None => (self.on_demand.get(PRICE_FALLBACK_REGION).cloned().unwrap_or_default(), true),
+            None => (
+                self.on_demand.get(PRICE_FALLBACK_REGION).cloned().unwrap_or_default(),
+                true,
+            ),
         };
         Ok(RegionCatalog {
             region: region.to_string(),

@@ -49,7 +49,11 @@ impl Default for SpotModel {
 impl SpotModel {
     /// The estimated spot price of a type, from its on-demand price.
     pub fn estimate(&self, it: &InstanceType, on_demand: f64) -> f64 {
-        let share = self.by_category.get(&it.category).copied().unwrap_or(self.default_share);
+        let share = self
+            .by_category
+            .get(&it.category)
+            .copied()
+            .unwrap_or(self.default_share);
         round_price(on_demand * share)
     }
 }
@@ -96,7 +100,8 @@ impl PriceBook {
 
     /// Sets a live spot price for one zone.
     pub fn set_spot(&mut self, instance_type: &str, zone: &str, usd_per_hour: f64) {
-        self.spot.insert((instance_type.to_string(), zone.to_string()), usd_per_hour);
+        self.spot
+            .insert((instance_type.to_string(), zone.to_string()), usd_per_hour);
     }
 
     /// The on-demand price of a type, if known.

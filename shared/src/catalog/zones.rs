@@ -15,10 +15,10 @@ pub fn zones(region: &str) -> Vec<String> {
         "ca-central-1" => &["a", "b", "d"],
         "us-west-1" => &["a", "c"],
         "af-south-1" | "ap-east-1" | "ap-northeast-3" | "ap-south-1" | "ap-south-2" | "ap-southeast-1"
-        | "ap-southeast-2" | "ap-southeast-3" | "ap-southeast-4" | "ap-southeast-5" | "ca-west-1"
-        | "eu-central-1" | "eu-central-2" | "eu-north-1" | "eu-south-1" | "eu-south-2" | "eu-west-1"
-        | "eu-west-2" | "eu-west-3" | "il-central-1" | "me-central-1" | "me-south-1" | "sa-east-1"
-        | "us-east-2" | "us-gov-east-1" | "us-gov-west-1" => &["a", "b", "c"],
+        | "ap-southeast-2" | "ap-southeast-3" | "ap-southeast-4" | "ap-southeast-5" | "ca-west-1" | "eu-central-1"
+        | "eu-central-2" | "eu-north-1" | "eu-south-1" | "eu-south-2" | "eu-west-1" | "eu-west-2" | "eu-west-3"
+        | "il-central-1" | "me-central-1" | "me-south-1" | "sa-east-1" | "us-east-2" | "us-gov-east-1"
+        | "us-gov-west-1" => &["a", "b", "c"],
         _ => &[],
     };
     suffixes.iter().map(|s| format!("{region}{s}")).collect()

@@ -36,7 +36,9 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             .ok_or_else(invalid)?;
         let (num, tail) = rest.split_at(num_end);
         let n: f64 = num.parse().map_err(|_| invalid())?;
-        let unit_end = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_end);
         let secs = match unit {
             "ns" => 1e-9,

@@ -235,18 +235,27 @@ impl Validate for EC2NodeClass {
         if !self.api_version.is_empty() && self.api_version != EC2NODECLASS_API_VERSION {
             return Err(ManifestError::at(
                 "apiVersion",
-                format!("{:?} is not supported; Carpool reads {EC2NODECLASS_API_VERSION}", self.api_version),
+                format!(
+                    "{:?} is not supported; Carpool reads {EC2NODECLASS_API_VERSION}",
+                    self.api_version
+                ),
             ));
         }
         if !self.kind.is_empty() && self.kind != "EC2NodeClass" {
-            return Err(ManifestError::at("kind", format!("expected EC2NodeClass, found {:?}", self.kind)));
+            return Err(ManifestError::at(
+                "kind",
+                format!("expected EC2NodeClass, found {:?}", self.kind),
+            ));
         }
         if self.metadata.name.as_deref().unwrap_or_default().is_empty() {
             return Err(ManifestError::at("metadata.name", "an EC2NodeClass needs a name"));
         }
         let s = &self.spec;
         if s.subnet_selector_terms.is_empty() {
-            return Err(ManifestError::at("spec.subnetSelectorTerms", "at least one term is required"));
+            return Err(ManifestError::at(
+                "spec.subnetSelectorTerms",
+                "at least one term is required",
+            ));
         }
         for (i, t) in s.subnet_selector_terms.iter().enumerate() {
             let path = format!("spec.subnetSelectorTerms[{i}]");
@@ -257,7 +266,10 @@ impl Validate for EC2NodeClass {
             }
         }
         if s.security_group_selector_terms.is_empty() {
-            return Err(ManifestError::at("spec.securityGroupSelectorTerms", "at least one term is required"));
+            return Err(ManifestError::at(
+                "spec.securityGroupSelectorTerms",
+                "at least one term is required",
+            ));
         }
         for (i, t) in s.security_group_selector_terms.iter().enumerate() {
             let path = format!("spec.securityGroupSelectorTerms[{i}]");
@@ -270,7 +282,10 @@ impl Validate for EC2NodeClass {
             check_tags(&t.tags, &format!("{path}.tags"))?;
         }
         if s.ami_selector_terms.is_empty() {
-            return Err(ManifestError::at("spec.amiSelectorTerms", "at least one term is required"));
+            return Err(ManifestError::at(
+                "spec.amiSelectorTerms",
+                "at least one term is required",
+            ));
         }
         let mut alias_family = None;
         for (i, t) in s.ami_selector_terms.iter().enumerate() {
@@ -283,25 +298,37 @@ impl Validate for EC2NodeClass {
                     || t.owner.is_some()
                     || t.ssm_parameter.is_some()
                 {
-                    return Err(ManifestError::at(path, "alias cannot be combined with other terms or fields"));
+                    return Err(ManifestError::at(
+                        path,
+                        "alias cannot be combined with other terms or fields",
+                    ));
                 }
                 let (family, version) = alias.split_once('@').unwrap_or((alias.as_str(), ""));
                 if !ALIAS_FAMILIES.contains(&family) || version.is_empty() {
                     return Err(ManifestError::at(
                         format!("{path}.alias"),
-                        format!("{alias:?} is not family@version, with family one of {}", ALIAS_FAMILIES.join(", ")),
+                        format!(
+                            "{alias:?} is not family@version, with family one of {}",
+                            ALIAS_FAMILIES.join(", ")
+                        ),
                     ));
                 }
                 alias_family = Some(family.to_string());
             } else if t.tags.is_empty() && t.id.is_none() && t.name.is_none() && t.ssm_parameter.is_none() {
-                return Err(ManifestError::at(path, "a term needs alias, tags, id, name or ssmParameter"));
+                return Err(ManifestError::at(
+                    path,
+                    "a term needs alias, tags, id, name or ssmParameter",
+                ));
             }
             check_tags(&t.tags, &format!("{path}.tags"))?;
         }
         one_of(s.ami_family.as_ref(), AMI_FAMILIES, "spec.amiFamily")?;
         match (&alias_family, &s.ami_family) {
             (None, None) => {
-                return Err(ManifestError::at("spec.amiFamily", "required when amiSelectorTerms has no alias"));
+                return Err(ManifestError::at(
+                    "spec.amiFamily",
+                    "required when amiSelectorTerms has no alias",
+                ));
             }
             (Some(a), Some(f)) if f != "Custom" && !f.eq_ignore_ascii_case(a) => {
                 return Err(ManifestError::at(
@@ -314,20 +341,29 @@ impl Validate for EC2NodeClass {
         match (&s.role, &s.instance_profile) {
             (None, None) => return Err(ManifestError::at("spec.role", "set role or instanceProfile")),
             (Some(_), Some(_)) => {
-                return Err(ManifestError::at("spec.instanceProfile", "set role or instanceProfile, not both"));
+                return Err(ManifestError::at(
+                    "spec.instanceProfile",
+                    "set role or instanceProfile, not both",
+                ));
             }
             _ => {}
         }
         for k in s.tags.keys() {
             if RESTRICTED_TAG_PREFIXES.iter().any(|p| k.starts_with(p)) {
-                return Err(ManifestError::at(format!("spec.tags[{k}]"), format!("tag {k:?} is restricted")));
+                return Err(ManifestError::at(
+                    format!("spec.tags[{k}]"),
+                    format!("tag {k:?} is restricted"),
+                ));
             }
         }
         if let Some(k) = &s.kubelet {
             k.validate("spec.kubelet")?;
         }
         if s.block_device_mappings.iter().filter(|m| m.root_volume).count() > 1 {
-            return Err(ManifestError::at("spec.blockDeviceMappings", "at most one mapping may be the root volume"));
+            return Err(ManifestError::at(
+                "spec.blockDeviceMappings",
+                "at most one mapping may be the root volume",
+            ));
         }
         for (i, m) in s.block_device_mappings.iter().enumerate() {
             let Some(ebs) = &m.ebs else { continue };
@@ -336,14 +372,29 @@ impl Validate for EC2NodeClass {
             if let Some(size) = &ebs.volume_size
                 && (size.units_ceil() <= 0 || size.units_ceil() > 64 << 40)
             {
-                return Err(ManifestError::at(format!("{path}.volumeSize"), format!("{size} is out of range 1B–64Ti")));
+                return Err(ManifestError::at(
+                    format!("{path}.volumeSize"),
+                    format!("{size} is out of range 1B–64Ti"),
+                ));
             }
         }
         one_of(s.instance_store_policy.as_ref(), &["RAID0"], "spec.instanceStorePolicy")?;
         if let Some(m) = &s.metadata_options {
-            one_of(m.http_endpoint.as_ref(), &["enabled", "disabled"], "spec.metadataOptions.httpEndpoint")?;
-            one_of(m.http_protocol_ipv6.as_ref(), &["enabled", "disabled"], "spec.metadataOptions.httpProtocolIPv6")?;
-            one_of(m.http_tokens.as_ref(), &["required", "optional"], "spec.metadataOptions.httpTokens")?;
+            one_of(
+                m.http_endpoint.as_ref(),
+                &["enabled", "disabled"],
+                "spec.metadataOptions.httpEndpoint",
+            )?;
+            one_of(
+                m.http_protocol_ipv6.as_ref(),
+                &["enabled", "disabled"],
+                "spec.metadataOptions.httpProtocolIPv6",
+            )?;
+            one_of(
+                m.http_tokens.as_ref(),
+                &["required", "optional"],
+                "spec.metadataOptions.httpTokens",
+            )?;
             if let Some(h) = m.http_put_response_hop_limit
                 && !(1..=64).contains(&h)
             {

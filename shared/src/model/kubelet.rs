@@ -40,10 +40,18 @@ pub struct KubeletConfiguration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_max_pod_grace_period: Option<i32>,
     /// Image GC high threshold, percent.
-    #[serde(default, rename = "imageGCHighThresholdPercent", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "imageGCHighThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub image_gc_high_threshold_percent: Option<i32>,
     /// Image GC low threshold, percent.
-    #[serde(default, rename = "imageGCLowThresholdPercent", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "imageGCLowThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub image_gc_low_threshold_percent: Option<i32>,
     /// CPU CFS quota enforcement.
     #[serde(default, rename = "cpuCFSQuota", skip_serializing_if = "Option::is_none")]
@@ -100,9 +108,15 @@ impl KubeletConfiguration {
             return Err(ManifestError::at(format!("{path}.maxPods"), format!("{n} is negative")));
         }
         if let Some(n) = self.pods_per_core.filter(|n| *n < 0) {
-            return Err(ManifestError::at(format!("{path}.podsPerCore"), format!("{n} is negative")));
+            return Err(ManifestError::at(
+                format!("{path}.podsPerCore"),
+                format!("{n} is negative"),
+            ));
         }
-        for (field, map) in [("systemReserved", &self.system_reserved), ("kubeReserved", &self.kube_reserved)] {
+        for (field, map) in [
+            ("systemReserved", &self.system_reserved),
+            ("kubeReserved", &self.kube_reserved),
+        ] {
             for (k, q) in map {
                 if !RESERVED_KEYS.contains(&k.as_str()) {
                     return Err(ManifestError::at(
@@ -115,7 +129,10 @@ impl KubeletConfiguration {
                 }
             }
         }
-        for (field, map) in [("evictionHard", &self.eviction_hard), ("evictionSoft", &self.eviction_soft)] {
+        for (field, map) in [
+            ("evictionHard", &self.eviction_hard),
+            ("evictionSoft", &self.eviction_soft),
+        ] {
             for (k, v) in map {
                 if !SIGNALS.contains(&k.as_str()) {
                     return Err(ManifestError::at(
@@ -126,8 +143,10 @@ impl KubeletConfiguration {
                 Threshold::parse(v).map_err(|m| ManifestError::at(format!("{path}.{field}.{k}"), m))?;
             }
         }
-        if let (Some(hi), Some(lo)) = (self.image_gc_high_threshold_percent, self.image_gc_low_threshold_percent)
-            && lo > hi
+        if let (Some(hi), Some(lo)) = (
+            self.image_gc_high_threshold_percent,
+            self.image_gc_low_threshold_percent,
+        ) && lo > hi
         {
             return Err(ManifestError::at(
                 format!("{path}.imageGCLowThresholdPercent"),

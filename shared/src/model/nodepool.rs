@@ -203,7 +203,12 @@ pub enum BudgetNodes {
 impl Budget {
     /// Parses `nodes` (`5` or `10%`).
     pub fn parsed_nodes(&self) -> Result<BudgetNodes, String> {
-        let bad = || format!("invalid nodes {:?}; write a count such as 5 or a percentage such as 10%", self.nodes);
+        let bad = || {
+            format!(
+                "invalid nodes {:?}; write a count such as 5 or a percentage such as 10%",
+                self.nodes
+            )
+        };
         match self.nodes.strip_suffix('%') {
             Some(p) => match p.parse::<u32>() {
                 Ok(p) if p <= 100 => Ok(BudgetNodes::Percent(p)),
@@ -225,7 +230,10 @@ pub(crate) fn validate_taints(taints: &[Taint], path: &str) -> Result<(), Manife
         if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
             return Err(ManifestError::at(
                 format!("{path}[{i}].effect"),
-                format!("unknown effect {:?}; use NoSchedule, PreferNoSchedule or NoExecute", t.effect),
+                format!(
+                    "unknown effect {:?}; use NoSchedule, PreferNoSchedule or NoExecute",
+                    t.effect
+                ),
             ));
         }
     }
@@ -245,11 +253,17 @@ impl Validate for NodePool {
         if !self.api_version.is_empty() && self.api_version != NODEPOOL_API_VERSION {
             return Err(ManifestError::at(
                 "apiVersion",
-                format!("{:?} is not supported; Carpool reads {NODEPOOL_API_VERSION} (convert v1beta1 NodePools as Karpenter's v1 migration guide says)", self.api_version),
+                format!(
+                    "{:?} is not supported; Carpool reads {NODEPOOL_API_VERSION} (convert v1beta1 NodePools as Karpenter's v1 migration guide says)",
+                    self.api_version
+                ),
             ));
         }
         if !self.kind.is_empty() && self.kind != "NodePool" {
-            return Err(ManifestError::at("kind", format!("expected NodePool, found {:?}", self.kind)));
+            return Err(ManifestError::at(
+                "kind",
+                format!("expected NodePool, found {:?}", self.kind),
+            ));
         }
         if self.metadata.name.as_deref().unwrap_or_default().is_empty() {
             return Err(ManifestError::at("metadata.name", "a NodePool needs a name"));
@@ -258,7 +272,10 @@ impl Validate for NodePool {
         const REQ: &str = "spec.template.spec.requirements";
         for (i, r) in spec.requirements.iter().enumerate() {
             if RESTRICTED_LABELS.contains(&r.key.as_str()) {
-                return Err(ManifestError::at(format!("{REQ}[{i}].key"), format!("label {:?} is restricted", r.key)));
+                return Err(ManifestError::at(
+                    format!("{REQ}[{i}].key"),
+                    format!("label {:?} is restricted", r.key),
+                ));
             }
         }
         Requirements::from_wire(&spec.requirements)
@@ -276,7 +293,10 @@ impl Validate for NodePool {
         let r = &spec.node_class_ref;
         for (field, v) in [("group", &r.group), ("kind", &r.kind), ("name", &r.name)] {
             if v.is_empty() {
-                return Err(ManifestError::at(format!("spec.template.spec.nodeClassRef.{field}"), "required"));
+                return Err(ManifestError::at(
+                    format!("spec.template.spec.nodeClassRef.{field}"),
+                    "required",
+                ));
             }
         }
         if let Some(w) = self.spec.weight
@@ -291,7 +311,8 @@ impl Validate for NodePool {
         }
         for (i, b) in self.spec.disruption.budgets.iter().enumerate() {
             let path = format!("spec.disruption.budgets[{i}]");
-            b.parsed_nodes().map_err(|m| ManifestError::at(format!("{path}.nodes"), m))?;
+            b.parsed_nodes()
+                .map_err(|m| ManifestError::at(format!("{path}.nodes"), m))?;
             if b.schedule.is_some() != b.duration.is_some() {
                 return Err(ManifestError::at(path, "schedule and duration must be set together"));
             }
@@ -326,7 +347,10 @@ impl NodePool {
         let mut out = Requirements::from_wire(&self.spec.template.spec.requirements)
             .map_err(|(i, e)| ManifestError::at(format!("spec.template.spec.requirements[{i}]"), e.to_string()))?;
         out.add_all(&Requirements::from_labels(&self.spec.template.metadata.labels));
-        out.add(super::requirements::Requirement::in_values(well_known::NODEPOOL, [self.name()]));
+        out.add(super::requirements::Requirement::in_values(
+            well_known::NODEPOOL,
+            [self.name()],
+        ));
         Ok(out)
     }
 }

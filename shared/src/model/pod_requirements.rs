@@ -126,11 +126,18 @@ affinity:
         let b = pod_requirement_branches(&s).unwrap();
         assert_eq!(b.len(), 2, "the empty term matches nothing and adds no branch");
         let spot = node(&[("team", "data"), ("karpenter.sh/capacity-type", "spot")]);
-        let graviton = node(&[("team", "data"), ("karpenter.k8s.aws/instance-generation", "7"), ("kubernetes.io/arch", "arm64")]);
+        let graviton = node(&[
+            ("team", "data"),
+            ("karpenter.k8s.aws/instance-generation", "7"),
+            ("kubernetes.io/arch", "arm64"),
+        ]);
         assert!(b[0].matches_labels(&spot).is_ok() && b[1].matches_labels(&spot).is_err());
         assert!(b[1].matches_labels(&graviton).is_ok());
         let no_team = node(&[("karpenter.sh/capacity-type", "spot")]);
-        assert!(b.iter().all(|r| r.matches_labels(&no_team).is_err()), "nodeSelector applies to every branch");
+        assert!(
+            b.iter().all(|r| r.matches_labels(&no_team).is_err()),
+            "nodeSelector applies to every branch"
+        );
     }
 
     #[test]

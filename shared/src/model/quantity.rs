@@ -123,14 +123,10 @@ fn split_number(s: &str) -> Result<(bool, &str, &str, &str), &'static str> {
         Some(_) => (false, s),
         None => return Err("empty string"),
     };
-    let int_end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
+    let int_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
     let (int, after) = rest.split_at(int_end);
     let (frac, suffix) = if let Some(after_dot) = after.strip_prefix('.') {
-        let frac_end = after_dot
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(after_dot.len());
+        let frac_end = after_dot.find(|c: char| !c.is_ascii_digit()).unwrap_or(after_dot.len());
         after_dot.split_at(frac_end)
     } else {
         ("", after)
@@ -195,14 +191,10 @@ fn parse(s: &str) -> Result<Quantity, &'static str> {
     if nanos != 0 {
         if scale >= 0 {
             let factor = 10i128.checked_pow(u32::try_from(scale).map_err(|_| TOO_LARGE)?);
-            nanos = factor
-                .and_then(|f| nanos.checked_mul(f))
-                .ok_or(TOO_LARGE)?;
+            nanos = factor.and_then(|f| nanos.checked_mul(f)).ok_or(TOO_LARGE)?;
         } else {
             // Finer than a nano-unit: round up to the next nano-unit, as the API server does.
-            let divisor = u32::try_from(-scale)
-                .ok()
-                .and_then(|e| 10i128.checked_pow(e));
+            let divisor = u32::try_from(-scale).ok().and_then(|e| 10i128.checked_pow(e));
             nanos = match divisor {
                 Some(d) => div_ceil(nanos, d),
                 None => 1,
@@ -320,7 +312,9 @@ mod tests {
 
     #[test]
     fn bad_quantities_are_rejected_with_the_value_named() {
-        for bad in ["", "abc", "1.2.3", "1Gb", "1 Gi", "Mi", "1e", "1e1.5", "--1", "1ee3", "."] {
+        for bad in [
+            "", "abc", "1.2.3", "1Gb", "1 Gi", "Mi", "1e", "1e1.5", "--1", "1ee3", ".",
+        ] {
             let err = bad.parse::<Quantity>().unwrap_err();
             assert_eq!(err.value, bad);
             assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");

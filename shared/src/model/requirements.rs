@@ -130,7 +130,9 @@ pub enum RequirementError {
         reason: String,
     },
     /// Text that is not `KEY OPERATOR [VALUES]`.
-    #[error("{0:?} is not a requirement; write 'KEY OPERATOR [V1,V2...] [minValues=N]', e.g. 'kubernetes.io/arch In arm64,amd64'")]
+    #[error(
+        "{0:?} is not a requirement; write 'KEY OPERATOR [V1,V2...] [minValues=N]', e.g. 'kubernetes.io/arch In arm64,amd64'"
+    )]
     Syntax(String),
 }
 
@@ -685,14 +687,21 @@ mod tests {
     fn integer_bounds_combine_and_filter_concrete_sets() {
         let window = req("gen Gt 2").intersection(&req("gen Lt 6"));
         assert!(window.has("3") && window.has("5") && !window.has("6") && !window.has("2"));
-        assert!(req("gen Gt 5").intersection(&req("gen Lt 6")).is_empty(), "no integer in (5, 6)");
+        assert!(
+            req("gen Gt 5").intersection(&req("gen Lt 6")).is_empty(),
+            "no integer in (5, 6)"
+        );
         let filtered = req("gen In 1,3,7,x").intersection(&req("gen Gte 3"));
-        assert_eq!(filtered.values().iter().map(String::as_str).collect::<Vec<_>>(), ["3", "7"]);
+        assert_eq!(
+            filtered.values().iter().map(String::as_str).collect::<Vec<_>>(),
+            ["3", "7"]
+        );
     }
 
     #[test]
     fn min_values_survives_intersection_and_is_checked_over_instance_types() {
-        let r = req("karpenter.k8s.aws/instance-family In m5,m6i,m7i minValues=2").intersection(&req("karpenter.k8s.aws/instance-family Exists"));
+        let r = req("karpenter.k8s.aws/instance-family In m5,m6i,m7i minValues=2")
+            .intersection(&req("karpenter.k8s.aws/instance-family Exists"));
         assert_eq!(r.min_values(), Some(2));
         let mut set = Requirements::new();
         set.add(r);
@@ -701,7 +710,11 @@ mod tests {
         let c5 = labels(&[("karpenter.k8s.aws/instance-family", "c5")]);
         assert!(set.check_min_values([&m5, &m6i]).is_ok());
         let err = set.check_min_values([&m5, &m5, &c5]).unwrap_err();
-        assert_eq!((err.min_values, err.found), (2, 1), "c5 does not count: it is not allowed");
+        assert_eq!(
+            (err.min_values, err.found),
+            (2, 1),
+            "c5 does not count: it is not allowed"
+        );
     }
 
     #[test]
@@ -709,9 +722,18 @@ mod tests {
         let node = reqs(&["kubernetes.io/arch In amd64", "team In a"]);
         assert!(node.compatible(&reqs(&["team In a"])).is_ok());
         assert!(node.compatible(&reqs(&["kubernetes.io/arch In arm64"])).is_err());
-        assert!(node.compatible(&reqs(&["gpu In yes"])).unwrap_err().to_string().contains("no NodePool defines"));
+        assert!(
+            node.compatible(&reqs(&["gpu In yes"]))
+                .unwrap_err()
+                .to_string()
+                .contains("no NodePool defines")
+        );
         assert!(node.compatible(&reqs(&["gpu NotIn yes"])).is_ok(), "excluding is fine");
-        assert!(node.compatible(&reqs(&["topology.kubernetes.io/zone In us-east-1a"])).is_ok(), "well known");
+        assert!(
+            node.compatible(&reqs(&["topology.kubernetes.io/zone In us-east-1a"]))
+                .is_ok(),
+            "well known"
+        );
         let excl = reqs(&["team NotIn a"]);
         assert!(reqs(&["team DoesNotExist"]).intersects(&excl).is_ok());
     }
@@ -719,22 +741,44 @@ mod tests {
     #[test]
     fn node_labels_match_like_the_scheduler() {
         let r = reqs(&["kubernetes.io/arch In arm64", "spot NotIn true", "gen Gt 5"]);
-        assert!(r.matches_labels(&labels(&[("kubernetes.io/arch", "arm64"), ("gen", "7")])).is_ok());
-        let err = r.matches_labels(&labels(&[("kubernetes.io/arch", "arm64")])).unwrap_err();
+        assert!(
+            r.matches_labels(&labels(&[("kubernetes.io/arch", "arm64"), ("gen", "7")]))
+                .is_ok()
+        );
+        let err = r
+            .matches_labels(&labels(&[("kubernetes.io/arch", "arm64")]))
+            .unwrap_err();
         assert_eq!(err.key, "gen");
     }
 
     fn arb_requirement() -> impl Strategy<Value = Requirement> {
         let values = prop::collection::vec(prop::sample::select(vec!["1", "2", "3", "4", "5", "a", "b"]), 1..4);
         (0usize..8, values, prop::option::of(1u32..3)).prop_filter_map("well formed", |(op, vals, min)| {
-            let ops = [Operator::In, Operator::NotIn, Operator::Exists, Operator::DoesNotExist, Operator::Gt, Operator::Lt, Operator::Gte, Operator::Lte];
+            let ops = [
+                Operator::In,
+                Operator::NotIn,
+                Operator::Exists,
+                Operator::DoesNotExist,
+                Operator::Gt,
+                Operator::Lt,
+                Operator::Gte,
+                Operator::Lte,
+            ];
             let operator = ops[op];
             let values: Vec<String> = match operator {
                 Operator::Exists | Operator::DoesNotExist => vec![],
-                Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => vec![vals.iter().find(|v| v.parse::<i64>().is_ok())?.to_string()],
+                Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
+                    vec![vals.iter().find(|v| v.parse::<i64>().is_ok())?.to_string()]
+                }
                 _ => vals.iter().map(|v| v.to_string()).collect(),
             };
-            Requirement::from_wire(&NodeSelectorRequirement { key: "k".into(), operator, values, min_values: min.filter(|_| operator != Operator::In) }).ok()
+            Requirement::from_wire(&NodeSelectorRequirement {
+                key: "k".into(),
+                operator,
+                values,
+                min_values: min.filter(|_| operator != Operator::In),
+            })
+            .ok()
         })
     }
 

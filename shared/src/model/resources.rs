@@ -165,12 +165,7 @@ impl Resources {
 
 impl fmt::Display for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cpu={}m memory={}Mi",
-            self.cpu_millis,
-            self.memory / (1 << 20)
-        )?;
+        write!(f, "cpu={}m memory={}Mi", self.cpu_millis, self.memory / (1 << 20))?;
         if self.ephemeral_storage != 0 {
             write!(f, " ephemeral-storage={}Mi", self.ephemeral_storage / (1 << 20))?;
         }

@@ -1,0 +1,53 @@
+//! `carpool`: plan and inspect Carpool's decisions from the command line.
+//!
+//! Exit codes: 0 on success, 2 on bad input (a flag, a value or a file), 1 on an internal
+//! failure. Bad input is reported on one line that says what is wrong and how to fix it.
+
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+mod catalog_cmd;
+mod table;
+mod usage;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use usage::UsageError;
+
+/// Carpool: a node autoscaler for Amazon EKS that runs as AWS Lambda functions.
+#[derive(Parser, Debug)]
+#[command(name = "carpool", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The cheapest instance types that meet a set of requirements.
+    Catalog(catalog_cmd::CatalogArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage::report_clap_error(&e),
+    };
+    let result = match cli.command {
+        Command::Catalog(args) => catalog_cmd::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => match e.downcast_ref::<UsageError>() {
+            Some(u) => {
+                eprintln!("carpool: {u}");
+                ExitCode::from(2)
+            }
+            None => {
+                eprintln!("carpool: internal error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}
