@@ -6,6 +6,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod catalog_cmd;
+mod plan_cmd;
 mod table;
 mod usage;
 
@@ -27,6 +28,8 @@ struct Cli {
 enum Command {
     /// The cheapest instance types that meet a set of requirements.
     Catalog(catalog_cmd::CatalogArgs),
+    /// Plan new nodes for the pending pods of a cluster dump.
+    Plan(plan_cmd::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Catalog(args) => catalog_cmd::run(&args),
+        Command::Plan(args) => plan_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

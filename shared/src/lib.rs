@@ -17,12 +17,18 @@
 //!   on-demand prices with a spot model and live overrides ([`catalog::prices`]), and the
 //!   cheapest-types [query](catalog::query).
 //!
-//! Later layers (see `DESIGN.md`): `decide/` (pure decisions), `ports.rs`, `fakes/`,
-//! `run/`.
+//! - [`snapshot`]: a cluster dump (`kubectl get ... -o json|yaml`) read into typed objects.
+//! - [`decide`]: pure decisions. The scheduling simulation and cost-aware packer that
+//!   turn a snapshot into a [`decide::ProvisioningPlan`], its lower bound, and an
+//!   independent [plan checker](decide::checker).
+//!
+//! Later layers (see `DESIGN.md`): `ports.rs`, `fakes/`, `run/`.
 //!
 //! Nothing here performs I/O or reads the clock.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod catalog;
+pub mod decide;
 pub mod model;
+pub mod snapshot;

@@ -1,0 +1,65 @@
+//! DaemonSet overhead: what the DaemonSets that would land on a node take from it.
+//!
+//! A DaemonSet lands on a node when its pod tolerates the node's taints and its node
+//! selector and required node affinity accept the node's labels (labels the node does not
+//! define yet, such as the zone of a node whose zone is still open, are taken as possible:
+//! the overhead errs on the large side).
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+
+use super::taints::untolerated;
+use crate::model::pod_requests::effective_requests;
+use crate::model::pod_requirements::pod_requirement_branches;
+use crate::model::{Requirements, Resources};
+
+/// A DaemonSet's pod, read for placement.
+#[derive(Clone, Debug)]
+pub struct DaemonSetInfo {
+    /// `namespace/name`.
+    pub name: String,
+    /// Requests of one pod, with its pod slot.
+    pub requests: Resources,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Node requirement branches.
+    pub branches: Vec<Requirements>,
+}
+
+impl DaemonSetInfo {
+    /// Reads a DaemonSet; the error names it and what is wrong.
+    pub fn from_k8s(ds: &DaemonSet) -> Result<Self, String> {
+        let name = format!(
+            "{}/{}",
+            ds.metadata.namespace.as_deref().unwrap_or("default"),
+            ds.metadata.name.as_deref().unwrap_or_default()
+        );
+        let spec = ds
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .ok_or_else(|| format!("DaemonSet {name} has no pod template spec"))?;
+        let mut requests = effective_requests(spec).map_err(|e| format!("DaemonSet {name}: {e}"))?;
+        requests.pods += 1;
+        let branches = pod_requirement_branches(spec).map_err(|e| format!("DaemonSet {name}: {e}"))?;
+        Ok(DaemonSetInfo {
+            name,
+            requests,
+            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            branches,
+        })
+    }
+
+    /// Whether this DaemonSet's pod would run on a node with these labels and taints.
+    pub fn lands_on(&self, node: &Requirements, taints: &[Taint]) -> bool {
+        untolerated(&self.tolerations, taints).is_none() && self.branches.iter().any(|b| node.compatible(b).is_ok())
+    }
+}
+
+/// The total requests of the DaemonSets that land on a node.
+pub fn overhead(daemonsets: &[DaemonSetInfo], node: &Requirements, taints: &[Taint]) -> Resources {
+    daemonsets
+        .iter()
+        .filter(|d| d.lands_on(node, taints))
+        .fold(Resources::default(), |acc, d| acc.plus(&d.requests))
+}

@@ -1,0 +1,41 @@
+//! Pure decisions: snapshot in, plan out. No I/O, no clock, no async.
+//!
+//! - [`provisioning_plan`] turns a [`Snapshot`] and a region's catalog into a
+//!   [`ProvisioningPlan`]: which new nodes to launch (type, alternatives, zone, capacity
+//!   type, pods), which pods go on existing nodes, and which cannot be placed and why.
+//! - [`checker`] re-checks a plan against the input, independently of the planner.
+//!
+//! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
+//! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
+//! any valid plan.
+
+pub mod checker;
+pub mod daemonsets;
+pub mod lower_bound;
+pub mod packer;
+pub mod plan;
+pub mod pod;
+pub mod scheduler;
+pub mod selector;
+pub mod taints;
+pub mod templates;
+pub mod topology;
+
+pub use plan::{ExistingPlacement, PlannedNode, ProvisioningPlan, Unschedulable};
+
+use crate::catalog::RegionCatalog;
+use crate::snapshot::Snapshot;
+
+/// Plans new nodes for the snapshot's pending pods.
+pub fn provisioning_plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan {
+    scheduler::Scheduler::new(snapshot, region).run().plan
+}
+
+/// Plans new nodes and computes the plan's lower bound (an LP; see [`lower_bound`]).
+pub fn provisioning_plan_with_bound(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan {
+    let outcome = scheduler::Scheduler::new(snapshot, region).run();
+    let bound = outcome.lower_bound();
+    let mut plan = outcome.plan;
+    plan.lower_bound_per_hour = Some(bound);
+    plan
+}

@@ -1,0 +1,378 @@
+//! What the scheduler needs to know of a pod, read once: requests, node requirements,
+//! tolerations, topology spread, pod (anti-)affinity, host ports and volume zones.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm,
+};
+
+use super::selector::Selector;
+use crate::model::pod_requests::effective_requests;
+use crate::model::pod_requirements::{from_k8s as requirement_from_k8s, pod_requirement_branches};
+use crate::model::well_known::ZONE;
+use crate::model::{Requirements, Resources};
+
+/// A topology spread constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Spread {
+    /// The topology key: zone, hostname or capacity type.
+    pub key: String,
+    /// `maxSkew`.
+    pub max_skew: i32,
+    /// `minDomains`.
+    pub min_domains: Option<i32>,
+    /// `whenUnsatisfiable: DoNotSchedule`.
+    pub hard: bool,
+    /// The pods counted (with `matchLabelKeys` folded in).
+    pub selector: Selector,
+    /// The namespace the pods counted are in (the pod's own).
+    pub namespace: String,
+    /// `nodeTaintsPolicy: Honor` (default Ignore).
+    pub honor_taints: bool,
+}
+
+/// A pod (anti-)affinity term.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AffinityTerm {
+    /// The topology key: hostname or zone.
+    pub key: String,
+    /// The pods it refers to.
+    pub selector: Selector,
+    /// Their namespaces; `None` means all.
+    pub namespaces: Option<BTreeSet<String>>,
+    /// The preference weight; 0 for a required term.
+    pub weight: i32,
+}
+
+impl AffinityTerm {
+    /// Whether the term refers to a pod with these labels in this namespace.
+    pub fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.namespaces.as_ref().is_none_or(|ns| ns.contains(namespace)) && self.selector.matches(labels)
+    }
+}
+
+/// A host port a pod binds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// TCP, UDP or SCTP.
+    pub protocol: String,
+    /// The port.
+    pub port: i32,
+    /// The host IP; empty means all.
+    pub ip: String,
+}
+
+impl HostPort {
+    /// Whether two host ports collide (same protocol and port, overlapping IPs).
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        let any = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
+        self.protocol == other.protocol
+            && self.port == other.port
+            && (any(&self.ip) || any(&other.ip) || self.ip == other.ip)
+    }
+}
+
+/// A pod, read for scheduling.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodInfo {
+    /// `namespace/name`.
+    pub key: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The pod's labels.
+    pub labels: BTreeMap<String, String>,
+    /// Effective requests, with one pod slot.
+    pub requests: Resources,
+    /// Required node requirements, as OR branches (nodeSelector, affinity, volume zones).
+    pub branches: Vec<Requirements>,
+    /// Preferred node affinity terms, heaviest first.
+    pub preferred: Vec<(i32, Requirements)>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Topology spread constraints.
+    pub spreads: Vec<Spread>,
+    /// Required pod affinity.
+    pub affinity: Vec<AffinityTerm>,
+    /// Required pod anti-affinity.
+    pub anti_affinity: Vec<AffinityTerm>,
+    /// Preferred pod affinity.
+    pub preferred_affinity: Vec<AffinityTerm>,
+    /// Preferred pod anti-affinity.
+    pub preferred_anti_affinity: Vec<AffinityTerm>,
+    /// Host ports.
+    pub host_ports: Vec<HostPort>,
+}
+
+/// The PersistentVolumes bound to claims, for volume zone requirements.
+#[derive(Default)]
+pub struct Volumes<'a> {
+    claims: HashMap<(String, String), &'a PersistentVolumeClaim>,
+    volumes: HashMap<String, &'a PersistentVolume>,
+}
+
+impl<'a> Volumes<'a> {
+    /// Indexes claims by namespace and name, volumes by name.
+    pub fn new(pvcs: &'a [PersistentVolumeClaim], pvs: &'a [PersistentVolume]) -> Self {
+        let claims = pvcs
+            .iter()
+            .filter_map(|c| Some(((c.metadata.namespace.clone()?, c.metadata.name.clone()?), c)))
+            .collect();
+        let volumes = pvs.iter().filter_map(|v| Some((v.metadata.name.clone()?, v))).collect();
+        Volumes { claims, volumes }
+    }
+
+    /// The node requirement branches of the volumes a pod mounts (zones of bound PVs).
+    fn branches(&self, pod: &Pod, namespace: &str) -> Result<Vec<Requirements>, String> {
+        let mut out = vec![Requirements::new()];
+        let claims = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.persistent_volume_claim.as_ref());
+        for claim in claims {
+            let Some(pvc) = self.claims.get(&(namespace.to_string(), claim.claim_name.clone())) else {
+                continue;
+            };
+            let Some(pv) = pvc
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_ref())
+                .and_then(|n| self.volumes.get(n))
+            else {
+                continue;
+            };
+            let terms = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_affinity.as_ref())
+                .and_then(|a| a.required.as_ref())
+                .map(|r| r.node_selector_terms.as_slice())
+                .unwrap_or_default();
+            if terms.is_empty() {
+                continue;
+            }
+            let mut pv_branches = Vec::new();
+            for term in terms {
+                let mut r = Requirements::new();
+                for e in term.match_expressions.iter().flatten() {
+                    let mut e = e.clone();
+                    // The EBS CSI driver's zone key; new nodes carry the well-known one.
+                    if e.key == "topology.ebs.csi.aws.com/zone" || e.key == "failure-domain.beta.kubernetes.io/zone" {
+                        e.key = ZONE.to_string();
+                    }
+                    r.add(requirement_from_k8s(&e).map_err(|err| format!("volume {}: {err}", claim.claim_name))?);
+                }
+                pv_branches.push(r);
+            }
+            out = out
+                .iter()
+                .flat_map(|a| pv_branches.iter().map(move |b| a.intersection(b)))
+                .collect();
+        }
+        Ok(out)
+    }
+}
+
+/// Whether a pod is one Carpool should provision for: Pending, unbound, not terminating,
+/// not a DaemonSet's, and either marked `PodScheduled=False/Unschedulable` or not yet
+/// looked at by the scheduler.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() || is_daemonset_pod(pod) {
+        return false;
+    }
+    if pod
+        .spec
+        .as_ref()
+        .is_none_or(|s| s.node_name.as_deref().is_some_and(|n| !n.is_empty()))
+    {
+        return false;
+    }
+    let Some(status) = &pod.status else { return true };
+    if status.phase.as_deref().is_some_and(|p| p != "Pending") {
+        return false;
+    }
+    match status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled") {
+        None => true,
+        Some(c) => c.status == "False" && c.reason.as_deref() == Some("Unschedulable"),
+    }
+}
+
+/// Whether a DaemonSet owns the pod.
+pub fn is_daemonset_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet")
+}
+
+/// `namespace/name` of a pod.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("<unnamed>")
+    )
+}
+
+fn affinity_term(
+    t: &PodAffinityTerm,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    weight: i32,
+) -> Result<AffinityTerm, String> {
+    let mut selector = match &t.label_selector {
+        Some(s) => Selector::from_k8s(s)?,
+        // A term without a selector matches no pod.
+        None => Selector::default().with_label("carpool.sh/matches-nothing", "\u{0}"),
+    };
+    for key in t.match_label_keys.iter().flatten() {
+        if let Some(v) = labels.get(key) {
+            selector = selector.with_label(key, v);
+        }
+    }
+    let namespaces = match (&t.namespace_selector, &t.namespaces) {
+        // A namespace selector needs the namespaces' labels, which a dump may lack:
+        // any namespace selector is read as "all namespaces".
+        (Some(_), _) => None,
+        (None, Some(list)) if !list.is_empty() => Some(list.iter().cloned().collect()),
+        _ => Some(BTreeSet::from([namespace.to_string()])),
+    };
+    Ok(AffinityTerm {
+        key: t.topology_key.clone(),
+        selector,
+        namespaces,
+        weight,
+    })
+}
+
+fn weighted(
+    terms: &[WeightedPodAffinityTerm],
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Vec<AffinityTerm>, String> {
+    terms
+        .iter()
+        .map(|w| affinity_term(&w.pod_affinity_term, ns, labels, w.weight))
+        .collect()
+}
+
+impl PodInfo {
+    /// Reads a pod; the error says what makes it unreadable.
+    pub fn from_pod(pod: &Pod, volumes: &Volumes<'_>) -> Result<PodInfo, String> {
+        let spec = pod.spec.as_ref().ok_or("pod has no spec")?;
+        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let mut requests = effective_requests(spec).map_err(|e| e.to_string())?;
+        if let Some(bad) = requests.any_negative() {
+            return Err(format!("negative request for {bad}"));
+        }
+        requests.pods += 1;
+
+        let pod_branches = pod_requirement_branches(spec).map_err(|e| e.to_string())?;
+        let volume_branches = volumes.branches(pod, &namespace)?;
+        let branches = pod_branches
+            .iter()
+            .flat_map(|a| volume_branches.iter().map(move |b| a.intersection(b)))
+            .collect();
+
+        let affinity = spec.affinity.as_ref();
+        let mut preferred = Vec::new();
+        for (i, p) in affinity
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let mut r = Requirements::new();
+            for e in p.preference.match_expressions.iter().flatten() {
+                r.add(requirement_from_k8s(e).map_err(|err| format!("preferred node affinity [{i}]: {err}"))?);
+            }
+            preferred.push((p.weight, r));
+        }
+        preferred.sort_by_key(|(w, _)| -w);
+
+        let mut spreads = Vec::new();
+        for c in spec.topology_spread_constraints.iter().flatten() {
+            let mut selector = match &c.label_selector {
+                Some(s) => Selector::from_k8s(s)?,
+                None => Selector::default().with_label("carpool.sh/matches-nothing", "\u{0}"),
+            };
+            for key in c.match_label_keys.iter().flatten() {
+                if let Some(v) = labels.get(key) {
+                    selector = selector.with_label(key, v);
+                }
+            }
+            if c.max_skew < 1 {
+                return Err(format!(
+                    "topologySpreadConstraints: maxSkew {} must be at least 1",
+                    c.max_skew
+                ));
+            }
+            spreads.push(Spread {
+                key: c.topology_key.clone(),
+                max_skew: c.max_skew,
+                min_domains: c.min_domains,
+                hard: c.when_unsatisfiable == "DoNotSchedule",
+                selector,
+                namespace: namespace.clone(),
+                honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+            });
+        }
+
+        let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
+        let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+        let required = |terms: Option<&Vec<PodAffinityTerm>>| -> Result<Vec<AffinityTerm>, String> {
+            terms
+                .into_iter()
+                .flatten()
+                .map(|t| affinity_term(t, &namespace, &labels, 0))
+                .collect()
+        };
+        let host_ports = spec
+            .containers
+            .iter()
+            .chain(
+                spec.init_containers
+                    .iter()
+                    .flatten()
+                    .filter(|c| c.restart_policy.as_deref() == Some("Always")),
+            )
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| {
+                p.host_port.filter(|hp| *hp > 0).map(|port| HostPort {
+                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    port,
+                    ip: p.host_ip.clone().unwrap_or_default(),
+                })
+            })
+            .collect();
+        Ok(PodInfo {
+            key: pod_key(pod),
+            affinity: required(pa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()))?,
+            anti_affinity: required(paa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()))?,
+            preferred_affinity: weighted(
+                pa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_deref())
+                    .unwrap_or_default(),
+                &namespace,
+                &labels,
+            )?,
+            preferred_anti_affinity: weighted(
+                paa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_deref())
+                    .unwrap_or_default(),
+                &namespace,
+                &labels,
+            )?,
+            namespace,
+            labels,
+            requests,
+            branches,
+            preferred,
+            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            spreads,
+            host_ports,
+        })
+    }
+}

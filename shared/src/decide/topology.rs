@@ -1,0 +1,275 @@
+//! Topology bookkeeping for spread constraints and pod (anti-)affinity: how many pods
+//! matching each selector sit in each domain (zone, hostname, capacity type).
+//!
+//! Every selector a pending pod uses becomes a group, registered before placement. Each
+//! placed pod (existing or planned) is recorded once: O(groups) selector checks. A check
+//! is then O(terms of the pod).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use super::pod::{AffinityTerm, PodInfo, Spread};
+use super::selector::Selector;
+use crate::model::well_known::ZONE as ZONE_KEY;
+
+type GroupKey = (String, Selector, Option<BTreeSet<String>>);
+
+#[derive(Debug)]
+struct Group {
+    key: String,
+    selector: Selector,
+    namespaces: Option<BTreeSet<String>>,
+    counts: HashMap<String, i32>,
+    total: i32,
+}
+
+/// The domains of one node, by topology key.
+pub trait Domains {
+    /// The node's value for a topology key, if it has one.
+    fn domain(&self, key: &str) -> Option<&str>;
+}
+
+impl Domains for BTreeMap<String, String> {
+    fn domain(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+/// Why a pod's topology constraints reject a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// A spread constraint's skew would exceed maxSkew.
+    Spread(String),
+    /// A required affinity term finds no matching pod there.
+    Affinity(String),
+    /// An anti-affinity term (the pod's or a placed pod's) matches a pod there.
+    AntiAffinity(String),
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::Spread(k) => write!(f, "topology spread on {k}: maxSkew would be exceeded"),
+            Rejection::Affinity(k) => write!(f, "pod affinity on {k}: no matching pod in the domain"),
+            Rejection::AntiAffinity(k) => write!(f, "pod anti-affinity on {k}: a matching pod is in the domain"),
+        }
+    }
+}
+
+/// The groups a pod's constraints refer to, looked up once per pod class.
+#[derive(Clone, Debug, Default)]
+pub struct PodGroups {
+    spreads: Vec<Option<usize>>,
+    affinity: Vec<Option<usize>>,
+    anti_affinity: Vec<Option<usize>>,
+    preferred_affinity: Vec<Option<usize>>,
+    preferred_anti_affinity: Vec<Option<usize>>,
+}
+
+/// Counts of matching pods per domain, per selector group.
+#[derive(Debug, Default)]
+pub struct Topology {
+    groups: Vec<Group>,
+    index: HashMap<GroupKey, usize>,
+    /// Required anti-affinity terms of placed pods, with the domains they hold.
+    held: HashMap<AffinityTerm, HashSet<String>>,
+}
+
+/// Which of a pod's soft constraints are enforced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strictness {
+    /// Preferred pod (anti-)affinity treated as required.
+    pub preferred_pod_affinity: bool,
+    /// `ScheduleAnyway` spreads treated as `DoNotSchedule`.
+    pub soft_spreads: bool,
+}
+
+impl Topology {
+    fn group(&mut self, key: &str, selector: &Selector, namespaces: Option<&BTreeSet<String>>) -> usize {
+        let k = (key.to_string(), selector.clone(), namespaces.cloned());
+        if let Some(&g) = self.index.get(&k) {
+            return g;
+        }
+        self.groups.push(Group {
+            key: key.to_string(),
+            selector: selector.clone(),
+            namespaces: namespaces.cloned(),
+            counts: HashMap::new(),
+            total: 0,
+        });
+        self.index.insert(k, self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
+    fn find(&self, key: &str, selector: &Selector, namespaces: Option<&BTreeSet<String>>) -> Option<&Group> {
+        self.index
+            .get(&(key.to_string(), selector.clone(), namespaces.cloned()))
+            .map(|&g| &self.groups[g])
+    }
+
+    /// Registers the groups a pending pod's constraints count. Call before recording pods.
+    pub fn register(&mut self, pod: &PodInfo) {
+        for s in &pod.spreads {
+            let ns = BTreeSet::from([s.namespace.clone()]);
+            self.group(&s.key, &s.selector, Some(&ns));
+        }
+        for t in pod
+            .affinity
+            .iter()
+            .chain(&pod.anti_affinity)
+            .chain(&pod.preferred_affinity)
+            .chain(&pod.preferred_anti_affinity)
+        {
+            self.group(&t.key, &t.selector, t.namespaces.as_ref());
+        }
+    }
+
+    /// Records a placed pod on a node.
+    pub fn record(
+        &mut self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        anti_affinity: &[AffinityTerm],
+        node: &impl Domains,
+    ) {
+        for g in &mut self.groups {
+            if g.namespaces.as_ref().is_some_and(|ns| !ns.contains(namespace)) || !g.selector.matches(labels) {
+                continue;
+            }
+            if let Some(d) = node.domain(&g.key) {
+                *g.counts.entry(d.to_string()).or_insert(0) += 1;
+                g.total += 1;
+            }
+        }
+        for t in anti_affinity {
+            if let Some(d) = node.domain(&t.key) {
+                self.held.entry(t.clone()).or_default().insert(d.to_string());
+            }
+        }
+    }
+
+    /// Pods matching a spread's selector in a domain.
+    pub fn spread_count(&self, s: &Spread, domain: &str) -> i32 {
+        let ns = BTreeSet::from([s.namespace.clone()]);
+        self.find(&s.key, &s.selector, Some(&ns))
+            .and_then(|g| g.counts.get(domain))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Looks up the groups of a pod's constraints (registered with [`Topology::register`]).
+    pub fn groups_of(&self, pod: &PodInfo) -> PodGroups {
+        let id = |key: &str, sel: &Selector, ns: Option<&BTreeSet<String>>| {
+            self.index.get(&(key.to_string(), sel.clone(), ns.cloned())).copied()
+        };
+        let terms = |ts: &[AffinityTerm]| {
+            ts.iter()
+                .map(|t| id(&t.key, &t.selector, t.namespaces.as_ref()))
+                .collect()
+        };
+        PodGroups {
+            spreads: pod
+                .spreads
+                .iter()
+                .map(|s| id(&s.key, &s.selector, Some(&BTreeSet::from([s.namespace.clone()]))))
+                .collect(),
+            affinity: terms(&pod.affinity),
+            anti_affinity: terms(&pod.anti_affinity),
+            preferred_affinity: terms(&pod.preferred_affinity),
+            preferred_anti_affinity: terms(&pod.preferred_anti_affinity),
+        }
+    }
+
+    fn count_in(&self, g: Option<usize>, domain: &str) -> i32 {
+        g.and_then(|g| self.groups[g].counts.get(domain)).copied().unwrap_or(0)
+    }
+
+    /// Pods matching the `i`-th spread of a pod in a domain.
+    pub fn spread_count_of(&self, groups: &PodGroups, i: usize, domain: &str) -> i32 {
+        self.count_in(groups.spreads.get(i).copied().flatten(), domain)
+    }
+
+    /// Checks a pod's spreads and (anti-)affinity against a node. `eligible_zones` are the
+    /// zones the pod may use, for zonal spreads; for other keys new domains can always be
+    /// opened (a new node is a new hostname), so the minimum count is 0.
+    pub fn check(
+        &self,
+        pod: &PodInfo,
+        groups: &PodGroups,
+        node: &impl Domains,
+        strict: Strictness,
+        eligible_zones: Option<&[String]>,
+    ) -> Result<(), Rejection> {
+        for (i, s) in pod.spreads.iter().enumerate() {
+            if !(s.hard || strict.soft_spreads) {
+                continue;
+            }
+            let Some(d) = node.domain(&s.key) else {
+                return Err(Rejection::Spread(s.key.clone()));
+            };
+            let g = groups.spreads.get(i).copied().flatten();
+            let count = self.count_in(g, d);
+            let min = match eligible_zones.filter(|_| s.key == ZONE_KEY) {
+                Some(domains) if domains.len() as i32 >= s.min_domains.unwrap_or(1) => {
+                    domains.iter().map(|d| self.count_in(g, d)).min().unwrap_or(0)
+                }
+                _ => 0,
+            };
+            if count + 1 - min > s.max_skew {
+                return Err(Rejection::Spread(s.key.clone()));
+            }
+        }
+        let preferred: &[AffinityTerm] = if strict.preferred_pod_affinity {
+            &pod.preferred_affinity
+        } else {
+            &[]
+        };
+        let pref_ids: &[Option<usize>] = if strict.preferred_pod_affinity {
+            &groups.preferred_affinity
+        } else {
+            &[]
+        };
+        for (t, g) in pod
+            .affinity
+            .iter()
+            .chain(preferred)
+            .zip(groups.affinity.iter().chain(pref_ids))
+        {
+            let here = node.domain(&t.key).map_or(0, |d| self.count_in(*g, d));
+            let anywhere = g.map_or(0, |g| self.groups[g].total);
+            let self_match = t.matches(&pod.namespace, &pod.labels);
+            if here == 0 && !(anywhere == 0 && self_match && node.domain(&t.key).is_some()) {
+                return Err(Rejection::Affinity(t.key.clone()));
+            }
+        }
+        let preferred: &[AffinityTerm] = if strict.preferred_pod_affinity {
+            &pod.preferred_anti_affinity
+        } else {
+            &[]
+        };
+        let pref_ids: &[Option<usize>] = if strict.preferred_pod_affinity {
+            &groups.preferred_anti_affinity
+        } else {
+            &[]
+        };
+        for (t, g) in pod
+            .anti_affinity
+            .iter()
+            .chain(preferred)
+            .zip(groups.anti_affinity.iter().chain(pref_ids))
+        {
+            let Some(d) = node.domain(&t.key) else { continue };
+            if self.count_in(*g, d) > 0 {
+                return Err(Rejection::AntiAffinity(t.key.clone()));
+            }
+        }
+        for (t, domains) in &self.held {
+            if let Some(d) = node.domain(&t.key)
+                && domains.contains(d)
+                && t.matches(&pod.namespace, &pod.labels)
+            {
+                return Err(Rejection::AntiAffinity(t.key.clone()));
+            }
+        }
+        Ok(())
+    }
+}
