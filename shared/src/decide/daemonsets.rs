@@ -1,9 +1,11 @@
 //! DaemonSet overhead: what the DaemonSets that would land on a node take from it.
 //!
-//! A DaemonSet lands on a node when its pod tolerates the node's taints and its node
-//! selector and required node affinity accept the node's labels (labels the node does not
-//! define yet, such as the zone of a node whose zone is still open, are taken as possible:
-//! the overhead errs on the large side).
+//! A DaemonSet lands on a node when its pod tolerates the node's taints (startup taints
+//! included) and its node selector and required node affinity accept the node's labels.
+//! The labels decided only at launch (zone, capacity type, hostname) are taken as
+//! possible: the overhead errs on the large side.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
@@ -11,6 +13,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 use super::taints::untolerated;
 use crate::model::pod_requests::effective_requests;
 use crate::model::pod_requirements::pod_requirement_branches;
+use crate::model::well_known as wk;
 use crate::model::{Requirements, Resources};
 
 /// A DaemonSet's pod, read for placement.
@@ -50,14 +53,23 @@ impl DaemonSetInfo {
         })
     }
 
-    /// Whether this DaemonSet's pod would run on a node with these labels and taints.
-    pub fn lands_on(&self, node: &Requirements, taints: &[Taint]) -> bool {
-        untolerated(&self.tolerations, taints).is_none() && self.branches.iter().any(|b| node.compatible(b).is_ok())
+    /// Whether this DaemonSet's pod would run on a node with these labels and taints. The
+    /// labels a node gets only at launch (zone, capacity type, hostname) may be missing: a
+    /// requirement on them counts as met when it could be.
+    pub fn lands_on(&self, node: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
+        const DECIDED_AT_LAUNCH: [&str; 3] = [wk::ZONE, wk::CAPACITY_TYPE, wk::HOSTNAME];
+        untolerated(&self.tolerations, taints).is_none()
+            && self.branches.iter().any(|b| {
+                b.iter().all(|r| match node.get(r.key()) {
+                    Some(v) => r.has(v),
+                    None => DECIDED_AT_LAUNCH.contains(&r.key()) || r.allows_absent(),
+                })
+            })
     }
 }
 
 /// The total requests of the DaemonSets that land on a node.
-pub fn overhead(daemonsets: &[DaemonSetInfo], node: &Requirements, taints: &[Taint]) -> Resources {
+pub fn overhead(daemonsets: &[DaemonSetInfo], node: &BTreeMap<String, String>, taints: &[Taint]) -> Resources {
     daemonsets
         .iter()
         .filter(|d| d.lands_on(node, taints))

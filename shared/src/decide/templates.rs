@@ -221,7 +221,7 @@ pub fn build(
             }
             offers.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)));
             let it = with_settings(it, &settings);
-            let ds = overhead(daemonsets, &Requirements::from_labels(&node_labels), &all_taints);
+            let ds = overhead(daemonsets, &node_labels, &all_taints);
             let net = it.allocatable.minus(&ds);
             if net.any_negative().is_some() {
                 continue;
