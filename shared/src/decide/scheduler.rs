@@ -1085,11 +1085,20 @@ impl Scheduler {
         let mut on_new_nodes = Vec::new();
         for node in &self.new_nodes {
             let t = &self.templates[node.template];
+            // Under limits, no type (nor alternative) may exceed the capacity the limits
+            // were checked against when the node was opened.
+            let target = &t.types[node.target].instance_type.capacity;
+            let within_limits = |i: usize| {
+                t.limits
+                    .keys()
+                    .filter(|k| *k != "nodes")
+                    .all(|k| t.types[i].instance_type.capacity.get(k) <= target.get(k))
+            };
             let fitting: Vec<usize> = node
                 .candidates
                 .iter()
                 .copied()
-                .filter(|&i| node.used.fits_in(&t.types[i].net).is_ok())
+                .filter(|&i| node.used.fits_in(&t.types[i].net).is_ok() && within_limits(i))
                 .collect();
             let labels: Vec<&BTreeMap<String, String>> = fitting.iter().map(|&i| &t.types[i].labels).collect();
             if let Err(e) = t.requirements.check_min_values(labels.iter().copied()) {
