@@ -5,6 +5,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod bench;
 mod catalog_cmd;
 mod plan_cmd;
 mod table;
@@ -30,6 +31,8 @@ enum Command {
     Catalog(catalog_cmd::CatalogArgs),
     /// Plan new nodes for the pending pods of a cluster dump.
     Plan(plan_cmd::PlanArgs),
+    /// Measure the planner: Karpenter's scheduling benchmark, and the packing suite.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Catalog(args) => catalog_cmd::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,10 +6,12 @@
 //!   any NodePool offers, each at its cheapest offering and its most generous net
 //!   allocatable. Any plan is a feasible point, so its optimum is a lower bound.
 //! - **Per class** (small cases: at most [`CLASS_LP_MAX_PAIRS`] class × type pairs).
-//!   Each pod class may only use the types its requirements allow: variables `x_t`
-//!   (fractional nodes of type t) and `z_ct` (pods of class c on type t), with
-//!   `Σ_t z_ct = n_c` and `Σ_c z_ct · req_c ≤ net_t · x_t` for every resource. Tighter,
-//!   and still a relaxation of any plan.
+//!   Each pod class may only use the types its requirements allow and that hold one of its
+//!   pods: variables `x_t` (fractional nodes of type t) and `z_ct` (pods of class c on
+//!   type t), with `Σ_t z_ct = n_c`, `Σ_c z_ct · req_c ≤ net_t · x_t` for every resource,
+//!   and `z_ct ≤ min(⌊net_t / req_c⌋, cap_c) · x_t` (whole pods per node, and the class's
+//!   per-node cap from hostname anti-affinity, spreads and host ports). Tighter, and still
+//!   a relaxation of any plan.
 //!
 //! The bound reported is the larger of the two. Topology constraints, which can only raise
 //! the cost, are not modelled, so the bound stays valid.
@@ -100,21 +102,24 @@ fn aggregate(types: &[TypeSupply], demand: &Resources, names: &[String]) -> Opti
 }
 
 fn per_class(types: &[TypeSupply], pods: &[&PodInfo], free: &Resources, names: &[String]) -> Option<f64> {
-    // Classes: pods with the same requests and branches.
-    let mut classes: Vec<(Resources, &Vec<Requirements>, f64)> = Vec::new();
+    // Classes: pods with the same requests, branches and per-node cap.
+    let mut classes: Vec<(Resources, &Vec<Requirements>, f64, u32)> = Vec::new();
     for p in pods {
+        let cap = p.per_node_cap();
         match classes
             .iter_mut()
-            .find(|(r, b, _)| *r == p.requests && **b == p.branches)
+            .find(|(r, b, _, c)| *r == p.requests && **b == p.branches && *c == cap)
         {
             Some(c) => c.2 += 1.0,
-            None => classes.push((p.requests.clone(), &p.branches, 1.0)),
+            None => classes.push((p.requests.clone(), &p.branches, 1.0, cap)),
         }
     }
+    // A class may use a type whose labels it accepts and that holds at least one of its pods.
     let compat: Vec<Vec<usize>> = classes
         .iter()
-        .map(|(_, branches, _)| {
+        .map(|(req, branches, _, _)| {
             (0..types.len())
+                .filter(|&t| req.fits_in(&types[t].net).is_ok())
                 .filter(|&t| {
                     types[t]
                         .offer_labels
@@ -141,9 +146,15 @@ fn per_class(types: &[TypeSupply], pods: &[&PodInfo], free: &Resources, names: &
         .collect();
     let objective: Expression = x.iter().zip(types).map(|(v, t)| t.price * *v).sum();
     let mut model = vars.minimise(objective.clone()).using(microlp);
-    for (c, (_, _, n)) in classes.iter().enumerate() {
+    for (c, (req, _, n, cap)) in classes.iter().enumerate() {
         let placed: Expression = z[c].iter().map(|(_, v)| *v).sum();
         model = model.with(constraint!(placed == *n));
+        // Whole pods: a node of type t holds at most floor(net / request) of them, and at
+        // most the class's per-node cap.
+        for (t, v) in z[c].iter().filter_map(|(t, v)| t.map(|t| (t, *v))) {
+            let per_node = whole_pods(req, &types[t].net).min(f64::from(*cap));
+            model = model.with(constraint!(v <= per_node * x[t]));
+        }
     }
     for name in names {
         let s = scale(name);
@@ -169,6 +180,14 @@ fn per_class(types: &[TypeSupply], pods: &[&PodInfo], free: &Resources, names: &
         model = model.with(constraint!(existing <= free.get(name) as f64 * s));
     }
     model.solve().ok().map(|sol| sol.eval(&objective))
+}
+
+/// How many whole pods with `req` fit in `net`.
+fn whole_pods(req: &Resources, net: &Resources) -> f64 {
+    req.names()
+        .filter(|n| req.get(n) > 0)
+        .map(|n| (net.get(n).max(0) / req.get(n)) as f64)
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// The lower bound for placing `pods` on new nodes, given the free room of existing nodes.

@@ -179,9 +179,30 @@ pub fn fill(
     classes.extend(others.iter());
     let mut taken: Vec<u32> = vec![0; classes.len()];
     taken[0] = 1;
+    // The node's fair share of what waits: the fraction of the remaining demand it can
+    // hold in its tightest resource. No class takes much more than that share of its pods,
+    // so that one node cannot strip the mix the nodes after it need (a memory-rich node
+    // taking every memory-heavy pod, leaving CPU-heavy ones to CPU-only nodes).
+    let total = classes.iter().fold((0.0f64, 0.0f64), |acc, c| {
+        let n = f64::from(c.remaining.max(1));
+        (
+            acc.0 + n * c.requests.cpu_millis as f64,
+            acc.1 + n * c.requests.memory as f64,
+        )
+    });
+    let share = [(capacity.cpu_millis as f64, total.0), (capacity.memory as f64, total.1)]
+        .iter()
+        .filter(|(_, need)| *need > 0.0)
+        .map(|(have, need)| have / need)
+        .fold(1.0f64, f64::min);
     let avail = |i: usize, taken: &[u32]| {
         let c = classes[i];
-        c.remaining.max(1).min(c.per_node_cap.max(1)).saturating_sub(taken[i])
+        let fair = (share * f64::from(c.remaining.max(1))).ceil() as u32 + 1;
+        c.remaining
+            .max(1)
+            .min(c.per_node_cap.max(1))
+            .min(fair)
+            .saturating_sub(taken[i])
     };
     loop {
         let best = (0..classes.len())

@@ -259,6 +259,28 @@ fn weighted(
 }
 
 impl PodInfo {
+    /// At most this many pods like this one fit on one node, whatever its size: one when it
+    /// is anti-affine to itself by hostname or binds host ports, `maxSkew` under a hostname
+    /// spread over its own pods (new nodes are new domains, so the minimum count is 0).
+    pub fn per_node_cap(&self) -> u32 {
+        let mut cap = u32::MAX;
+        for s in self
+            .spreads
+            .iter()
+            .filter(|s| s.key == crate::model::well_known::HOSTNAME && s.selector.matches(&self.labels))
+        {
+            cap = cap.min(u32::try_from(s.max_skew).unwrap_or(1));
+        }
+        let self_anti = self
+            .anti_affinity
+            .iter()
+            .any(|t| t.key == crate::model::well_known::HOSTNAME && t.matches(&self.namespace, &self.labels));
+        if self_anti || !self.host_ports.is_empty() {
+            cap = 1;
+        }
+        cap
+    }
+
     /// Reads a pod; the error says what makes it unreadable.
     pub fn from_pod(pod: &Pod, volumes: &Volumes<'_>) -> Result<PodInfo, String> {
         let spec = pod.spec.as_ref().ok_or("pod has no spec")?;

@@ -26,6 +26,7 @@
 //! nodes, C classes), and O(T·C²) per node opened (T candidate types).
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
 
@@ -98,6 +99,22 @@ struct Split<'a> {
     instance: &'a BTreeMap<String, String>,
 }
 
+/// A planned node's labels before it has a hostname label of its own.
+struct WithHost<'a> {
+    hostname: &'a str,
+    labels: Split<'a>,
+}
+
+impl Domains for WithHost<'_> {
+    fn domain(&self, key: &str) -> Option<&str> {
+        if key == wk::HOSTNAME {
+            Some(self.hostname)
+        } else {
+            self.labels.domain(key)
+        }
+    }
+}
+
 impl Domains for Split<'_> {
     fn domain(&self, key: &str) -> Option<&str> {
         self.node
@@ -134,33 +151,24 @@ struct NewNode {
     /// Types that still satisfy every pod on the node, cheapest first.
     candidates: Vec<usize>,
     used: Resources,
+    /// The target's net allocatable less what the pods use: room for reserved slots.
+    free: Resources,
+    /// `free` less the reserved slots not yet filled: room for any pod.
+    room: Resources,
     ports: Vec<HostPort>,
     pods: Vec<usize>,
-    /// Room reserved per class, and the requests it stands for.
+    /// Slots reserved per class.
     quota: HashMap<usize, u32>,
-    classes_seen: Vec<usize>,
-}
-
-impl NewNode {
-    fn reserved_for_others(&self, class: usize, requests: &HashMap<usize, Resources>) -> Resources {
-        self.quota
-            .iter()
-            .filter(|(c, n)| **c != class && **n > 0)
-            .fold(Resources::default(), |acc, (c, n)| {
-                let r = &requests[c];
-                let mut acc = acc;
-                for _ in 0..*n {
-                    acc = acc.plus(r);
-                }
-                acc
-            })
-    }
+    /// Pods per class on the node.
+    class_count: HashMap<usize, u32>,
 }
 
 struct Class {
     pods: Vec<usize>,
     level: usize,
-    cursor: usize,
+    /// Per zone, the position in that zone's planned nodes before which every node has
+    /// refused the class for good.
+    cursors: HashMap<String, usize>,
     /// Pods not yet placed.
     remaining: u32,
     /// Slots reserved for the class on planned nodes and not yet filled.
@@ -235,9 +243,15 @@ struct OfferKey {
     zone: String,
     capacity_type: CapacityType,
     labels: BTreeMap<String, String>,
+    /// Price of each of the template's types here (None: not offered).
+    prices: Vec<Option<f64>>,
+    /// The types offered here, cheapest first.
+    by_price: Vec<usize>,
 }
 
 type Candidates = BTreeMap<usize, Vec<usize>>;
+/// Types worth evaluating, with their prices.
+type Shortlist = Vec<(usize, f64)>;
 
 /// The state of one planning run.
 pub struct Scheduler {
@@ -252,58 +266,66 @@ pub struct Scheduler {
     class_branches: Vec<Vec<Vec<Requirements>>>,
     class_zones: Vec<Vec<Vec<String>>>,
     class_groups: Vec<PodGroups>,
+    /// Per class: the zonal spread groups its pods count in, with the classes that own a
+    /// hard spread on each (class, maxSkew).
+    counted_in_zone_spreads: Vec<Vec<(usize, Vec<(usize, i32)>)>>,
     existing: Vec<ExistingNode>,
     new_nodes: Vec<NewNode>,
+    /// Planned nodes per zone, in the order they were opened.
+    zone_nodes: BTreeMap<String, Vec<usize>>,
     topology: Topology,
     prices: Vec<Option<ResourcePrices>>,
     /// Per template: capacity and node count of the planned nodes, for limits.
     planned: Vec<(Resources, i64)>,
     /// (class, level, template) → offer key index → types that take the pod alone;
     /// `Err` holds why none does.
-    offer_cache: HashMap<(usize, usize, usize), Result<Candidates, String>>,
+    offer_cache: HashMap<(usize, usize, usize), Rc<Result<Candidates, String>>>,
+    /// (class, level, template, offer key) → the types worth evaluating for the class.
+    pareto_cache: HashMap<(usize, usize, usize, usize), Rc<Shortlist>>,
     /// (class, level, template, type, offer key) → whether the class's branches match.
     match_cache: HashMap<(usize, usize, usize, usize, usize), bool>,
     plan: ProvisioningPlan,
 }
 
-fn class_key(p: &PodInfo) -> String {
-    format!(
-        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
-        p.namespace,
-        p.labels,
-        p.requests,
-        p.branches.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        p.preferred.iter().map(|(w, r)| format!("{w}:{r}")).collect::<Vec<_>>(),
-        p.tolerations,
-        p.spreads,
-        p.affinity,
-        p.anti_affinity,
-        p.preferred_affinity,
-        p.preferred_anti_affinity,
-        p.host_ports
+/// A hash of everything that makes two pods schedule alike (all but the name); pods
+/// with equal hashes are then compared field by field.
+fn class_hash(p: &PodInfo) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        &p.namespace,
+        &p.labels,
+        &p.requests,
+        &p.branches,
+        &p.preferred,
+        &p.spreads,
     )
+        .hash(&mut h);
+    (
+        &p.affinity,
+        &p.anti_affinity,
+        &p.preferred_affinity,
+        &p.preferred_anti_affinity,
+        &p.host_ports,
+    )
+        .hash(&mut h);
+    p.tolerations.len().hash(&mut h);
+    h.finish()
 }
 
-fn per_node_cap(p: &PodInfo) -> u32 {
-    let mut cap = u32::MAX;
-    for s in p
-        .spreads
-        .iter()
-        .filter(|s| s.key == wk::HOSTNAME && s.selector.matches(&p.labels))
-    {
-        cap = cap.min(u32::try_from(s.max_skew).unwrap_or(1));
-    }
-    if p.anti_affinity
-        .iter()
-        .any(|t| t.key == wk::HOSTNAME && t.matches(&p.namespace, &p.labels))
-    {
-        cap = 1;
-    }
-    // Pods of a class bind the same host ports, so two never share a node.
-    if !p.host_ports.is_empty() {
-        cap = 1;
-    }
-    cap
+fn same_class(a: &PodInfo, b: &PodInfo) -> bool {
+    a.namespace == b.namespace
+        && a.labels == b.labels
+        && a.requests == b.requests
+        && a.branches == b.branches
+        && a.preferred == b.preferred
+        && a.tolerations == b.tolerations
+        && a.spreads == b.spreads
+        && a.affinity == b.affinity
+        && a.anti_affinity == b.anti_affinity
+        && a.preferred_affinity == b.preferred_affinity
+        && a.preferred_anti_affinity == b.preferred_anti_affinity
+        && a.host_ports == b.host_ports
 }
 
 fn is_live(pod: &Pod) -> bool {
@@ -327,10 +349,18 @@ fn offer_keys(t: &Template, region: &str) -> Vec<OfferKey> {
             labels.insert(wk::ZONE.into(), zone.clone());
             labels.insert(wk::CAPACITY_TYPE.into(), capacity_type.label().into());
             labels.insert(wk::REGION.into(), region.into());
+            let prices: Vec<Option<f64>> = t.types.iter().map(|o| o.price(&zone, capacity_type)).collect();
+            let mut by_price: Vec<usize> = (0..t.types.len()).filter(|&i| prices[i].is_some()).collect();
+            by_price.sort_by(|&a, &b| {
+                let (pa, pb) = (prices[a].unwrap_or(f64::INFINITY), prices[b].unwrap_or(f64::INFINITY));
+                pa.total_cmp(&pb).then(a.cmp(&b))
+            });
             OfferKey {
                 zone,
                 capacity_type,
                 labels,
+                prices,
+                by_price,
             }
         })
         .collect()
@@ -437,22 +467,27 @@ impl Scheduler {
         let existing: Vec<ExistingNode> = all_nodes.into_iter().filter(|(u, _)| *u).map(|(_, n)| n).collect();
 
         // Classes.
-        let mut keys: HashMap<String, usize> = HashMap::new();
+        let mut keys: HashMap<u64, Vec<usize>> = HashMap::new();
         let mut classes: Vec<Class> = Vec::new();
         let mut class_of = Vec::with_capacity(pods.len());
         for (i, p) in pods.iter().enumerate() {
-            let c = *keys.entry(class_key(p)).or_insert_with(|| {
-                classes.push(Class {
-                    pods: Vec::new(),
-                    level: 0,
-                    cursor: 0,
-                    remaining: 0,
-                    reserved: 0,
-                    quota_nodes: Vec::new(),
-                    per_node_cap: per_node_cap(p),
-                });
-                classes.len() - 1
-            });
+            let same = keys.entry(class_hash(p)).or_default();
+            let c = match same.iter().copied().find(|&c| same_class(&pods[classes[c].pods[0]], p)) {
+                Some(c) => c,
+                None => {
+                    classes.push(Class {
+                        pods: Vec::new(),
+                        level: 0,
+                        cursors: HashMap::new(),
+                        remaining: 0,
+                        reserved: 0,
+                        quota_nodes: Vec::new(),
+                        per_node_cap: p.per_node_cap(),
+                    });
+                    same.push(classes.len() - 1);
+                    classes.len() - 1
+                }
+            };
             classes[c].pods.push(i);
             classes[c].remaining += 1;
             class_of.push(c);
@@ -509,7 +544,30 @@ impl Scheduler {
             })
             .collect();
 
-        let class_groups = classes.iter().map(|c| topology.groups_of(&pods[c.pods[0]])).collect();
+        let class_groups: Vec<PodGroups> = classes.iter().map(|c| topology.groups_of(&pods[c.pods[0]])).collect();
+        // Owners of hard zonal spreads, by group.
+        let mut owners: HashMap<usize, Vec<(usize, i32)>> = HashMap::new();
+        for (c, cl) in classes.iter().enumerate() {
+            for (i, sp) in pods[cl.pods[0]].spreads.iter().enumerate() {
+                if sp.hard
+                    && sp.key == wk::ZONE
+                    && let Some(g) = Topology::spread_group(&class_groups[c], i)
+                {
+                    owners.entry(g).or_default().push((c, sp.max_skew));
+                }
+            }
+        }
+        let counted_in_zone_spreads = classes
+            .iter()
+            .map(|cl| {
+                let p = &pods[cl.pods[0]];
+                topology
+                    .groups_counting(&p.namespace, &p.labels)
+                    .into_iter()
+                    .filter_map(|g| owners.get(&g).map(|o| (g, o.clone())))
+                    .collect()
+            })
+            .collect();
 
         // Resource prices per template, from the cover LP of all pending demand.
         let demand = pods.iter().fold(Resources::default(), |acc, p| acc.plus(&p.requests));
@@ -541,12 +599,15 @@ impl Scheduler {
             class_branches,
             class_zones,
             class_groups,
+            counted_in_zone_spreads,
             existing,
             new_nodes: Vec::new(),
+            zone_nodes: BTreeMap::new(),
             topology,
             prices,
             planned,
             offer_cache: HashMap::new(),
+            pareto_cache: HashMap::new(),
             match_cache: HashMap::new(),
             plan,
         }
@@ -562,7 +623,58 @@ impl Scheduler {
             node,
             level.strict,
             Some(zones),
-        )
+        )?;
+        match node.domain(wk::ZONE) {
+            Some(zone) if !self.keeps_owners_balanced(class, zone) => {
+                Err(super::topology::Rejection::Spread(wk::ZONE.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the pod's zonal constraints allow a node in `zone`.
+    fn zone_allows(&self, pod: usize, li: usize, zone: &str) -> bool {
+        let class = self.class_of[pod];
+        let level = self.class_levels[class][li];
+        let zones = &self.class_zones[class][li];
+        let node = BTreeMap::from([(wk::ZONE.to_string(), zone.to_string())]);
+        self.topology
+            .check_keys(
+                &self.pods[pod],
+                &self.class_groups[class],
+                &node,
+                level.strict,
+                Some(zones),
+                |k| k == wk::ZONE,
+            )
+            .is_ok()
+            && self.keeps_owners_balanced(class, zone)
+    }
+
+    /// Whether one more pod of `class` in `zone` keeps every hard zonal spread that counts
+    /// it within maxSkew for the pods that own it, over their own eligible zones. The
+    /// scheduler checks a spread only when placing its owner; this keeps the final state
+    /// valid for owners placed earlier, whose eligible zones may differ from this pod's.
+    fn keeps_owners_balanced(&self, class: usize, zone: &str) -> bool {
+        self.counted_in_zone_spreads[class].iter().all(|(g, owners)| {
+            owners.iter().all(|&(owner, max_skew)| {
+                let level = self.classes[owner]
+                    .level
+                    .min(self.class_zones[owner].len().saturating_sub(1));
+                let Some(eligible) = self.class_zones[owner].get(level) else {
+                    return true;
+                };
+                if !eligible.iter().any(|z| z == zone) {
+                    return true;
+                }
+                let min = eligible
+                    .iter()
+                    .map(|z| self.topology.count_of(*g, z))
+                    .min()
+                    .unwrap_or(0);
+                self.topology.count_of(*g, zone) + 1 - min <= max_skew
+            })
+        })
     }
 
     fn record(
@@ -606,8 +718,9 @@ impl Scheduler {
         false
     }
 
-    /// Whether a pod joins a planned node; `Err(true)` when the refusal is for lack of room
-    /// (which does not change in the pod's favour), `Err(false)` otherwise.
+    /// Whether a pod joins a planned node. `Err(true)` when the node refuses the pod's class
+    /// for good (no room, taints, ports, requirements, hostname constraints: none of these
+    /// turn in the class's favour as the plan grows), `Err(false)` when it may accept later.
     fn try_new_node(&mut self, pod: usize, n: usize, li: usize) -> Result<(), bool> {
         let p = &self.pods[pod];
         let class = self.class_of[pod];
@@ -615,18 +728,19 @@ impl Scheduler {
         let t = &self.templates[node.template];
         let target = &t.types[node.target];
         let quota = node.quota.get(&class).copied().unwrap_or(0);
-        let mut room = target.net.minus(&node.used);
-        if quota == 0 {
-            room = room.minus(&node.reserved_for_others(class, &self.class_requests));
+        let room = if quota > 0 { &node.free } else { &node.room };
+        if p.requests.fits_in(room).is_err() {
+            return Err(true);
         }
-        if p.requests.fits_in(&room).is_err() {
+        let count = node.class_count.get(&class).copied().unwrap_or(0);
+        if count >= self.classes[class].per_node_cap {
             return Err(true);
         }
         if untolerated(&p.tolerations, &t.taints).is_some() {
-            return Err(false);
+            return Err(true);
         }
         if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b))) {
-            return Err(false);
+            return Err(true);
         }
         let branches = &self.class_branches[class][li];
         let fits_type = |i: &usize| {
@@ -637,36 +751,43 @@ impl Scheduler {
             };
             branches.iter().any(|b| matches_split(b, &split))
         };
-        let seen = node.classes_seen.contains(&class);
+        let seen = count > 0;
         if !seen && !fits_type(&node.target) {
-            return Err(false);
+            return Err(true);
         }
         let split = Split {
             node: &node.labels,
             instance: &target.labels,
         };
-        if self.check_topology(pod, li, &split).is_err() {
-            return Err(false);
+        if let Err(e) = self.check_topology(pod, li, &split) {
+            return Err(e.is_permanent_on_a_node());
         }
         let candidates: Option<Vec<usize>> =
             (!seen).then(|| node.candidates.iter().copied().filter(fits_type).collect());
         let node = &mut self.new_nodes[n];
         if let Some(c) = candidates {
             node.candidates = c;
-            node.classes_seen.push(class);
         }
         node.used = node.used.plus(&p.requests);
-        node.ports.extend(p.host_ports.iter().cloned());
-        node.pods.push(pod);
+        node.free = node.free.minus(&p.requests);
         if let Some(q) = node.quota.get_mut(&class)
             && *q > 0
         {
             *q -= 1;
             self.classes[class].reserved = self.classes[class].reserved.saturating_sub(1);
+        } else {
+            node.room = node.room.minus(&p.requests);
         }
-        let labels = node.labels.clone();
-        let instance = self.templates[node.template].types[node.target].labels.clone();
-        self.record(pod, &labels, Some(&instance));
+        node.ports.extend(p.host_ports.iter().cloned());
+        node.pods.push(pod);
+        *node.class_count.entry(class).or_insert(0) += 1;
+        let instance = &self.templates[node.template].types[node.target].labels;
+        let split = Split {
+            node: &node.labels,
+            instance,
+        };
+        self.topology.record(&p.namespace, &p.labels, &p.anti_affinity, &split);
+        self.classes[class].remaining = self.classes[class].remaining.saturating_sub(1);
         Ok(())
     }
 
@@ -684,9 +805,9 @@ impl Scheduler {
     }
 
     /// The offer keys and types of a template that take a pod of `class` alone.
-    fn candidates_for(&mut self, class: usize, li: usize, ti: usize) -> Result<Candidates, String> {
+    fn candidates_for(&mut self, class: usize, li: usize, ti: usize) -> Rc<Result<Candidates, String>> {
         if let Some(c) = self.offer_cache.get(&(class, li, ti)) {
-            return c.clone();
+            return Rc::clone(c);
         }
         let t = &self.templates[ti];
         let p = &self.pods[self.classes[class].pods[0]];
@@ -719,7 +840,7 @@ impl Scheduler {
             let mut any_label_match = false;
             for (k, key) in self.offer_keys[ti].iter().enumerate() {
                 for (i, o) in t.types.iter().enumerate() {
-                    if o.price(&key.zone, key.capacity_type).is_none() {
+                    if key.prices[i].is_none() {
                         continue;
                     }
                     let split = Split {
@@ -750,17 +871,19 @@ impl Scheduler {
             }
             Ok(out)
         })();
-        self.offer_cache.insert((class, li, ti), result.clone());
+        let result = Rc::new(result);
+        self.offer_cache.insert((class, li, ti), Rc::clone(&result));
         result
     }
 
     fn open_node(&mut self, pod: usize, li: usize, why: &mut Why) -> bool {
         let class = self.class_of[pod];
         for ti in 0..self.templates.len() {
-            let by_offer = match self.candidates_for(class, li, ti) {
+            let cached = self.candidates_for(class, li, ti);
+            let by_offer = match cached.as_ref() {
                 Ok(c) => c,
                 Err(reason) => {
-                    why.add(reason);
+                    why.add(reason.clone());
                     continue;
                 }
             };
@@ -768,14 +891,15 @@ impl Scheduler {
             let hostname = format!("carpool-planned-{}", self.new_nodes.len());
             let mut choices: Vec<(i64, f64, usize, usize)> = Vec::new();
             let mut topo_err = None;
-            for (&k, types) in &by_offer {
+            for (&k, types) in by_offer {
                 let key = &self.offer_keys[ti][k];
-                let mut labels = key.labels.clone();
-                labels.insert(wk::HOSTNAME.into(), hostname.clone());
                 let t = &self.templates[ti];
-                let split = Split {
-                    node: &labels,
-                    instance: &t.types[types[0]].labels,
+                let split = WithHost {
+                    hostname: &hostname,
+                    labels: Split {
+                        node: &key.labels,
+                        instance: &t.types[types[0]].labels,
+                    },
                 };
                 if let Err(e) = self.check_topology(pod, li, &split) {
                     topo_err = Some(e);
@@ -796,9 +920,9 @@ impl Scheduler {
                     .sum();
                 let price = types
                     .iter()
-                    .filter_map(|&i| t.types[i].price(&key.zone, key.capacity_type))
+                    .filter_map(|&i| key.prices[i])
                     .fold(f64::INFINITY, f64::min);
-                let in_zone = self.new_nodes.iter().filter(|n| n.zone == key.zone).count();
+                let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
                 choices.push((spread_count, price, in_zone, k));
             }
             choices.sort_by(|a, b| {
@@ -824,13 +948,7 @@ impl Scheduler {
             let key = &self.offer_keys[ti][k];
             let mut labels = key.labels.clone();
             labels.insert(wk::HOSTNAME.into(), hostname);
-            let mut candidates: Vec<(usize, f64)> = t
-                .types
-                .iter()
-                .enumerate()
-                .filter_map(|(i, o)| o.price(&key.zone, key.capacity_type).map(|p| (i, p)))
-                .collect();
-            candidates.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+            let candidates = key.by_price.clone();
             let capacity = t.types[target].instance_type.capacity.clone();
             let n = self.new_nodes.len();
             for (&c, &q) in &quota {
@@ -839,18 +957,29 @@ impl Scheduler {
                     self.classes[c].quota_nodes.push(n);
                 }
             }
+            let net = t.types[target].net.clone();
+            let reserved = quota.iter().fold(Resources::default(), |acc, (c, q)| {
+                let mut acc = acc;
+                for _ in 0..*q {
+                    acc = acc.plus(&self.class_requests[c]);
+                }
+                acc
+            });
+            self.zone_nodes.entry(key.zone.clone()).or_default().push(n);
             self.new_nodes.push(NewNode {
                 template: ti,
                 zone: key.zone.clone(),
                 capacity_type: key.capacity_type,
                 labels,
                 target,
-                candidates: candidates.into_iter().map(|(i, _)| i).collect(),
+                candidates,
                 used: Resources::default(),
+                room: net.minus(&reserved),
+                free: net,
                 ports: Vec::new(),
                 pods: Vec::new(),
                 quota,
-                classes_seen: Vec::new(),
+                class_count: HashMap::new(),
             });
             if self.try_new_node(pod, n, li).is_ok() {
                 let planned = &mut self.planned[ti];
@@ -859,6 +988,9 @@ impl Scheduler {
                 return true;
             }
             if let Some(node) = self.new_nodes.pop() {
+                if let Some(list) = self.zone_nodes.get_mut(&node.zone) {
+                    list.retain(|&x| x != n);
+                }
                 for (c, q) in node.quota {
                     self.classes[c].reserved = self.classes[c].reserved.saturating_sub(q);
                     self.classes[c].quota_nodes.retain(|&x| x != n);
@@ -936,16 +1068,23 @@ impl Scheduler {
                         .any(|a| a.key == wk::HOSTNAME && a.matches(&q.namespace, &q.labels))
             })
             .collect();
-        let key_zone = self.offer_keys[ti][k].zone.clone();
-        let key_ct = self.offer_keys[ti][k].capacity_type;
         let remaining_value: f64 = std::iter::once(class)
             .chain(others.iter().copied())
             .map(|c| prices.value(&self.class_requests[&c]) * f64::from(share(c).max(1)))
             .sum();
         // Evaluate the most promising types first; stop once no type can beat the best.
-        let mut ranked: Vec<(usize, f64, f64)> = pareto(tmpl, types, &key_zone, key_ct)
-            .into_iter()
-            .map(|(i, price)| {
+        let shortlist = match self.pareto_cache.get(&(class, li, ti, k)) {
+            Some(list) => Rc::clone(list),
+            None => {
+                let list = Rc::new(pareto(tmpl, types, &self.offer_keys[ti][k].prices));
+                self.pareto_cache.insert((class, li, ti, k), Rc::clone(&list));
+                list
+            }
+        };
+        let tmpl = &self.templates[ti];
+        let mut ranked: Vec<(usize, f64, f64)> = shortlist
+            .iter()
+            .map(|&(i, price)| {
                 let cap_value = prices.value(&tmpl.types[i].net).min(remaining_value);
                 (i, price, cap_value / price)
             })
@@ -1015,23 +1154,30 @@ impl Scheduler {
                     self.classes[class].quota_nodes.remove(q);
                 }
             }
-            let mut n = self.classes[class].cursor;
-            let mut advancing = true;
-            while n < self.new_nodes.len() {
-                match self.try_new_node(pod, n, li) {
-                    Ok(()) => {
-                        self.classes[class].level = li;
-                        return Ok(());
-                    }
-                    Err(no_room) => {
-                        if advancing && no_room {
-                            self.classes[class].cursor = n + 1;
-                        } else {
-                            advancing = false;
+            // Then first fit, zone by zone, over the zones the pod's zonal constraints allow.
+            let zones: Vec<String> = self.zone_nodes.keys().cloned().collect();
+            for zone in zones {
+                if !self.zone_allows(pod, li, &zone) {
+                    continue;
+                }
+                let mut pos = self.classes[class].cursors.get(&zone).copied().unwrap_or(0);
+                let mut advancing = true;
+                while let Some(&n) = self.zone_nodes.get(&zone).and_then(|l| l.get(pos)) {
+                    match self.try_new_node(pod, n, li) {
+                        Ok(()) => {
+                            self.classes[class].level = li;
+                            return Ok(());
+                        }
+                        Err(permanent) => {
+                            if advancing && permanent {
+                                self.classes[class].cursors.insert(zone.clone(), pos + 1);
+                            } else {
+                                advancing = false;
+                            }
                         }
                     }
+                    pos += 1;
                 }
-                n += 1;
             }
             // Preferred pod (anti-)affinity and ScheduleAnyway spreads steer the choice
             // among nodes that exist or are planned, but never open a node of their own.
@@ -1166,11 +1312,8 @@ impl Scheduler {
 /// The types worth evaluating, cheapest first: a type is dropped when a type of the same
 /// family is as cheap or cheaper and holds at least as much (same family: same labels that
 /// pods may select on, but size).
-fn pareto(t: &Template, types: &[usize], zone: &str, ct: CapacityType) -> Vec<(usize, f64)> {
-    let mut sorted: Vec<(usize, f64)> = types
-        .iter()
-        .filter_map(|&i| t.types[i].price(zone, ct).map(|p| (i, p)))
-        .collect();
+fn pareto(t: &Template, types: &[usize], prices: &[Option<f64>]) -> Vec<(usize, f64)> {
+    let mut sorted: Vec<(usize, f64)> = types.iter().filter_map(|&i| prices[i].map(|p| (i, p))).collect();
     sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
     let mut kept: Vec<(usize, f64)> = Vec::new();
     for (i, p) in sorted {

@@ -200,15 +200,20 @@ pub fn build(
         for &it in region.types() {
             let mut node_labels = it.labels();
             node_labels.extend(labels.clone());
+            let region_name = region.region();
             let mut offers: Vec<Offer> = region
                 .offerings_of(it)
                 .into_iter()
                 .filter(|o| {
-                    let mut l = node_labels.clone();
-                    l.insert(wk::ZONE.into(), o.zone.clone());
-                    l.insert(wk::REGION.into(), region.region().into());
-                    l.insert(wk::CAPACITY_TYPE.into(), o.capacity_type.label().into());
-                    requirements.matches_labels(&l).is_ok()
+                    requirements.iter().all(|r| {
+                        let value = match r.key() {
+                            wk::ZONE => Some(o.zone.as_str()),
+                            wk::REGION => Some(region_name),
+                            wk::CAPACITY_TYPE => Some(o.capacity_type.label()),
+                            key => node_labels.get(key).map(String::as_str),
+                        };
+                        value.map_or_else(|| r.allows_absent(), |v| r.has(v))
+                    })
                 })
                 .map(|o| Offer {
                     zone: o.zone,

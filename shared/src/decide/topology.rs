@@ -45,6 +45,18 @@ pub enum Rejection {
     AntiAffinity(String),
 }
 
+impl Rejection {
+    /// Whether a node that rejects a pod for this will reject its class for good: counts
+    /// of pods on one node only grow, so spreads and anti-affinity by hostname never turn
+    /// in the pod's favour there; zones and affinity can.
+    pub fn is_permanent_on_a_node(&self) -> bool {
+        match self {
+            Rejection::Spread(k) | Rejection::AntiAffinity(k) => k == crate::model::well_known::HOSTNAME,
+            Rejection::Affinity(_) => false,
+        }
+    }
+}
+
 impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -58,6 +70,7 @@ impl std::fmt::Display for Rejection {
 /// The groups a pod's constraints refer to, looked up once per pod class.
 #[derive(Clone, Debug, Default)]
 pub struct PodGroups {
+    // Group ids, in the order of the pod's spreads and terms.
     spreads: Vec<Option<usize>>,
     affinity: Vec<Option<usize>>,
     anti_affinity: Vec<Option<usize>>,
@@ -179,8 +192,28 @@ impl Topology {
         }
     }
 
+    /// The groups whose selector counts a pod with these labels in this namespace.
+    pub fn groups_counting(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<usize> {
+        (0..self.groups.len())
+            .filter(|&g| {
+                let g = &self.groups[g];
+                g.namespaces.as_ref().is_none_or(|ns| ns.contains(namespace)) && g.selector.matches(labels)
+            })
+            .collect()
+    }
+
+    /// Pods counted by group `g` in a domain.
+    pub fn count_of(&self, g: usize, domain: &str) -> i32 {
+        self.count_in(Some(g), domain)
+    }
+
     fn count_in(&self, g: Option<usize>, domain: &str) -> i32 {
         g.and_then(|g| self.groups[g].counts.get(domain)).copied().unwrap_or(0)
+    }
+
+    /// The group id of a pod's `i`-th spread.
+    pub fn spread_group(groups: &PodGroups, i: usize) -> Option<usize> {
+        groups.spreads.get(i).copied().flatten()
     }
 
     /// Pods matching the `i`-th spread of a pod in a domain.
@@ -199,8 +232,22 @@ impl Topology {
         strict: Strictness,
         eligible_zones: Option<&[String]>,
     ) -> Result<(), Rejection> {
+        self.check_keys(pod, groups, node, strict, eligible_zones, |_| true)
+    }
+
+    /// [`Topology::check`] restricted to the constraints whose topology key passes `keys`
+    /// (e.g. only zonal ones, to rule out whole zones at once).
+    pub fn check_keys(
+        &self,
+        pod: &PodInfo,
+        groups: &PodGroups,
+        node: &impl Domains,
+        strict: Strictness,
+        eligible_zones: Option<&[String]>,
+        keys: impl Fn(&str) -> bool,
+    ) -> Result<(), Rejection> {
         for (i, s) in pod.spreads.iter().enumerate() {
-            if !(s.hard || strict.soft_spreads) {
+            if !(s.hard || strict.soft_spreads) || !keys(&s.key) {
                 continue;
             }
             let Some(d) = node.domain(&s.key) else {
@@ -263,6 +310,9 @@ impl Topology {
             }
         }
         for (t, domains) in &self.held {
+            if !keys(&t.key) {
+                continue;
+            }
             if let Some(d) = node.domain(&t.key)
                 && domains.contains(d)
                 && t.matches(&pod.namespace, &pod.labels)

@@ -169,7 +169,7 @@ impl FromStr for NodeSelectorRequirement {
 }
 
 /// The allowed values of one label key.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Requirement {
     key: String,
     complement: bool,
@@ -457,7 +457,7 @@ pub struct MinValuesUnmet {
 }
 
 /// Requirements on several keys, all of which must hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Requirements(BTreeMap<String, Requirement>);
 
 impl Requirements {

@@ -28,7 +28,7 @@ pub const AWS_NEURON_CORE: &str = "aws.amazon.com/neuroncore";
 pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
 
 /// Resource amounts: cpu in millicores, memory and storage in bytes, the rest in units.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Resources {
     /// CPU in millicores.
     pub cpu_millis: i64,
@@ -141,11 +141,23 @@ impl Resources {
     }
 
     /// Whether `self` fits in `capacity`; the error names the first resource that does not.
-    pub fn fits_in(&self, capacity: &Resources) -> Result<(), String> {
-        match self.names().find(|n| self.get(n) > capacity.get(n)) {
-            Some(name) => Err(name.to_string()),
-            None => Ok(()),
+    /// Resources `self` does not ask for (zero) always fit.
+    pub fn fits_in(&self, capacity: &Resources) -> Result<(), &str> {
+        let fixed = [
+            (CPU, self.cpu_millis, capacity.cpu_millis),
+            (MEMORY, self.memory, capacity.memory),
+            (EPHEMERAL_STORAGE, self.ephemeral_storage, capacity.ephemeral_storage),
+            (PODS, self.pods, capacity.pods),
+        ];
+        if let Some((name, _, _)) = fixed.iter().find(|(_, need, have)| *need > 0 && need > have) {
+            return Err(name);
         }
+        for (name, need) in &self.extended {
+            if *need > 0 && *need > capacity.extended.get(name).copied().unwrap_or(0) {
+                return Err(name);
+            }
+        }
+        Ok(())
     }
 
     /// Whether any amount is below zero.
@@ -209,7 +221,7 @@ mod tests {
     fn fit_names_the_resource_that_does_not_fit() {
         let need = Resources::from_k8s(&list(&[("cpu", "2"), ("nvidia.com/gpu", "1")])).unwrap();
         let have = Resources::from_k8s(&list(&[("cpu", "4"), ("memory", "8Gi")])).unwrap();
-        assert_eq!(need.fits_in(&have), Err(NVIDIA_GPU.to_string()));
+        assert_eq!(need.fits_in(&have), Err(NVIDIA_GPU));
         assert!(need.minus(&need).fits_in(&have).is_ok());
     }
 }
