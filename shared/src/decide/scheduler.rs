@@ -250,6 +250,8 @@ struct OfferKey {
 }
 
 type Candidates = BTreeMap<usize, Vec<usize>>;
+/// The classes owning a hard zonal spread on a group, with their maxSkew.
+type Owners = Vec<(usize, i32)>;
 /// Types worth evaluating, with their prices.
 type Shortlist = Vec<(usize, f64)>;
 
@@ -268,7 +270,7 @@ pub struct Scheduler {
     class_groups: Vec<PodGroups>,
     /// Per class: the zonal spread groups its pods count in, with the classes that own a
     /// hard spread on each (class, maxSkew).
-    counted_in_zone_spreads: Vec<Vec<(usize, Vec<(usize, i32)>)>>,
+    counted_in_zone_spreads: Vec<Vec<(usize, Owners)>>,
     existing: Vec<ExistingNode>,
     new_nodes: Vec<NewNode>,
     /// Planned nodes per zone, in the order they were opened.
