@@ -7,6 +7,7 @@ use carpool::model::{CapacityType, NodeSelectorRequirement, Quantity, Requiremen
 use clap::Args;
 use serde::Serialize;
 
+use crate::output::{say, say_raw};
 use crate::table;
 use crate::usage::UsageError;
 
@@ -109,11 +110,11 @@ pub fn run(args: &CatalogArgs) -> Result<()> {
     }
     if args.json {
         let rows: Vec<Row> = matches.iter().map(Row::from).collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        say!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     if matches.is_empty() {
-        println!("No instance type in {} meets these requirements.", args.region);
+        say!("No instance type in {} meets these requirements.", args.region);
         return Ok(());
     }
     let rows: Vec<Vec<String>> = matches
@@ -133,7 +134,7 @@ pub fn run(args: &CatalogArgs) -> Result<()> {
             ]
         })
         .collect();
-    print!(
+    say_raw!(
         "{}",
         table::render(
             &[

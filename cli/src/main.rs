@@ -7,6 +7,7 @@
 
 mod bench;
 mod catalog_cmd;
+mod output;
 mod plan_cmd;
 mod table;
 mod usage;

@@ -11,6 +11,7 @@ use carpool::snapshot::Snapshot;
 use clap::Args;
 use serde::Serialize;
 
+use crate::output::{say, say_raw};
 use crate::table;
 use crate::usage::UsageError;
 
@@ -69,7 +70,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let mut plan = outcome.plan;
     plan.lower_bound_per_hour = Some(bound);
     if args.json {
-        println!(
+        say!(
             "{}",
             serde_json::to_string_pretty(&JsonPlan {
                 plan: &plan,
@@ -94,12 +95,12 @@ fn percent(used: i64, of: i64) -> String {
 fn print_text(plan: &ProvisioningPlan, elapsed_ms: f64, estimated: bool) {
     let pods_new: usize = plan.nodes.iter().map(|n| n.pods.len()).sum();
     let pods_existing: usize = plan.existing.iter().map(|e| e.pods.len()).sum();
-    println!(
+    say!(
         "{} new node(s) for {pods_new} pod(s), {pods_existing} pod(s) on existing nodes, {} unschedulable",
         plan.nodes.len(),
         plan.unschedulable.len()
     );
-    println!(
+    say!(
         "cost ${:.4}/h, lower bound ${:.4}/h{}",
         plan.cost_per_hour,
         plan.lower_bound_per_hour.unwrap_or(0.0),
@@ -110,7 +111,7 @@ fn print_text(plan: &ProvisioningPlan, elapsed_ms: f64, estimated: bool) {
         }
     );
     if !plan.nodes.is_empty() {
-        println!();
+        say!();
         let rows: Vec<Vec<String>> = plan
             .nodes
             .iter()
@@ -129,7 +130,7 @@ fn print_text(plan: &ProvisioningPlan, elapsed_ms: f64, estimated: bool) {
                 ]
             })
             .collect();
-        print!(
+        say_raw!(
             "{}",
             table::render(
                 &[
@@ -146,28 +147,28 @@ fn print_text(plan: &ProvisioningPlan, elapsed_ms: f64, estimated: bool) {
                 &rows
             )
         );
-        println!();
+        say!();
         for (i, n) in plan.nodes.iter().enumerate() {
-            println!("node {} ({} {}): {}", i + 1, n.instance_type, n.zone, n.pods.join(", "));
+            say!("node {} ({} {}): {}", i + 1, n.instance_type, n.zone, n.pods.join(", "));
         }
     }
     if !plan.existing.is_empty() {
-        println!("\non existing nodes:");
+        say!("\non existing nodes:");
         for e in &plan.existing {
-            println!("  {}: {}", e.node, e.pods.join(", "));
+            say!("  {}: {}", e.node, e.pods.join(", "));
         }
     }
     if !plan.unschedulable.is_empty() {
-        println!("\nunschedulable:");
+        say!("\nunschedulable:");
         for u in &plan.unschedulable {
-            println!("  {}: {}", u.pod, u.reason);
+            say!("  {}: {}", u.pod, u.reason);
         }
     }
     if !plan.skipped.is_empty() {
-        println!("\nskipped:");
+        say!("\nskipped:");
         for s in &plan.skipped {
-            println!("  {}: {}", s.object, s.reason);
+            say!("  {}: {}", s.object, s.reason);
         }
     }
-    println!("\nplanned in {elapsed_ms:.1} ms");
+    say!("\nplanned in {elapsed_ms:.1} ms");
 }

@@ -18,6 +18,7 @@ use carpool::decide::scheduler::Scheduler;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use crate::output::{say, say_raw};
 use crate::table;
 use crate::usage::UsageError;
 
@@ -137,9 +138,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 peak_rss_mib: peak_rss_mib(),
             };
             if *json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                say!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                println!(
+                say!(
                     "pods {}  instance types {}  elapsed {:.1} ms (median of {runs})  {:.0} pods/s\nnodes {}  unschedulable {}  cost ${:.4}/h  lower bound ${:.4}/h ({:.0} ms)  peak RSS {:.0} MiB",
                     r.pods,
                     r.instance_types,
@@ -193,7 +194,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 .map(|r| 1.0 - r.carpool_over_ffd)
                 .fold(f64::INFINITY, f64::min);
             if *json {
-                println!(
+                say!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
                         "scenarios": rows,
@@ -220,7 +221,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         ]
                     })
                     .collect();
-                print!(
+                say_raw!(
                     "{}",
                     table::render(
                         &[
@@ -238,7 +239,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         &table_rows
                     )
                 );
-                println!(
+                say!(
                     "\nmedian cost / lower bound: {median_over_bound:.3}   worst cost / FFD: {worst_vs_ffd:.3}   least saving on mixed shapes: {:.1}%",
                     100.0 * least_mixed_saving
                 );

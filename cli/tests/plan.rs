@@ -1,0 +1,123 @@
+//! `carpool plan` and `carpool bench` as a user runs them.
+
+use std::process::{Command, Output};
+
+fn carpool(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_carpool")).args(args).output().unwrap()
+}
+
+fn example(name: &str) -> String {
+    format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn plan_json_prints_exactly_one_object_with_the_documented_fields() {
+    let out = carpool(&["plan", &example("web-zone-spread.json"), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for key in [
+        "nodes",
+        "existing",
+        "unschedulable",
+        "cost_per_hour",
+        "lower_bound_per_hour",
+        "elapsed_ms",
+    ] {
+        assert!(plan.get(key).is_some(), "missing {key}");
+    }
+    let node = &plan["nodes"][0];
+    for key in [
+        "nodepool",
+        "instance_type",
+        "instance_types",
+        "zone",
+        "capacity_type",
+        "price_per_hour",
+        "pods",
+    ] {
+        assert!(node.get(key).is_some(), "node lacks {key}");
+    }
+    assert_eq!(node["instance_types"][0], node["instance_type"]);
+    assert!(
+        plan["existing"][0]["node"].is_string(),
+        "the example has room on existing nodes"
+    );
+    assert!(plan["cost_per_hour"].as_f64().unwrap() >= plan["lower_bound_per_hour"].as_f64().unwrap());
+}
+
+#[test]
+fn plan_text_shows_nodes_cost_and_bound() {
+    let out = carpool(&["plan", &example("gpu-inference.json")]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("lower bound"), "{text}");
+    assert!(text.contains("NODEPOOL") && text.contains("gpu"), "{text}");
+}
+
+#[test]
+fn several_files_and_yaml_documents_make_one_snapshot() {
+    let dir = std::env::temp_dir().join(format!("carpool-plan-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pool = dir.join("pool.yaml");
+    std::fs::write(
+        &pool,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: arm}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      - {key: kubernetes.io/arch, operator: In, values: [arm64]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
+    )
+    .unwrap();
+    let pods = dir.join("pods.json");
+    std::fs::write(&pods, r#"{"kind":"List","items":[{"kind":"Pod","apiVersion":"v1","metadata":{"name":"b","namespace":"default"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"1","memory":"1Gi"}}}]}}]}"#).unwrap();
+    let out = carpool(&["plan", pool.to_str().unwrap(), pods.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let placed: usize = plan["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["pods"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(placed, 2);
+    assert!(plan["nodes"].as_array().unwrap().iter().all(|n| n["nodepool"] == "arm"));
+}
+
+#[test]
+fn a_malformed_or_missing_file_is_one_line_naming_it_and_exit_2() {
+    let dir = std::env::temp_dir().join(format!("carpool-bad-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"kind":"List","items":[{"kind":"Node","metadata":{"name":"n"},"spec":{"taints":"no"}}]}"#,
+    )
+    .unwrap();
+    let out = carpool(&["plan", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.json") && err.contains("items[0].spec.taints"),
+        "{err}"
+    );
+
+    let out = carpool(&["plan", "/no/such/dump.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("/no/such/dump.json"));
+}
+
+#[test]
+fn bench_schedule_reports_the_documented_figures() {
+    let out = carpool(&["bench", "schedule", "--pods", "100", "--runs", "1", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "pods",
+        "elapsed_ms",
+        "pods_per_sec",
+        "nodes",
+        "cost_per_hour",
+        "lower_bound_per_hour",
+    ] {
+        assert!(r.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(r["pods"], 100);
+    assert_eq!(r["unschedulable"], 0);
+}
