@@ -22,7 +22,11 @@
 //!   turn a snapshot into a [`decide::ProvisioningPlan`], its lower bound, and an
 //!   independent [plan checker](decide::checker).
 //!
-//! Later layers (see `DESIGN.md`): `ports.rs`, `fakes/`, `run/`.
+//! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`] and
+//!   [`ports::StateStore`] (Cloud and Cluster come with their adapters).
+//! - `fakes` (feature `test-util`): stateful in-memory ports and the contract suites.
+//!
+//! Later layers (see `DESIGN.md`): `run/`.
 //!
 //! Nothing here performs I/O or reads the clock.
 #![deny(missing_docs)]
@@ -30,5 +34,8 @@
 
 pub mod catalog;
 pub mod decide;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fakes;
 pub mod model;
+pub mod ports;
 pub mod snapshot;

@@ -1,0 +1,14 @@
+//! # Carpool adapters
+//!
+//! The ports of the core crate (`carpool::ports`) implemented against the real services.
+//! The AWS SDK crates are heavy to build (aws-sdk-ec2 alone takes minutes and gigabytes),
+//! so they live in this crate alone and the core builds and tests without them.
+//!
+//! ## Layout
+//!
+//! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
+//!   racing write conditional.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod dynamodb;

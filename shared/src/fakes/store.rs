@@ -1,0 +1,302 @@
+//! An in-memory state store with the DynamoDB adapter's conditional semantics.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::ports::{
+    DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering, epoch_millis,
+};
+
+/// One stored item: its JSON and, for TTL'd kinds, its expiry.
+#[derive(Clone, Debug)]
+struct Item {
+    json: serde_json::Value,
+    expires_at: Option<i64>,
+}
+
+/// A state store in memory. Keys follow the table's sort keys (`LEASE#job`,
+/// `LAUNCH#id`, ...). It records every call, and can be told to fail the next calls.
+#[derive(Debug, Default)]
+pub struct FakeStore {
+    items: Mutex<BTreeMap<String, Item>>,
+    calls: Mutex<Vec<String>>,
+    fail_next: Mutex<Vec<StoreErrorKind>>,
+}
+
+/// An error to inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// `StoreError::Throttled`.
+    Throttled,
+    /// `StoreError::Api`.
+    Api,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(v).map_err(|e| StoreError::Api(Box::new(e)))
+}
+
+fn from_json<T: DeserializeOwned>(v: &serde_json::Value) -> Result<T, StoreError> {
+    serde_json::from_value(v.clone()).map_err(|e| StoreError::Api(Box::new(e)))
+}
+
+impl FakeStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The calls made so far, as `method key`.
+    pub fn calls(&self) -> Vec<String> {
+        lock(&self.calls).clone()
+    }
+
+    /// Makes the next call fail with `kind` (several queue up).
+    pub fn fail_next(&self, kind: StoreErrorKind) {
+        lock(&self.fail_next).push(kind);
+    }
+
+    fn enter(&self, call: String) -> Result<MutexGuard<'_, BTreeMap<String, Item>>, StoreError> {
+        lock(&self.calls).push(call.clone());
+        let mut failures = lock(&self.fail_next);
+        if !failures.is_empty() {
+            return Err(match failures.remove(0) {
+                StoreErrorKind::Throttled => StoreError::Throttled(format!("injected on {call}")),
+                StoreErrorKind::Api => StoreError::Api(format!("injected failure on {call}").into()),
+            });
+        }
+        Ok(lock(&self.items))
+    }
+
+    fn create<T: Serialize + DeserializeOwned>(&self, key: String, record: &T) -> Result<T, StoreError> {
+        let mut items = self.enter(format!("create {key}"))?;
+        if items.contains_key(&key) {
+            return Err(StoreError::Conflict {
+                key,
+                detail: "already exists".into(),
+            });
+        }
+        let mut json = to_json(record)?;
+        json["version"] = 1.into();
+        items.insert(
+            key,
+            Item {
+                json: json.clone(),
+                expires_at: None,
+            },
+        );
+        from_json(&json)
+    }
+
+    fn update<T: Serialize + DeserializeOwned>(&self, key: String, record: &T, version: u64) -> Result<T, StoreError> {
+        let mut items = self.enter(format!("update {key}"))?;
+        let Some(stored) = items.get(&key) else {
+            return Err(StoreError::Conflict {
+                key,
+                detail: "does not exist".into(),
+            });
+        };
+        let stored_version = stored.json["version"].as_u64().unwrap_or(0);
+        if stored_version != version {
+            return Err(StoreError::Conflict {
+                key,
+                detail: format!("version is {stored_version}, not {version}"),
+            });
+        }
+        let mut json = to_json(record)?;
+        json["version"] = (version + 1).into();
+        items.insert(
+            key,
+            Item {
+                json: json.clone(),
+                expires_at: None,
+            },
+        );
+        from_json(&json)
+    }
+
+    fn list<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>, StoreError> {
+        let items = self.enter(format!("list {prefix}"))?;
+        items
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, i)| from_json(&i.json))
+            .collect()
+    }
+
+    fn delete(&self, key: String) -> Result<(), StoreError> {
+        let mut items = self.enter(format!("delete {key}"))?;
+        items.remove(&key);
+        Ok(())
+    }
+}
+
+impl StateStore for FakeStore {
+    async fn acquire_lease(&self, job: &str, owner: &str, now: SystemTime, ttl: Duration) -> Result<Lease, StoreError> {
+        let key = format!("LEASE#{job}");
+        let mut items = self.enter(format!("acquire {key}"))?;
+        let now_ms = epoch_millis(now);
+        if let Some(held) = items.get(&key) {
+            let held: Lease = from_json(&held.json)?;
+            if held.owner != owner && held.expires_at > now_ms {
+                return Err(StoreError::Conflict {
+                    key,
+                    detail: format!("held by {} until {}", held.owner, held.expires_at),
+                });
+            }
+        }
+        let lease = Lease {
+            job: job.into(),
+            owner: owner.into(),
+            expires_at: epoch_millis(now + ttl),
+        };
+        items.insert(
+            key,
+            Item {
+                json: to_json(&lease)?,
+                expires_at: Some(lease.expires_at),
+            },
+        );
+        Ok(lease)
+    }
+
+    async fn renew_lease(&self, lease: &Lease, now: SystemTime, ttl: Duration) -> Result<Lease, StoreError> {
+        let key = format!("LEASE#{}", lease.job);
+        let mut items = self.enter(format!("renew {key}"))?;
+        let held: Option<Lease> = items.get(&key).map(|i| from_json(&i.json)).transpose()?;
+        match held {
+            Some(h) if h.owner == lease.owner => {
+                let renewed = Lease {
+                    expires_at: epoch_millis(now + ttl),
+                    ..h
+                };
+                items.insert(
+                    key,
+                    Item {
+                        json: to_json(&renewed)?,
+                        expires_at: Some(renewed.expires_at),
+                    },
+                );
+                Ok(renewed)
+            }
+            Some(h) => Err(StoreError::Conflict {
+                key,
+                detail: format!("held by {}", h.owner),
+            }),
+            None => Err(StoreError::Conflict {
+                key,
+                detail: "not held".into(),
+            }),
+        }
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        let key = format!("LEASE#{}", lease.job);
+        let mut items = self.enter(format!("release {key}"))?;
+        let held: Option<Lease> = items.get(&key).map(|i| from_json(&i.json)).transpose()?;
+        match held {
+            Some(h) if h.owner == lease.owner => {
+                items.remove(&key);
+                Ok(())
+            }
+            Some(h) => Err(StoreError::Conflict {
+                key,
+                detail: format!("held by {}", h.owner),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn create_launch(&self, record: &LaunchRecord) -> Result<LaunchRecord, StoreError> {
+        self.create(format!("LAUNCH#{}", record.id), record)
+    }
+
+    async fn update_launch(&self, record: &LaunchRecord) -> Result<LaunchRecord, StoreError> {
+        self.update(format!("LAUNCH#{}", record.id), record, record.version)
+    }
+
+    async fn list_launches(&self) -> Result<Vec<LaunchRecord>, StoreError> {
+        self.list("LAUNCH#")
+    }
+
+    async fn delete_launch(&self, id: &str) -> Result<(), StoreError> {
+        self.delete(format!("LAUNCH#{id}"))
+    }
+
+    async fn create_node(&self, record: &NodeRecord) -> Result<NodeRecord, StoreError> {
+        self.create(format!("NODE#{}", record.instance_id), record)
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.list("NODE#")
+    }
+
+    async fn delete_node(&self, instance_id: &str) -> Result<(), StoreError> {
+        self.delete(format!("NODE#{instance_id}"))
+    }
+
+    async fn create_disruption(&self, record: &DisruptionRecord) -> Result<DisruptionRecord, StoreError> {
+        self.create(format!("DISRUPT#{}", record.instance_id), record)
+    }
+
+    async fn update_disruption(&self, record: &DisruptionRecord) -> Result<DisruptionRecord, StoreError> {
+        self.update(format!("DISRUPT#{}", record.instance_id), record, record.version)
+    }
+
+    async fn list_disruptions(&self) -> Result<Vec<DisruptionRecord>, StoreError> {
+        self.list("DISRUPT#")
+    }
+
+    async fn delete_disruption(&self, instance_id: &str) -> Result<(), StoreError> {
+        self.delete(format!("DISRUPT#{instance_id}"))
+    }
+
+    async fn mark_unavailable(&self, o: &UnavailableOffering) -> Result<(), StoreError> {
+        let key = format!("ICE#{}#{}#{}", o.instance_type, o.zone, o.capacity_type.label());
+        let mut items = self.enter(format!("put {key}"))?;
+        items.insert(
+            key,
+            Item {
+                json: to_json(o)?,
+                expires_at: Some(o.until),
+            },
+        );
+        Ok(())
+    }
+
+    async fn unavailable_offerings(&self, now: SystemTime) -> Result<Vec<UnavailableOffering>, StoreError> {
+        let now_ms = epoch_millis(now);
+        let items = self.enter("list ICE#".into())?;
+        items
+            .range("ICE#".to_string()..)
+            .take_while(|(k, _)| k.starts_with("ICE#"))
+            .filter(|(_, i)| i.expires_at.is_none_or(|e| e > now_ms))
+            .map(|(_, i)| from_json(&i.json))
+            .collect()
+    }
+
+    async fn record_event(&self, id: &str, now: SystemTime, ttl: Duration) -> Result<bool, StoreError> {
+        let key = format!("EVENT#{id}");
+        let mut items = self.enter(format!("put {key}"))?;
+        let now_ms = epoch_millis(now);
+        if items.get(&key).is_some_and(|i| i.expires_at.is_none_or(|e| e > now_ms)) {
+            return Ok(false);
+        }
+        items.insert(
+            key,
+            Item {
+                json: serde_json::json!({"id": id}),
+                expires_at: Some(epoch_millis(now + ttl)),
+            },
+        );
+        Ok(true)
+    }
+}

@@ -1,0 +1,275 @@
+//! Ports: the effects Carpool has on the world, as small traits with documented contracts.
+//!
+//! The functions' handlers are generic over these traits. The real implementations live in
+//! `carpool-adapters` (EC2, DynamoDB, the Kubernetes API); stateful in-memory fakes live in
+//! [`crate::fakes`] (feature `test-util`), for tests and the simulator.
+//!
+//! The traits are async without a runtime: methods return `impl Future + Send`, so this
+//! crate needs no tokio.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::CapacityType;
+
+/// Milliseconds since the Unix epoch: how records hold time.
+pub type EpochMillis = i64;
+
+/// Converts a time to [`EpochMillis`] (0 before the epoch).
+pub fn epoch_millis(t: SystemTime) -> EpochMillis {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The source of the current time. Decisions never read the clock; handlers ask this port
+/// and pass `now` in.
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// StateStore
+// ---------------------------------------------------------------------------------------
+
+/// A lease held by one runner of a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The job (`provisioner`, `consolidator`...).
+    pub job: String,
+    /// Who holds it (a Lambda request id, say).
+    pub owner: String,
+    /// When it lapses unless renewed.
+    pub expires_at: EpochMillis,
+}
+
+/// Where a launch stands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum LaunchState {
+    /// Launched; the node has not registered yet. Later runs count it as capacity.
+    InFlight,
+    /// The node registered.
+    Registered {
+        /// The Node's name.
+        node: String,
+    },
+    /// The launch failed or the instance never registered.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A launch of one planned node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaunchRecord {
+    /// The launch id (unique per planned node and run).
+    pub id: String,
+    /// The EC2 instance, once CreateFleet answered.
+    pub instance_id: Option<String>,
+    /// The NodePool.
+    pub nodepool: String,
+    /// The instance type launched.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// The pods it was planned for, as `namespace/name`.
+    pub pods: Vec<String>,
+    /// When it was launched.
+    pub launched_at: EpochMillis,
+    /// Where it stands.
+    pub state: LaunchState,
+    /// Incremented by every update; updates are conditional on it.
+    pub version: u64,
+}
+
+/// A node Carpool owns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The EC2 instance.
+    pub instance_id: String,
+    /// The Node's name.
+    pub node: String,
+    /// The NodePool.
+    pub nodepool: String,
+    /// The instance type.
+    pub instance_type: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// USD per hour when launched.
+    pub price_per_hour: f64,
+    /// When it was launched.
+    pub launched_at: EpochMillis,
+    /// Incremented by every update.
+    pub version: u64,
+}
+
+/// The steps of a disruption, in order. Each run advances one record by at least one step,
+/// so a crash or a timeout resumes where it stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisruptionStep {
+    /// The node carries `carpool.sh/disrupted:NoSchedule`.
+    Tainted,
+    /// Replacement capacity was launched.
+    ReplacementLaunched,
+    /// The replacement registered and is Ready.
+    ReplacementReady,
+    /// Pods are being evicted.
+    Draining,
+    /// The instance was terminated.
+    Terminated,
+    /// The Node object was deleted.
+    Deleted,
+}
+
+/// A disruption in progress.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionRecord {
+    /// The instance being disrupted.
+    pub instance_id: String,
+    /// The Node's name.
+    pub node: String,
+    /// Why: `empty`, `underutilized`, `spot-interruption`, ...
+    pub reason: String,
+    /// The step reached.
+    pub step: DisruptionStep,
+    /// Launch ids of the replacements.
+    pub replacements: Vec<String>,
+    /// When it started.
+    pub started_at: EpochMillis,
+    /// When it last moved.
+    pub updated_at: EpochMillis,
+    /// Incremented by every update; updates are conditional on it.
+    pub version: u64,
+}
+
+/// An offering known to be out of capacity until a time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UnavailableOffering {
+    /// The instance type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// When it may be tried again.
+    pub until: EpochMillis,
+}
+
+/// A state store that cannot do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A conditional write lost a race, or the item is held by someone else.
+    #[error("conflict on {key}: {detail}")]
+    Conflict {
+        /// The item's sort key.
+        key: String,
+        /// What the condition found.
+        detail: String,
+    },
+    /// The item does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The service throttled the call and retries ran out.
+    #[error("throttled: {0}")]
+    Throttled(String),
+    /// Any other failure of the service.
+    #[error("state store: {0}")]
+    Api(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Carpool's state, in one DynamoDB table (see DESIGN.md): the partition key is the
+/// cluster, sort-key prefixes name the kinds. Every write that could race is conditional.
+///
+/// Contract (checked by [`crate::fakes::store_contract`] against every implementation):
+/// - `acquire_lease` succeeds when the lease is free, expired, or already the caller's;
+///   otherwise it is a `Conflict` naming the holder.
+/// - `renew_lease` and `release_lease` succeed only for the current holder.
+/// - `create_*` is a `Conflict` when the item exists; `update_*` is a `Conflict` when the
+///   stored version is not the one given, and stores the record with its version plus one.
+/// - `delete_*` of a missing item succeeds (idempotent).
+/// - `record_event` returns `true` the first time an id is seen, `false` after.
+/// - `unavailable_offerings` returns only entries not yet expired at `now` (DynamoDB TTL
+///   deletes lazily, so expiry is also checked on read).
+pub trait StateStore: Send + Sync {
+    /// Takes the lease of `job` for `owner` until `now + ttl`.
+    fn acquire_lease(
+        &self,
+        job: &str,
+        owner: &str,
+        now: SystemTime,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+    /// Extends a held lease to `now + ttl`.
+    fn renew_lease(
+        &self,
+        lease: &Lease,
+        now: SystemTime,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+    /// Gives a held lease up.
+    fn release_lease(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Records a new launch (version 1).
+    fn create_launch(&self, record: &LaunchRecord) -> impl Future<Output = Result<LaunchRecord, StoreError>> + Send;
+    /// Replaces a launch whose stored version is `record.version`.
+    fn update_launch(&self, record: &LaunchRecord) -> impl Future<Output = Result<LaunchRecord, StoreError>> + Send;
+    /// Every launch record.
+    fn list_launches(&self) -> impl Future<Output = Result<Vec<LaunchRecord>, StoreError>> + Send;
+    /// Deletes a launch record.
+    fn delete_launch(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Records a node Carpool owns (version 1).
+    fn create_node(&self, record: &NodeRecord) -> impl Future<Output = Result<NodeRecord, StoreError>> + Send;
+    /// Every node record.
+    fn list_nodes(&self) -> impl Future<Output = Result<Vec<NodeRecord>, StoreError>> + Send;
+    /// Deletes a node record.
+    fn delete_node(&self, instance_id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Starts a disruption (version 1); a `Conflict` if one is already recorded.
+    fn create_disruption(
+        &self,
+        record: &DisruptionRecord,
+    ) -> impl Future<Output = Result<DisruptionRecord, StoreError>> + Send;
+    /// Advances a disruption whose stored version is `record.version`.
+    fn update_disruption(
+        &self,
+        record: &DisruptionRecord,
+    ) -> impl Future<Output = Result<DisruptionRecord, StoreError>> + Send;
+    /// Every disruption in progress.
+    fn list_disruptions(&self) -> impl Future<Output = Result<Vec<DisruptionRecord>, StoreError>> + Send;
+    /// Deletes a disruption record.
+    fn delete_disruption(&self, instance_id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Marks an offering unavailable until `offering.until` (TTL).
+    fn mark_unavailable(&self, offering: &UnavailableOffering) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The offerings still unavailable at `now`.
+    fn unavailable_offerings(
+        &self,
+        now: SystemTime,
+    ) -> impl Future<Output = Result<Vec<UnavailableOffering>, StoreError>> + Send;
+
+    /// Records an event id; `true` when it is new. The key expires after `ttl`.
+    fn record_event(
+        &self,
+        id: &str,
+        now: SystemTime,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
