@@ -8,7 +8,9 @@
 //!
 //! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
 //!   racing write conditional.
+//! - [`eks_token`]: the bearer token EKS accepts, as `aws eks get-token` makes it.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod dynamodb;
+pub mod eks_token;
