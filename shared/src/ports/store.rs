@@ -1,48 +1,12 @@
-//! Ports: the effects Carpool has on the world, as small traits with documented contracts.
-//!
-//! The functions' handlers are generic over these traits. The real implementations live in
-//! `carpool-adapters` (EC2, DynamoDB, the Kubernetes API); stateful in-memory fakes live in
-//! [`crate::fakes`] (feature `test-util`), for tests and the simulator.
-//!
-//! The traits are async without a runtime: methods return `impl Future + Send`, so this
-//! crate needs no tokio.
+//! The StateStore port: Carpool's state in one DynamoDB table.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::clock::EpochMillis;
 use crate::model::CapacityType;
-
-/// Milliseconds since the Unix epoch: how records hold time.
-pub type EpochMillis = i64;
-
-/// Converts a time to [`EpochMillis`] (0 before the epoch).
-pub fn epoch_millis(t: SystemTime) -> EpochMillis {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// The source of the current time. Decisions never read the clock; handlers ask this port
-/// and pass `now` in.
-pub trait Clock: Send + Sync {
-    /// The current time.
-    fn now(&self) -> SystemTime;
-}
-
-/// The system clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// StateStore
-// ---------------------------------------------------------------------------------------
 
 /// A lease held by one runner of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,17 @@
+//! Ports: the effects Carpool has on the world, as small traits with documented contracts.
+//!
+//! The functions' handlers are generic over these traits. The real implementations live in
+//! `carpool-adapters` (EC2, DynamoDB, the Kubernetes API); stateful in-memory fakes live in
+//! [`crate::fakes`] (feature `test-util`), for tests and the simulator.
+//!
+//! The traits are async without a runtime: methods return `impl Future + Send`, so this
+//! crate needs no tokio.
+
+mod clock;
+mod store;
+
+pub use clock::{Clock, EpochMillis, SystemClock, epoch_millis};
+pub use store::{
+    DisruptionRecord, DisruptionStep, LaunchRecord, LaunchState, Lease, NodeRecord, StateStore, StoreError,
+    UnavailableOffering,
+};
