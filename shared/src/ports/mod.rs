@@ -8,9 +8,11 @@
 //! crate needs no tokio.
 
 mod clock;
+mod cloud;
 mod store;
 
 pub use clock::{Clock, EpochMillis, SystemClock, epoch_millis};
+pub use cloud::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, SpotPrice};
 pub use store::{
     DisruptionRecord, DisruptionStep, LaunchRecord, LaunchState, Lease, NodeRecord, StateStore, StoreError,
     UnavailableOffering,

@@ -1,0 +1,175 @@
+//! A cloud in memory: instances and capacity pools, with capacity outages and injected
+//! errors.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::ports::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, SpotPrice};
+
+/// An error to inject into the next call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloudFault {
+    /// `CloudError::Throttled`.
+    Throttled,
+    /// `CloudError::Unauthorized`.
+    Unauthorized,
+    /// `CloudError::Api`.
+    Api,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    instances: BTreeMap<String, Instance>,
+    out_of_capacity: BTreeSet<OfferingKey>,
+    /// Instances each offering can still take; absent means unlimited.
+    pools: HashMap<OfferingKey, u32>,
+    spot_prices: Vec<SpotPrice>,
+    faults: Vec<CloudFault>,
+    calls: Vec<String>,
+    next_id: u64,
+    now: i64,
+}
+
+/// A stateful in-memory [`Cloud`]. It launches the first requested type whose offering
+/// has capacity, as CreateFleet `lowest-price` with a prioritised list would.
+#[derive(Debug, Default)]
+pub struct FakeCloud {
+    state: Mutex<State>,
+}
+
+impl FakeCloud {
+    /// An empty cloud with unlimited capacity.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes an offering out of capacity until [`FakeCloud::restore`].
+    pub fn exhaust(&self, offering: OfferingKey) {
+        self.lock().out_of_capacity.insert(offering);
+    }
+
+    /// Gives an exhausted offering its capacity back.
+    pub fn restore(&self, offering: &OfferingKey) {
+        self.lock().out_of_capacity.remove(offering);
+    }
+
+    /// Limits how many more instances an offering can take.
+    pub fn limit(&self, offering: OfferingKey, instances: u32) {
+        self.lock().pools.insert(offering, instances);
+    }
+
+    /// Queues an error for the next call (several queue up, one call each).
+    pub fn inject(&self, fault: CloudFault) {
+        self.lock().faults.push(fault);
+    }
+
+    /// Sets the spot prices `spot_prices` answers with.
+    pub fn set_spot_prices(&self, prices: Vec<SpotPrice>) {
+        self.lock().spot_prices = prices;
+    }
+
+    /// Sets the launch time stamped on new instances.
+    pub fn set_now(&self, epoch_millis: i64) {
+        self.lock().now = epoch_millis;
+    }
+
+    /// The calls so far, as `method argument`.
+    pub fn calls(&self) -> Vec<String> {
+        self.lock().calls.clone()
+    }
+
+    /// Every instance, terminated ones included.
+    pub fn instances(&self) -> Vec<Instance> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    fn enter(&self, call: String) -> Result<MutexGuard<'_, State>, CloudError> {
+        let mut state = self.lock();
+        state.calls.push(call.clone());
+        if state.faults.is_empty() {
+            return Ok(state);
+        }
+        Err(match state.faults.remove(0) {
+            CloudFault::Throttled => CloudError::Throttled(format!("injected on {call}")),
+            CloudFault::Unauthorized => CloudError::Unauthorized(format!("injected on {call}")),
+            CloudFault::Api => CloudError::Api(format!("injected failure on {call}").into()),
+        })
+    }
+}
+
+impl Cloud for FakeCloud {
+    async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
+        let mut state = self.enter(format!("launch {}", request.launch_id))?;
+        let mut failed = Vec::new();
+        for instance_type in &request.instance_types {
+            let key = OfferingKey {
+                instance_type: instance_type.clone(),
+                zone: request.zone.clone(),
+                capacity_type: request.capacity_type,
+            };
+            let pool_empty = state.pools.get(&key).is_some_and(|n| *n == 0);
+            if state.out_of_capacity.contains(&key) || pool_empty {
+                failed.push(key);
+                continue;
+            }
+            if let Some(n) = state.pools.get_mut(&key) {
+                *n -= 1;
+            }
+            state.next_id += 1;
+            let instance = Instance {
+                id: format!("i-{:017x}", state.next_id),
+                instance_type: instance_type.clone(),
+                zone: request.zone.clone(),
+                capacity_type: request.capacity_type,
+                nodepool: request.nodepool.clone(),
+                launch_id: request.launch_id.clone(),
+                state: InstanceState::Running,
+                launched_at: state.now,
+            };
+            state.instances.insert(instance.id.clone(), instance.clone());
+            return Ok(instance);
+        }
+        Err(CloudError::InsufficientCapacity { offerings: failed })
+    }
+
+    async fn get(&self, id: &str) -> Result<Instance, CloudError> {
+        let state = self.enter(format!("get {id}"))?;
+        state
+            .instances
+            .get(id)
+            .cloned()
+            .ok_or_else(|| CloudError::NotFound(id.to_string()))
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let state = self.enter("list".into())?;
+        Ok(state
+            .instances
+            .values()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .cloned()
+            .collect())
+    }
+
+    async fn terminate(&self, id: &str) -> Result<(), CloudError> {
+        let mut state = self.enter(format!("terminate {id}"))?;
+        if let Some(i) = state.instances.get_mut(id) {
+            i.state = InstanceState::Terminated;
+        }
+        Ok(())
+    }
+
+    async fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<SpotPrice>, CloudError> {
+        let state = self.enter(format!("spot_prices {}", instance_types.join(",")))?;
+        Ok(state
+            .spot_prices
+            .iter()
+            .filter(|p| instance_types.contains(&p.instance_type))
+            .cloned()
+            .collect())
+    }
+}

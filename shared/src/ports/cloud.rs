@@ -1,0 +1,147 @@
+//! The Cloud port: Carpool's instances in EC2 (modelled on Karpenter's CloudProvider).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::Taint;
+use serde::{Deserialize, Serialize};
+
+use super::clock::EpochMillis;
+use crate::model::CapacityType;
+
+/// One instance type in one zone with one capacity type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OfferingKey {
+    /// The instance type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+}
+
+/// What to launch for one planned node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    /// The launch id; the instance is tagged with it, so a retried launch can be found.
+    pub launch_id: String,
+    /// The NodePool.
+    pub nodepool: String,
+    /// The EC2NodeClass that says how to launch.
+    pub node_class: String,
+    /// The instance types acceptable, cheapest first.
+    pub instance_types: Vec<String>,
+    /// The zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// Labels the node registers with.
+    pub labels: BTreeMap<String, String>,
+    /// Taints the node registers with.
+    pub taints: Vec<Taint>,
+    /// Taints the node starts with, removed by an agent.
+    pub startup_taints: Vec<Taint>,
+}
+
+/// Where an instance stands, as EC2 says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    /// Booting.
+    Pending,
+    /// Running.
+    Running,
+    /// Terminating.
+    ShuttingDown,
+    /// Gone.
+    Terminated,
+    /// Stopping.
+    Stopping,
+    /// Stopped.
+    Stopped,
+}
+
+/// An instance Carpool launched.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    /// `i-…`.
+    pub id: String,
+    /// The instance type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// The NodePool it was launched for.
+    pub nodepool: String,
+    /// The launch id it was launched for.
+    pub launch_id: String,
+    /// Where it stands.
+    pub state: InstanceState,
+    /// When it was launched.
+    pub launched_at: EpochMillis,
+}
+
+impl Instance {
+    /// `aws:///<zone>/<id>`, as the node's providerID.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.id)
+    }
+}
+
+/// A spot price in one zone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpotPrice {
+    /// The instance type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// USD per hour.
+    pub price: f64,
+}
+
+/// A cloud that cannot do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum CloudError {
+    /// No capacity for any of the offerings tried.
+    #[error("insufficient capacity for {}", offerings.iter().map(|o| format!("{} in {} ({})", o.instance_type, o.zone, o.capacity_type)).collect::<Vec<_>>().join(", "))]
+    InsufficientCapacity {
+        /// The offerings that failed.
+        offerings: Vec<OfferingKey>,
+    },
+    /// The instance does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// Throttled, and retries ran out.
+    #[error("throttled: {0}")]
+    Throttled(String),
+    /// The credentials may not do this.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// Any other failure.
+    #[error("cloud: {0}")]
+    Api(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Carpool's instances in one cluster.
+///
+/// Contract:
+/// - `launch` launches exactly one instance (CreateFleet, target capacity 1) of one of the
+///   request's types in its zone and capacity type, trying them in the order given; when
+///   none has capacity it is `InsufficientCapacity` naming every offering that failed.
+/// - `get` of an unknown instance is `NotFound`; `list` returns every instance of this
+///   cluster that is not terminated.
+/// - `terminate` is idempotent: terminating a terminated or unknown instance succeeds.
+pub trait Cloud: Send + Sync {
+    /// Launches one instance for a planned node.
+    fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Instance, CloudError>> + Send;
+    /// One instance.
+    fn get(&self, id: &str) -> impl Future<Output = Result<Instance, CloudError>> + Send;
+    /// This cluster's instances that are not terminated.
+    fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
+    /// Terminates an instance.
+    fn terminate(&self, id: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// Current spot prices of some types, per zone.
+    fn spot_prices(&self, instance_types: &[String])
+    -> impl Future<Output = Result<Vec<SpotPrice>, CloudError>> + Send;
+}

@@ -1,0 +1,72 @@
+//! The in-memory cloud keeps the Cloud contract, and injects the failures tests need.
+
+use carpool::fakes::{CloudFault, FakeCloud};
+use carpool::model::CapacityType;
+use carpool::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey};
+use pollster::block_on;
+
+fn request(types: &[&str]) -> LaunchRequest {
+    LaunchRequest {
+        launch_id: "launch-1".into(),
+        nodepool: "default".into(),
+        node_class: "default".into(),
+        instance_types: types.iter().map(|t| t.to_string()).collect(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::Spot,
+        labels: Default::default(),
+        taints: vec![],
+        startup_taints: vec![],
+    }
+}
+
+fn offering(t: &str) -> OfferingKey {
+    OfferingKey {
+        instance_type: t.into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::Spot,
+    }
+}
+
+#[test]
+fn a_launch_takes_the_first_type_with_capacity() {
+    let cloud = FakeCloud::new();
+    cloud.exhaust(offering("m7g.large"));
+    let i = block_on(cloud.launch(&request(&["m7g.large", "m6g.large"]))).unwrap();
+    assert_eq!(i.instance_type, "m6g.large");
+    assert_eq!(i.state, InstanceState::Running);
+    assert!(i.provider_id().starts_with("aws:///us-east-1a/i-"));
+}
+
+#[test]
+fn no_capacity_anywhere_is_insufficient_capacity_naming_every_offering() {
+    let cloud = FakeCloud::new();
+    cloud.exhaust(offering("m7g.large"));
+    cloud.limit(offering("m6g.large"), 0);
+    let err = block_on(cloud.launch(&request(&["m7g.large", "m6g.large"]))).unwrap_err();
+    match err {
+        CloudError::InsufficientCapacity { offerings } => {
+            assert_eq!(offerings, vec![offering("m7g.large"), offering("m6g.large")])
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn terminating_is_idempotent_and_terminated_instances_leave_the_list() {
+    let cloud = FakeCloud::new();
+    let i = block_on(cloud.launch(&request(&["m7g.large"]))).unwrap();
+    block_on(cloud.terminate(&i.id)).unwrap();
+    block_on(cloud.terminate(&i.id)).unwrap();
+    block_on(cloud.terminate("i-unknown")).unwrap();
+    assert!(block_on(cloud.list()).unwrap().is_empty());
+    assert!(matches!(block_on(cloud.get("i-unknown")), Err(CloudError::NotFound(_))));
+}
+
+#[test]
+fn injected_faults_fail_one_call_each_and_calls_are_recorded() {
+    let cloud = FakeCloud::new();
+    cloud.inject(CloudFault::Throttled);
+    assert!(matches!(block_on(cloud.list()), Err(CloudError::Throttled(_))));
+    assert!(block_on(cloud.list()).is_ok());
+    assert_eq!(cloud.calls(), vec!["list", "list"]);
+}
