@@ -433,3 +433,27 @@ fn with_no_nodepool_the_default_pool_prefers_spot() {
             .all(|n| n.nodepool == "default" && n.capacity_type.label() == "spot")
     );
 }
+
+#[test]
+fn hostname_pod_affinity_puts_followers_on_the_node_of_the_pod_they_follow() {
+    let follow = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]}});
+    let mut items = vec![pod("db-0", "2", "4Gi")];
+    items.extend((0..3).map(|i| {
+        with(
+            pod(&format!("sidecar-{i}"), "250m", "256Mi"),
+            &["spec", "affinity"],
+            follow.clone(),
+        )
+    }));
+    let p = plan(items).plan;
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let db_node = node_of(&p, "db-0");
+    for i in 0..3 {
+        assert_eq!(
+            node_of(&p, &format!("sidecar-{i}")).pods,
+            db_node.pods,
+            "sidecar-{i} is with db-0"
+        );
+    }
+}

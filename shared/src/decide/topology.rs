@@ -237,10 +237,10 @@ impl Topology {
 
     /// [`Topology::check`] restricted to the constraints whose topology key passes `keys`
     /// (e.g. only zonal ones, to rule out whole zones at once).
-    pub fn check_keys(
+    pub fn check_keys<'a>(
         &self,
-        pod: &PodInfo,
-        groups: &PodGroups,
+        pod: &'a PodInfo,
+        groups: &'a PodGroups,
         node: &impl Domains,
         strict: Strictness,
         eligible_zones: Option<&[String]>,
@@ -265,22 +265,25 @@ impl Topology {
                 return Err(Rejection::Spread(s.key.clone()));
             }
         }
-        let preferred: &[AffinityTerm] = if strict.preferred_pod_affinity {
-            &pod.preferred_affinity
-        } else {
-            &[]
+        // Required terms, then the preferred ones when they are enforced, with their groups.
+        let terms = |required: &'a [AffinityTerm],
+                     preferred: &'a [AffinityTerm],
+                     ids: &'a [Option<usize>],
+                     pref_ids: &'a [Option<usize>]| {
+            let preferred = if strict.preferred_pod_affinity { preferred } else { &[] };
+            let pref_ids = if strict.preferred_pod_affinity { pref_ids } else { &[] };
+            required
+                .iter()
+                .chain(preferred)
+                .zip(ids.iter().chain(pref_ids))
+                .filter(|(t, _)| keys(&t.key))
         };
-        let pref_ids: &[Option<usize>] = if strict.preferred_pod_affinity {
-            &groups.preferred_affinity
-        } else {
-            &[]
-        };
-        for (t, g) in pod
-            .affinity
-            .iter()
-            .chain(preferred)
-            .zip(groups.affinity.iter().chain(pref_ids))
-        {
+        for (t, g) in terms(
+            &pod.affinity,
+            &pod.preferred_affinity,
+            &groups.affinity,
+            &groups.preferred_affinity,
+        ) {
             let here = node.domain(&t.key).map_or(0, |d| self.count_in(*g, d));
             let anywhere = g.map_or(0, |g| self.groups[g].total);
             let self_match = t.matches(&pod.namespace, &pod.labels);
@@ -288,22 +291,12 @@ impl Topology {
                 return Err(Rejection::Affinity(t.key.clone()));
             }
         }
-        let preferred: &[AffinityTerm] = if strict.preferred_pod_affinity {
-            &pod.preferred_anti_affinity
-        } else {
-            &[]
-        };
-        let pref_ids: &[Option<usize>] = if strict.preferred_pod_affinity {
-            &groups.preferred_anti_affinity
-        } else {
-            &[]
-        };
-        for (t, g) in pod
-            .anti_affinity
-            .iter()
-            .chain(preferred)
-            .zip(groups.anti_affinity.iter().chain(pref_ids))
-        {
+        for (t, g) in terms(
+            &pod.anti_affinity,
+            &pod.preferred_anti_affinity,
+            &groups.anti_affinity,
+            &groups.preferred_anti_affinity,
+        ) {
             let Some(d) = node.domain(&t.key) else { continue };
             if self.count_in(*g, d) > 0 {
                 return Err(Rejection::AntiAffinity(t.key.clone()));
