@@ -2,9 +2,13 @@
 //! the simulator, and the contract suites every implementation must pass.
 
 mod clock;
+mod cluster;
+mod cluster_contract;
 mod contract;
 mod store;
 
 pub use clock::FakeClock;
+pub use cluster::{ClusterErrorKind, FakeCluster, PDB_BLOCKS, SEVERAL_PDBS};
+pub use cluster_contract::{ClusterScene, KEEP_LABEL, cluster_contract, disrupted_taint, keep_taint};
 pub use contract::store_contract;
 pub use store::{FakeStore, StoreErrorKind};

@@ -8,9 +8,11 @@
 //! crate needs no tokio.
 
 mod clock;
+mod cluster;
 mod store;
 
 pub use clock::{Clock, EpochMillis, SystemClock, epoch_millis};
+pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
 pub use store::{
     DisruptionRecord, DisruptionStep, LaunchRecord, LaunchState, Lease, NodeRecord, StateStore, StoreError,
     UnavailableOffering,
