@@ -276,12 +276,15 @@ async fn node_of<C: Cluster>(cluster: &C, name: &str) -> Node {
     }
 }
 
+/// The node's taints, without the ones Kubernetes manages itself (`node.kubernetes.io/*`,
+/// e.g. `not-ready` while a new node starts), which come and go on a real cluster.
 fn taints(node: &Node) -> Vec<Taint> {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default()
         .into_iter()
+        .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
         .map(|t| Taint { time_added: None, ..t })
         .collect()
 }
