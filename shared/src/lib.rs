@@ -22,8 +22,8 @@
 //!   turn a snapshot into a [`decide::ProvisioningPlan`], its lower bound, and an
 //!   independent [plan checker](decide::checker).
 //!
-//! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`] and
-//!   [`ports::StateStore`] (Cloud and Cluster come with their adapters).
+//! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`],
+//!   [`ports::Cloud`], [`ports::Cluster`] and [`ports::StateStore`].
 //! - `fakes` (feature `test-util`): stateful in-memory ports and the contract suites.
 //!
 //! Later layers (see `DESIGN.md`): `run/`.

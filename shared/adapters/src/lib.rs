@@ -9,8 +9,11 @@
 //! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
 //!   racing write conditional.
 //! - [`eks_token`]: the bearer token EKS accepts, as `aws eks get-token` makes it.
+//! - [`kube_cluster`]: the `Cluster` port on the Kubernetes API: reads, cordon and taint
+//!   patches that keep other fields, evictions through the Eviction API.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod dynamodb;
 pub mod eks_token;
+pub mod kube_cluster;

@@ -3,10 +3,14 @@
 
 mod clock;
 mod cloud;
-mod contract;
+mod cluster;
+mod cluster_contract;
 mod store;
+mod store_contract;
 
 pub use clock::FakeClock;
 pub use cloud::{CloudFault, FakeCloud};
-pub use contract::store_contract;
+pub use cluster::{ClusterErrorKind, FakeCluster, PDB_BLOCKS, SEVERAL_PDBS};
+pub use cluster_contract::{ClusterScene, KEEP_LABEL, cluster_contract, disrupted_taint, keep_taint};
 pub use store::{FakeStore, StoreErrorKind};
+pub use store_contract::store_contract;

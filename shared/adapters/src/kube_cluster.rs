@@ -1,0 +1,357 @@
+//! The Cluster port on the Kubernetes API, with `kube`.
+//!
+//! Build the client with `kube::Config::default_retry = false`: kube 5 otherwise retries
+//! every 429 (up to 15 times, backing off towards 1000 s), and a 429 is how the Eviction
+//! API says a PDB blocks, which the caller must see at once.
+
+use carpool::model::manifest::{Validate, from_value};
+use carpool::model::{EC2NodeClass, NodePool};
+use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// Objects per list page.
+const PAGE: u32 = 500;
+/// How often `taint` and `untaint` read again after a concurrent change of the node.
+const CONFLICT_ATTEMPTS: usize = 3;
+
+/// The Cluster port on a Kubernetes apiserver.
+#[derive(Clone)]
+pub struct KubeCluster {
+    client: Client,
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeCluster").finish_non_exhaustive()
+    }
+}
+
+/// `karpenter.sh/v1` NodePools (cluster-scoped).
+fn nodepools_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"), "nodepools")
+}
+
+/// `karpenter.k8s.aws/v1` EC2NodeClasses (cluster-scoped).
+fn ec2nodeclasses_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("karpenter.k8s.aws", "v1", "EC2NodeClass"),
+        "ec2nodeclasses",
+    )
+}
+
+/// Maps a kube error to the port's, `what` naming the object.
+fn map_err(what: &str, e: kube::Error) -> ClusterError {
+    match e {
+        kube::Error::Api(s) => match s.code {
+            404 => ClusterError::NotFound(format!("{what}: {}", s.message)),
+            409 => ClusterError::Conflict(format!("{what}: {}", s.message)),
+            429 => ClusterError::Throttled(format!("{what}: {}", s.message)),
+            401 | 403 => ClusterError::Unauthorized(format!("{what}: {}", s.message)),
+            _ => ClusterError::Api(Box::new(kube::Error::Api(s))),
+        },
+        kube::Error::Auth(e) => ClusterError::Unauthorized(format!("{what}: {e}")),
+        other => ClusterError::Api(Box::new(other)),
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Whether an eviction error is a PDB saying no: a 429 with the `DisruptionBudget` cause
+/// (or, from older servers, its message), or the 500 for a pod under several PDBs.
+fn pdb_refusal(s: &kube::core::Status) -> bool {
+    let by_cause = s
+        .details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.reason == "DisruptionBudget"));
+    (s.code == 429 && (by_cause || s.message.contains("disruption budget")))
+        || (s.code == 500 && s.message.contains("more than one PodDisruptionBudget"))
+}
+
+/// Lists every object, a page at a time.
+async fn list_all<K>(api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.limit(PAGE);
+    let mut items = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        items.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
+}
+
+fn same_taint(a: &Taint, b: &Taint) -> bool {
+    a.key == b.key && a.effect == b.effect
+}
+
+fn current_taints(node: &Node) -> Vec<Taint> {
+    node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default()
+}
+
+/// The taints with `taint` added, or `None` when the node has it already.
+fn with_taint(node: &Node, taint: &Taint) -> Option<Vec<Taint>> {
+    let mut taints = current_taints(node);
+    match taints.iter_mut().find(|t| same_taint(t, taint)) {
+        Some(t) if t.value == taint.value => None,
+        Some(t) => {
+            *t = taint.clone();
+            Some(taints)
+        }
+        None => {
+            taints.push(taint.clone());
+            Some(taints)
+        }
+    }
+}
+
+/// The taints with `taint`'s key and effect removed, or `None` when there are none.
+fn without_taint(node: &Node, taint: &Taint) -> Option<Vec<Taint>> {
+    let taints = current_taints(node);
+    let kept: Vec<Taint> = taints.iter().filter(|t| !same_taint(t, taint)).cloned().collect();
+    (kept.len() != taints.len()).then_some(kept)
+}
+
+impl KubeCluster {
+    /// The port on `client` (built with `default_retry = false`, see the module docs).
+    pub fn new(client: Client) -> Self {
+        KubeCluster { client }
+    }
+
+    fn nodes_api(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    async fn validated<T: DeserializeOwned + Validate>(
+        &self,
+        resource: &ApiResource,
+    ) -> Result<Validated<T>, ClusterError> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+        let objects = list_all(&api, ListParams::default())
+            .await
+            .map_err(|e| map_err(&resource.plural, e))?;
+        let mut out = Validated::default();
+        for object in objects {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let read = serde_json::to_value(&object)
+                .map_err(|e| e.to_string())
+                .and_then(|v| from_value::<T>(&v).map_err(|e| e.to_string()));
+            match read {
+                Ok(o) => out.valid.push(o),
+                Err(reason) => out.invalid.push(InvalidObject { name, reason }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Replaces the taints of the node as `read` saw it, or a `Conflict` if the node has
+    /// changed since (another writer got there first).
+    ///
+    /// Why this patch: a JSON merge patch replaces the whole `spec.taints` list, and
+    /// touches no other field (a PUT of the whole Node would drop fields this client's
+    /// k8s-openapi does not know, from a newer apiserver). The list is replaced because a
+    /// strategic merge patch merges taints by key alone, which would conflate two taints
+    /// with one key and different effects. Replacing a list we read is only safe if
+    /// nobody changed it meanwhile, so the patch carries the `resourceVersion` we read:
+    /// the apiserver then applies it only to that version and answers 409 otherwise.
+    pub async fn set_taints_as_read(&self, read: &Node, taints: &[Taint]) -> Result<(), ClusterError> {
+        let name = read.metadata.name.clone().unwrap_or_default();
+        let taints = if taints.is_empty() { json!(null) } else { json!(taints) };
+        let patch = json!({
+            "metadata": {"resourceVersion": read.metadata.resource_version},
+            "spec": {"taints": taints},
+        });
+        self.nodes_api()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+            .map_err(|e| map_err(&format!("node {name}"), e))
+    }
+
+    /// Reads the node and writes the taints `change` makes of it, reading again when a
+    /// concurrent change made the write stale.
+    async fn change_taints(
+        &self,
+        node: &str,
+        change: impl Fn(&Node) -> Option<Vec<Taint>>,
+    ) -> Result<(), ClusterError> {
+        let what = format!("node {node}");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let read = self.nodes_api().get(node).await.map_err(|e| map_err(&what, e))?;
+            let Some(taints) = change(&read) else {
+                return Ok(());
+            };
+            match self.set_taints_as_read(&read, &taints).await {
+                Err(ClusterError::Conflict(_)) if attempt < CONFLICT_ATTEMPTS => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Cluster for KubeCluster {
+    async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        list_all(
+            &api,
+            ListParams::default().fields("status.phase=Pending,spec.nodeName="),
+        )
+        .await
+        .map_err(|e| map_err("pending pods", e))
+    }
+
+    async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
+        list_all(&self.nodes_api(), ListParams::default())
+            .await
+            .map_err(|e| map_err("nodes", e))
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        list_all(&api, ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .map_err(|e| map_err(&format!("pods on node {node}"), e))
+    }
+
+    async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
+        list_all(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("daemonsets", e))
+    }
+
+    async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
+        list_all(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("poddisruptionbudgets", e))
+    }
+
+    async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {
+        self.validated(&nodepools_resource()).await
+    }
+
+    async fn ec2nodeclasses(&self) -> Result<Validated<EC2NodeClass>, ClusterError> {
+        self.validated(&ec2nodeclasses_resource()).await
+    }
+
+    async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
+        // A merge patch of one field: nothing else on the node changes.
+        let patch = json!({"spec": {"unschedulable": true}});
+        self.nodes_api()
+            .patch(node, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+            .map_err(|e| map_err(&format!("node {node}"), e))
+    }
+
+    async fn taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        self.change_taints(node, |n| with_taint(n, taint)).await
+    }
+
+    async fn untaint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        self.change_taints(node, |n| without_taint(n, taint)).await
+    }
+
+    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match api.evict(pod, &EvictParams::default()).await {
+            Ok(_) => Ok(Eviction::Evicted),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Eviction::Gone),
+            Err(kube::Error::Api(s)) if pdb_refusal(&s) => Ok(Eviction::Blocked { reason: s.message }),
+            Err(e) => Err(map_err(&format!("pod {namespace}/{pod}"), e)),
+        }
+    }
+
+    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+        match self.nodes_api().delete(node, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(map_err(&format!("node {node}"), e)),
+        }
+    }
+
+    async fn patch_labels_annotations(
+        &self,
+        node: &str,
+        labels: &MetadataPatch,
+        annotations: &MetadataPatch,
+    ) -> Result<(), ClusterError> {
+        // A merge patch of the named keys: `null` removes a key, others stay as they are.
+        let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+        self.nodes_api()
+            .patch(node, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+            .map_err(|e| map_err(&format!("node {node}"), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.map(str::to_string),
+            effect: effect.into(),
+            time_added: None,
+        }
+    }
+
+    fn node(taints: Vec<Taint>) -> Node {
+        Node {
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                taints: Some(taints),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn taints_are_matched_by_key_and_effect() {
+        let a = taint("a", None, "NoSchedule");
+        let n = node(vec![a.clone()]);
+        assert_eq!(with_taint(&n, &a), None, "present: no write");
+        let a2 = taint("a", Some("v"), "NoSchedule");
+        assert_eq!(with_taint(&n, &a2), Some(vec![a2.clone()]), "new value replaces");
+        let a_exec = taint("a", None, "NoExecute");
+        assert_eq!(with_taint(&n, &a_exec), Some(vec![a.clone(), a_exec.clone()]));
+        assert_eq!(without_taint(&n, &a_exec), None, "absent: no write");
+        assert_eq!(without_taint(&n, &a2), Some(vec![]), "value not compared");
+    }
+
+    #[test]
+    fn only_pdb_refusals_are_blocked() {
+        let status = |code: u16, message: &str| kube::core::Status {
+            code,
+            message: message.into(),
+            ..Default::default()
+        };
+        assert!(pdb_refusal(&status(
+            429,
+            "Cannot evict pod as it would violate the pod's disruption budget."
+        )));
+        assert!(pdb_refusal(&status(
+            500,
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+        )));
+        assert!(!pdb_refusal(&status(429, "Too many requests, please try again later.")));
+        assert!(!pdb_refusal(&status(500, "etcd timeout")));
+    }
+}

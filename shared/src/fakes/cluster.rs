@@ -1,0 +1,428 @@
+//! An in-memory cluster that applies the apiserver's eviction rule.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::DeserializeOwned;
+
+use crate::decide::selector::Selector;
+use crate::model::manifest::{Validate, from_value};
+use crate::model::{EC2NodeClass, NodePool};
+use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
+
+/// The apiserver's message for an eviction a PDB blocks.
+pub const PDB_BLOCKS: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+/// The apiserver's message for a pod that more than one PDB covers.
+pub const SEVERAL_PDBS: &str =
+    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+
+/// An error to inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterErrorKind {
+    /// `ClusterError::NotFound`.
+    NotFound,
+    /// `ClusterError::Conflict`.
+    Conflict,
+    /// `ClusterError::Throttled`.
+    Throttled,
+    /// `ClusterError::Unauthorized`.
+    Unauthorized,
+    /// `ClusterError::Api`.
+    Api,
+}
+
+type Key = (String, String);
+
+#[derive(Debug, Default)]
+struct State {
+    pods: BTreeMap<Key, Pod>,
+    nodes: BTreeMap<String, Node>,
+    pdbs: BTreeMap<Key, PodDisruptionBudget>,
+    /// Evictions each PDB allowed: the evicted pods still count as expected, as the
+    /// disruption controller counts them while their controller replaces them.
+    disrupted: BTreeMap<Key, i32>,
+    daemonsets: BTreeMap<Key, DaemonSet>,
+    nodepools: BTreeMap<String, serde_json::Value>,
+    ec2nodeclasses: BTreeMap<String, serde_json::Value>,
+}
+
+/// A cluster in memory: pods, nodes, PDBs, DaemonSets, NodePools and EC2NodeClasses.
+///
+/// It records every call, can be told to fail the next calls, and evicts as the
+/// apiserver does: a pod covered by one PDB (same namespace, selector matching its
+/// labels) is evicted only while the PDB allows a disruption, computed from `minAvailable`
+/// or `maxUnavailable` (integers or percentages) against the healthy (Running and Ready)
+/// pods the selector matches. An evicted pod is removed at once (no kubelet, no
+/// replacement) and still counts as expected for its PDB, so each eviction decrements
+/// the disruptions allowed. `pdbs()` returns the PDBs with that status filled in.
+#[derive(Debug, Default)]
+pub struct FakeCluster {
+    state: Mutex<State>,
+    calls: Mutex<Vec<String>>,
+    fail_next: Mutex<Vec<ClusterErrorKind>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn key(namespace: Option<&String>, name: Option<&String>) -> Key {
+    (
+        namespace.cloned().unwrap_or_else(|| "default".to_string()),
+        name.cloned().unwrap_or_default(),
+    )
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// Running, Ready and not terminating: what the disruption controller counts as healthy.
+fn healthy(pod: &Pod) -> bool {
+    phase(pod) == "Running"
+        && pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn covers(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
+    if pdb.metadata.namespace != pod.metadata.namespace {
+        return false;
+    }
+    // A PDB without a selector selects nothing; an empty one selects the namespace.
+    let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+        return false;
+    };
+    Selector::from_k8s(selector).is_ok_and(|s| s.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())))
+}
+
+/// `value` of `total` (an integer, or a percentage rounded up, as the controller does).
+fn scaled(value: &IntOrString, total: i32) -> i32 {
+    match value {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(s) => {
+            let pct: i64 = s.trim_end_matches('%').trim().parse().unwrap_or(0);
+            let scaled = (pct * i64::from(total) + 99) / 100;
+            i32::try_from(scaled).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+impl State {
+    fn budget(&self, k: &Key, pdb: &PodDisruptionBudget) -> PodDisruptionBudgetStatus {
+        let matching: Vec<&Pod> = self
+            .pods
+            .values()
+            .filter(|p| !matches!(phase(p), "Succeeded" | "Failed") && covers(pdb, p))
+            .collect();
+        let current = i32::try_from(matching.iter().filter(|p| healthy(p)).count()).unwrap_or(i32::MAX);
+        let expected = i32::try_from(matching.len())
+            .unwrap_or(i32::MAX)
+            .saturating_add(self.disrupted.get(k).copied().unwrap_or(0));
+        let spec = pdb.spec.clone().unwrap_or_default();
+        let desired = match (&spec.max_unavailable, &spec.min_available) {
+            (Some(max), _) => (expected - scaled(max, expected)).max(0),
+            (None, Some(min)) => scaled(min, expected),
+            (None, None) => 0,
+        };
+        PodDisruptionBudgetStatus {
+            current_healthy: current,
+            desired_healthy: desired,
+            disruptions_allowed: (current - desired).max(0),
+            expected_pods: expected,
+            observed_generation: pdb.metadata.generation,
+            ..PodDisruptionBudgetStatus::default()
+        }
+    }
+
+    fn node_mut(&mut self, name: &str) -> Result<&mut Node, ClusterError> {
+        self.nodes
+            .get_mut(name)
+            .ok_or_else(|| ClusterError::NotFound(format!("node {name}")))
+    }
+
+    fn evict(&mut self, k: Key) -> Eviction {
+        let Some(pod) = self.pods.get(&k) else {
+            return Eviction::Gone;
+        };
+        let ignores_pdbs =
+            matches!(phase(pod), "Pending" | "Succeeded" | "Failed") || pod.metadata.deletion_timestamp.is_some();
+        let covering: Vec<(&Key, &PodDisruptionBudget)> = self.pdbs.iter().filter(|(_, b)| covers(b, pod)).collect();
+        if ignores_pdbs || covering.is_empty() {
+            self.pods.remove(&k);
+            return Eviction::Evicted;
+        }
+        let [(pdb_key, pdb)] = covering.as_slice() else {
+            return Eviction::Blocked {
+                reason: SEVERAL_PDBS.to_string(),
+            };
+        };
+        let status = self.budget(pdb_key, pdb);
+        if !healthy(pod) {
+            // An unhealthy pod does not count against the budget when the budget is met
+            // (`IfHealthyBudget`, the default) or always (`AlwaysAllow`).
+            let policy = pdb
+                .spec
+                .as_ref()
+                .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref());
+            if policy == Some("AlwaysAllow") || status.current_healthy >= status.desired_healthy {
+                self.pods.remove(&k);
+                return Eviction::Evicted;
+            }
+        }
+        if status.disruptions_allowed > 0 {
+            let pdb_key = (*pdb_key).clone();
+            *self.disrupted.entry(pdb_key).or_insert(0) += 1;
+            self.pods.remove(&k);
+            return Eviction::Evicted;
+        }
+        Eviction::Blocked {
+            reason: PDB_BLOCKS.to_string(),
+        }
+    }
+}
+
+fn validated<T: DeserializeOwned + Validate>(objects: &BTreeMap<String, serde_json::Value>) -> Validated<T> {
+    let mut out = Validated::default();
+    for (name, value) in objects {
+        match from_value::<T>(value) {
+            Ok(o) => out.valid.push(o),
+            Err(e) => out.invalid.push(InvalidObject {
+                name: name.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    out
+}
+
+fn object_name(value: &serde_json::Value) -> String {
+    value["metadata"]["name"].as_str().unwrap_or_default().to_string()
+}
+
+fn same_taint(a: &Taint, b: &Taint) -> bool {
+    a.key == b.key && a.effect == b.effect
+}
+
+fn apply(map: &mut Option<BTreeMap<String, String>>, patch: &MetadataPatch) {
+    let map = map.get_or_insert_with(BTreeMap::new);
+    for (k, v) in patch {
+        match v {
+            Some(v) => map.insert(k.clone(), v.clone()),
+            None => map.remove(k),
+        };
+    }
+}
+
+impl FakeCluster {
+    /// An empty cluster.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces a pod (its namespace defaults to `default`).
+    pub fn add_pod(&self, pod: Pod) {
+        let k = key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref());
+        lock(&self.state).pods.insert(k, pod);
+    }
+
+    /// Adds or replaces a node.
+    pub fn add_node(&self, node: Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        lock(&self.state).nodes.insert(name, node);
+    }
+
+    /// Adds or replaces a PDB; its status is computed, whatever it holds.
+    pub fn add_pdb(&self, pdb: PodDisruptionBudget) {
+        let k = key(pdb.metadata.namespace.as_ref(), pdb.metadata.name.as_ref());
+        let mut state = lock(&self.state);
+        state.disrupted.remove(&k);
+        state.pdbs.insert(k, pdb);
+    }
+
+    /// Adds or replaces a DaemonSet.
+    pub fn add_daemonset(&self, ds: DaemonSet) {
+        let k = key(ds.metadata.namespace.as_ref(), ds.metadata.name.as_ref());
+        lock(&self.state).daemonsets.insert(k, ds);
+    }
+
+    /// Adds or replaces a NodePool as the API holds it (JSON), valid or not.
+    pub fn add_nodepool(&self, object: serde_json::Value) {
+        lock(&self.state).nodepools.insert(object_name(&object), object);
+    }
+
+    /// Adds or replaces an EC2NodeClass as the API holds it (JSON), valid or not.
+    pub fn add_ec2nodeclass(&self, object: serde_json::Value) {
+        lock(&self.state).ec2nodeclasses.insert(object_name(&object), object);
+    }
+
+    /// A node as it is now.
+    pub fn node(&self, name: &str) -> Option<Node> {
+        lock(&self.state).nodes.get(name).cloned()
+    }
+
+    /// A pod as it is now.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        lock(&self.state)
+            .pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// The disruptions a PDB allows now.
+    pub fn disruptions_allowed(&self, namespace: &str, pdb: &str) -> Option<i32> {
+        let state = lock(&self.state);
+        let k = (namespace.to_string(), pdb.to_string());
+        state.pdbs.get(&k).map(|p| state.budget(&k, p).disruptions_allowed)
+    }
+
+    /// The calls made so far, as `method argument`.
+    pub fn calls(&self) -> Vec<String> {
+        lock(&self.calls).clone()
+    }
+
+    /// Makes the next call fail with `kind` (several queue up).
+    pub fn fail_next(&self, kind: ClusterErrorKind) {
+        lock(&self.fail_next).push(kind);
+    }
+
+    fn enter(&self, call: String) -> Result<MutexGuard<'_, State>, ClusterError> {
+        lock(&self.calls).push(call.clone());
+        let mut failures = lock(&self.fail_next);
+        if !failures.is_empty() {
+            let what = format!("injected on {call}");
+            return Err(match failures.remove(0) {
+                ClusterErrorKind::NotFound => ClusterError::NotFound(what),
+                ClusterErrorKind::Conflict => ClusterError::Conflict(what),
+                ClusterErrorKind::Throttled => ClusterError::Throttled(what),
+                ClusterErrorKind::Unauthorized => ClusterError::Unauthorized(what),
+                ClusterErrorKind::Api => ClusterError::Api(what.into()),
+            });
+        }
+        Ok(lock(&self.state))
+    }
+}
+
+impl Cluster for FakeCluster {
+    async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        let state = self.enter("pending_pods".into())?;
+        Ok(state
+            .pods
+            .values()
+            .filter(|p| {
+                phase(p) == "Pending"
+                    && p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_none_or(str::is_empty)
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
+        let state = self.enter("nodes".into())?;
+        Ok(state.nodes.values().cloned().collect())
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        let state = self.enter(format!("pods_on_node {node}"))?;
+        Ok(state
+            .pods
+            .values()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .cloned()
+            .collect())
+    }
+
+    async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
+        let state = self.enter("daemonsets".into())?;
+        Ok(state.daemonsets.values().cloned().collect())
+    }
+
+    async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
+        let state = self.enter("pdbs".into())?;
+        Ok(state
+            .pdbs
+            .iter()
+            .map(|(k, p)| PodDisruptionBudget {
+                status: Some(state.budget(k, p)),
+                ..p.clone()
+            })
+            .collect())
+    }
+
+    async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {
+        let state = self.enter("nodepools".into())?;
+        Ok(validated(&state.nodepools))
+    }
+
+    async fn ec2nodeclasses(&self) -> Result<Validated<EC2NodeClass>, ClusterError> {
+        let state = self.enter("ec2nodeclasses".into())?;
+        Ok(validated(&state.ec2nodeclasses))
+    }
+
+    async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("cordon {node}"))?;
+        state.node_mut(node)?.spec.get_or_insert_default().unschedulable = Some(true);
+        Ok(())
+    }
+
+    async fn taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("taint {node} {}:{}", taint.key, taint.effect))?;
+        let taints = state
+            .node_mut(node)?
+            .spec
+            .get_or_insert_default()
+            .taints
+            .get_or_insert_default();
+        match taints.iter_mut().find(|t| same_taint(t, taint)) {
+            Some(t) => *t = taint.clone(),
+            None => taints.push(taint.clone()),
+        }
+        Ok(())
+    }
+
+    async fn untaint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("untaint {node} {}:{}", taint.key, taint.effect))?;
+        let spec = state.node_mut(node)?.spec.get_or_insert_default();
+        if let Some(taints) = spec.taints.as_mut() {
+            taints.retain(|t| !same_taint(t, taint));
+        }
+        Ok(())
+    }
+
+    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+        let mut state = self.enter(format!("evict {namespace}/{pod}"))?;
+        Ok(state.evict((namespace.to_string(), pod.to_string())))
+    }
+
+    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("delete_node {node}"))?;
+        state.nodes.remove(node);
+        Ok(())
+    }
+
+    async fn patch_labels_annotations(
+        &self,
+        node: &str,
+        labels: &MetadataPatch,
+        annotations: &MetadataPatch,
+    ) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("patch_labels_annotations {node}"))?;
+        let meta = &mut state.node_mut(node)?.metadata;
+        apply(&mut meta.labels, labels);
+        apply(&mut meta.annotations, annotations);
+        Ok(())
+    }
+}

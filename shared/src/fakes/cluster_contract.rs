@@ -1,0 +1,488 @@
+//! The Cluster contract, as one suite every implementation runs: the fake in this crate's
+//! tests, the kube adapter against the local stack's apiserver.
+//!
+//! The port has no way to create pods or nodes, so the suite comes with its scene
+//! ([`ClusterScene`]): the caller puts it in the cluster (straight into a
+//! [`FakeCluster`](super::FakeCluster), or through the API and waits until kwok runs the
+//! pods and the disruption controller has computed the PDBs), then runs
+//! [`cluster_contract`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec, Taint,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::json;
+
+use super::FakeCluster;
+use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch};
+
+/// The label of the scene's node that every write must keep.
+pub const KEEP_LABEL: &str = "example.com/keep";
+/// The taint the scene's node starts with, which every write must keep.
+pub fn keep_taint() -> Taint {
+    Taint {
+        key: "example.com/keep".into(),
+        value: Some("yes".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
+/// The taint the suite adds and removes.
+pub fn disrupted_taint() -> Taint {
+    Taint {
+        key: "carpool.sh/disrupted".into(),
+        value: None,
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
+/// The objects [`cluster_contract`] expects in the cluster, all named after one unique
+/// string (a DNS label, used as the namespace too):
+/// - a node `<u>-node` (annotated for kwok) with the label [`KEEP_LABEL`] and the taint
+///   [`keep_taint`];
+/// - on it, pods `guarded-0`, `guarded-1` (label `app=guarded`) and `free-0`, `free-1`
+///   (`app=free`), Running and Ready; and `pending-0` (`app=guarded`), which no node
+///   matches, Pending and unbound;
+/// - PDBs `guarded` (minAvailable 2: no disruption allowed) and `free` (minAvailable 1:
+///   one allowed);
+/// - a DaemonSet `agent` that selects no node;
+/// - NodePools `<u>-valid` and `<u>-invalid` (a negative limit, which the CRD schema
+///   accepts and Carpool does not), and an EC2NodeClass `<u>-valid`.
+#[derive(Clone, Debug)]
+pub struct ClusterScene {
+    /// The namespace, and the prefix of the cluster-scoped names.
+    pub unique: String,
+    /// The node.
+    pub node: Node,
+    /// The pods, with the status kwok and the scheduler would give them.
+    pub pods: Vec<Pod>,
+    /// The PDBs (status left for the disruption controller).
+    pub pdbs: Vec<PodDisruptionBudget>,
+    /// The DaemonSets.
+    pub daemonsets: Vec<DaemonSet>,
+    /// The NodePools, as JSON.
+    pub nodepools: Vec<serde_json::Value>,
+    /// The EC2NodeClasses, as JSON.
+    pub ec2nodeclasses: Vec<serde_json::Value>,
+}
+
+fn meta(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: (!labels.is_empty()).then(|| labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn pod_spec(node: Option<&str>) -> PodSpec {
+    PodSpec {
+        containers: vec![Container {
+            name: "main".into(),
+            image: Some("registry.k8s.io/pause:3.10".into()),
+            ..Container::default()
+        }],
+        node_name: node.map(str::to_string),
+        // The unbound pod asks for a label no node has, so it stays Pending.
+        node_selector: node
+            .is_none()
+            .then(|| BTreeMap::from([("carpool.sh/contract".to_string(), "nowhere".to_string())])),
+        tolerations: None,
+        termination_grace_period_seconds: Some(0),
+        ..PodSpec::default()
+    }
+}
+
+fn running() -> PodStatus {
+    PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    }
+}
+
+fn pdb(namespace: &str, name: &str, app: &str, min_available: i32) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(Some(namespace), name, &[]),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(min_available)),
+            selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("app".to_string(), app.to_string())])),
+                match_expressions: None,
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn nodepool(name: &str, cpu_limit: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "limits": {"cpu": cpu_limit},
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
+            }},
+        },
+    })
+}
+
+impl ClusterScene {
+    /// The scene named after `unique` (a DNS label of at most 40 characters).
+    pub fn new(unique: &str) -> Self {
+        let ns = unique;
+        let node_name = format!("{unique}-node");
+        let node = Node {
+            metadata: ObjectMeta {
+                annotations: Some(BTreeMap::from([("kwok.x-k8s.io/node".to_string(), "fake".to_string())])),
+                ..meta(
+                    None,
+                    &node_name,
+                    &[(KEEP_LABEL, "yes"), ("kubernetes.io/hostname", &node_name)],
+                )
+            },
+            spec: Some(NodeSpec {
+                taints: Some(vec![keep_taint()]),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                allocatable: Some(BTreeMap::from([
+                    ("cpu".to_string(), Quantity("4".into())),
+                    ("memory".to_string(), Quantity("16Gi".into())),
+                    ("pods".to_string(), Quantity("110".into())),
+                ])),
+                capacity: Some(BTreeMap::from([
+                    ("cpu".to_string(), Quantity("4".into())),
+                    ("memory".to_string(), Quantity("16Gi".into())),
+                    ("pods".to_string(), Quantity("110".into())),
+                ])),
+                ..NodeStatus::default()
+            }),
+        };
+        let bound = |name: &str, app: &str| Pod {
+            metadata: meta(Some(ns), name, &[("app", app)]),
+            spec: Some(pod_spec(Some(&node_name))),
+            status: Some(running()),
+        };
+        let pods = vec![
+            bound("guarded-0", "guarded"),
+            bound("guarded-1", "guarded"),
+            bound("free-0", "free"),
+            bound("free-1", "free"),
+            Pod {
+                metadata: meta(Some(ns), "pending-0", &[("app", "guarded")]),
+                spec: Some(pod_spec(None)),
+                status: Some(PodStatus {
+                    phase: Some("Pending".into()),
+                    ..PodStatus::default()
+                }),
+            },
+        ];
+        let agent = BTreeMap::from([("app".to_string(), "agent".to_string())]);
+        let daemonset = DaemonSet {
+            metadata: meta(Some(ns), "agent", &[]),
+            spec: Some(DaemonSetSpec {
+                selector: LabelSelector {
+                    match_labels: Some(agent.clone()),
+                    match_expressions: None,
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(agent),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(pod_spec(None)),
+                },
+                ..DaemonSetSpec::default()
+            }),
+            status: None,
+        };
+        let ec2nodeclass = json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": format!("{unique}-valid")},
+            "spec": {
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "role": "KarpenterNodeRole-carpool-local",
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
+            },
+        });
+        ClusterScene {
+            unique: unique.to_string(),
+            node,
+            pods,
+            pdbs: vec![pdb(ns, "guarded", "guarded", 2), pdb(ns, "free", "free", 1)],
+            daemonsets: vec![daemonset],
+            nodepools: vec![
+                nodepool(&format!("{unique}-valid"), "100"),
+                nodepool(&format!("{unique}-invalid"), "-1"),
+            ],
+            ec2nodeclasses: vec![ec2nodeclass],
+        }
+    }
+
+    /// The node's name.
+    pub fn node_name(&self) -> String {
+        format!("{}-node", self.unique)
+    }
+
+    /// Puts the scene into a fake cluster.
+    pub fn load_into(&self, fake: &FakeCluster) {
+        fake.add_node(self.node.clone());
+        self.pods.iter().for_each(|p| fake.add_pod(p.clone()));
+        self.pdbs.iter().for_each(|p| fake.add_pdb(p.clone()));
+        self.daemonsets.iter().for_each(|d| fake.add_daemonset(d.clone()));
+        self.nodepools.iter().for_each(|n| fake.add_nodepool(n.clone()));
+        self.ec2nodeclasses
+            .iter()
+            .for_each(|n| fake.add_ec2nodeclass(n.clone()));
+    }
+}
+
+fn pod_names<'a>(pods: &'a [Pod], namespace: &str) -> Vec<&'a str> {
+    let mut names: Vec<&str> = pods
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+async fn node_of<C: Cluster>(cluster: &C, name: &str) -> Node {
+    let nodes = cluster.nodes().await;
+    let found = nodes
+        .as_ref()
+        .ok()
+        .and_then(|ns| ns.iter().find(|n| n.metadata.name.as_deref() == Some(name)));
+    match found {
+        Some(n) => n.clone(),
+        None => panic!("node {name} is listed: {nodes:?}"),
+    }
+}
+
+/// The node's taints, without the ones Kubernetes manages itself (`node.kubernetes.io/*`,
+/// e.g. `not-ready` while a new node starts), which come and go on a real cluster.
+fn taints(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
+        .map(|t| Taint { time_added: None, ..t })
+        .collect()
+}
+
+fn label(node: &Node, key: &str) -> Option<String> {
+    node.metadata.labels.as_ref().and_then(|l| l.get(key).cloned())
+}
+
+fn annotation(node: &Node, key: &str) -> Option<String> {
+    node.metadata.annotations.as_ref().and_then(|l| l.get(key).cloned())
+}
+
+fn not_found<T: std::fmt::Debug>(r: &Result<T, ClusterError>) -> bool {
+    matches!(r, Err(ClusterError::NotFound(_)))
+}
+
+/// Runs the Cluster contract (see [`Cluster`]) against `cluster`, which holds `scene`
+/// settled: the bound pods Running and Ready, the PDBs computed (for a real cluster,
+/// `status.observedGeneration` current). Panics on the first breach, naming it. It
+/// evicts pods, changes the node and deletes it last.
+pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
+    let ns = scene.unique.as_str();
+    let node = scene.node_name();
+
+    // Reads.
+    let pending = cluster.pending_pods().await;
+    assert!(
+        matches!(&pending, Ok(p) if pod_names(p, ns) == ["pending-0"]),
+        "pending_pods lists the unbound pod only: {pending:?}"
+    );
+    let on_node = cluster.pods_on_node(&node).await;
+    assert!(
+        matches!(&on_node, Ok(p) if pod_names(p, ns) == ["free-0", "free-1", "guarded-0", "guarded-1"]),
+        "pods_on_node lists the bound pods: {on_node:?}"
+    );
+    let elsewhere = cluster.pods_on_node(&format!("{}-missing", scene.unique)).await;
+    assert!(
+        matches!(&elsewhere, Ok(p) if p.is_empty()),
+        "an unknown node has no pods: {elsewhere:?}"
+    );
+    let listed = node_of(cluster, &node).await;
+    assert_eq!(
+        label(&listed, KEEP_LABEL).as_deref(),
+        Some("yes"),
+        "the node's labels are read"
+    );
+    let ds = cluster.daemonsets().await;
+    assert!(
+        matches!(&ds, Ok(d) if d.iter().any(|d| d.metadata.namespace.as_deref() == Some(ns) && d.metadata.name.as_deref() == Some("agent"))),
+        "daemonsets lists the DaemonSet: {ds:?}"
+    );
+    let pdbs = cluster.pdbs().await;
+    let allowed = |name: &str| {
+        pdbs.as_ref().ok().and_then(|ps| {
+            ps.iter()
+                .find(|p| p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(name))
+                .and_then(|p| p.status.as_ref())
+                .map(|s| s.disruptions_allowed)
+        })
+    };
+    assert_eq!(
+        (allowed("guarded"), allowed("free")),
+        (Some(0), Some(1)),
+        "pdbs lists both with their status: {pdbs:?}"
+    );
+    let nodepools = cluster.nodepools().await;
+    let valid_name = format!("{}-valid", scene.unique);
+    let invalid_name = format!("{}-invalid", scene.unique);
+    assert!(
+        matches!(&nodepools, Ok(v) if v.valid.iter().any(|n| n.metadata.name.as_deref() == Some(valid_name.as_str()))
+            && !v.valid.iter().any(|n| n.metadata.name.as_deref() == Some(invalid_name.as_str()))
+            && v.invalid.iter().any(|i| i.name == invalid_name && i.reason.contains("spec.limits.cpu"))),
+        "nodepools reads the valid one and names the invalid one's field: {nodepools:?}"
+    );
+    let classes = cluster.ec2nodeclasses().await;
+    assert!(
+        matches!(&classes, Ok(v) if v.valid.iter().any(|n| n.metadata.name.as_deref() == Some(valid_name.as_str()))),
+        "ec2nodeclasses reads the valid one: {classes:?}"
+    );
+
+    // Evictions.
+    let r = cluster.evict(ns, "guarded-0").await;
+    assert!(
+        matches!(&r, Ok(Eviction::Blocked { .. })),
+        "a PDB with no disruption allowed blocks: {r:?}"
+    );
+    let r = cluster.evict(ns, "free-0").await;
+    assert!(
+        matches!(&r, Ok(Eviction::Evicted)),
+        "a PDB with a disruption allowed lets one pod go: {r:?}"
+    );
+    let r = cluster.evict(ns, "free-1").await;
+    assert!(
+        matches!(&r, Ok(Eviction::Blocked { .. })),
+        "the eviction used the PDB's one disruption: {r:?}"
+    );
+    let r = cluster.evict(ns, "pending-0").await;
+    assert!(
+        matches!(&r, Ok(Eviction::Evicted)),
+        "a Pending pod is evicted whatever its PDB: {r:?}"
+    );
+    let r = cluster.evict(ns, "never-was").await;
+    assert!(matches!(&r, Ok(Eviction::Gone)), "a missing pod is gone: {r:?}");
+
+    // Node writes keep what they do not change.
+    let r = cluster.cordon(&node).await;
+    assert!(r.is_ok(), "cordon: {r:?}");
+    assert!(cluster.cordon(&node).await.is_ok(), "cordon again");
+    let after = node_of(cluster, &node).await;
+    assert_eq!(
+        after.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "cordon sets unschedulable"
+    );
+    assert_eq!(label(&after, KEEP_LABEL).as_deref(), Some("yes"), "cordon keeps labels");
+    assert_eq!(taints(&after), [keep_taint()], "cordon keeps taints");
+
+    let r = cluster.taint(&node, &disrupted_taint()).await;
+    assert!(r.is_ok(), "taint: {r:?}");
+    let r = cluster.taint(&node, &disrupted_taint()).await;
+    assert!(r.is_ok(), "taint again: {r:?}");
+    let after = node_of(cluster, &node).await;
+    assert_eq!(
+        taints(&after),
+        [keep_taint(), disrupted_taint()],
+        "taint adds once and keeps the others"
+    );
+    assert_eq!(label(&after, KEEP_LABEL).as_deref(), Some("yes"), "taint keeps labels");
+    assert_eq!(
+        after.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "taint keeps unschedulable"
+    );
+
+    let patch_labels: MetadataPatch = BTreeMap::from([("carpool.sh/contract".to_string(), Some("1".to_string()))]);
+    let patch_annotations: MetadataPatch =
+        BTreeMap::from([("carpool.sh/note".to_string(), Some("contract".to_string()))]);
+    let r = cluster
+        .patch_labels_annotations(&node, &patch_labels, &patch_annotations)
+        .await;
+    assert!(r.is_ok(), "patch_labels_annotations: {r:?}");
+    let after = node_of(cluster, &node).await;
+    assert_eq!(label(&after, "carpool.sh/contract").as_deref(), Some("1"), "label set");
+    assert_eq!(
+        annotation(&after, "carpool.sh/note").as_deref(),
+        Some("contract"),
+        "annotation set"
+    );
+    assert_eq!(label(&after, KEEP_LABEL).as_deref(), Some("yes"), "other labels kept");
+    assert_eq!(
+        annotation(&after, "kwok.x-k8s.io/node").as_deref(),
+        Some("fake"),
+        "other annotations kept"
+    );
+    let remove: MetadataPatch = BTreeMap::from([("carpool.sh/contract".to_string(), None)]);
+    let r = cluster
+        .patch_labels_annotations(&node, &remove, &MetadataPatch::new())
+        .await;
+    assert!(r.is_ok(), "patch_labels_annotations removing: {r:?}");
+    let after = node_of(cluster, &node).await;
+    assert_eq!(label(&after, "carpool.sh/contract"), None, "label removed");
+    assert_eq!(label(&after, KEEP_LABEL).as_deref(), Some("yes"), "other labels kept");
+    assert_eq!(
+        taints(&after),
+        [keep_taint(), disrupted_taint()],
+        "patching keeps taints"
+    );
+
+    let r = cluster.untaint(&node, &disrupted_taint()).await;
+    assert!(r.is_ok(), "untaint: {r:?}");
+    let r = cluster.untaint(&node, &disrupted_taint()).await;
+    assert!(r.is_ok(), "untaint again: {r:?}");
+    let after = node_of(cluster, &node).await;
+    assert_eq!(taints(&after), [keep_taint()], "untaint removes only its taint");
+
+    // A missing node.
+    let missing = format!("{}-missing", scene.unique);
+    let r = cluster.cordon(&missing).await;
+    assert!(not_found(&r), "cordon of a missing node: {r:?}");
+    let r = cluster.taint(&missing, &disrupted_taint()).await;
+    assert!(not_found(&r), "taint of a missing node: {r:?}");
+    let r = cluster.untaint(&missing, &disrupted_taint()).await;
+    assert!(not_found(&r), "untaint of a missing node: {r:?}");
+    let r = cluster
+        .patch_labels_annotations(&missing, &patch_labels, &MetadataPatch::new())
+        .await;
+    assert!(not_found(&r), "patch of a missing node: {r:?}");
+    let r = cluster.delete_node(&missing).await;
+    assert!(r.is_ok(), "deleting a missing node succeeds: {r:?}");
+
+    // Delete, twice.
+    let r = cluster.delete_node(&node).await;
+    assert!(r.is_ok(), "delete_node: {r:?}");
+    let r = cluster.delete_node(&node).await;
+    assert!(r.is_ok(), "delete_node again: {r:?}");
+    let nodes = cluster.nodes().await;
+    assert!(
+        matches!(&nodes, Ok(n) if !n.iter().any(|n| n.metadata.name.as_deref() == Some(node.as_str()))),
+        "a deleted node is not listed: {nodes:?}"
+    );
+}

@@ -1,0 +1,134 @@
+//! The Cluster port: what Carpool reads from and writes to the Kubernetes API.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::model::{EC2NodeClass, NodePool};
+
+/// What became of an eviction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// The apiserver accepted the eviction: the pod is being deleted.
+    Evicted,
+    /// A PodDisruptionBudget does not allow it now (the apiserver's 429, or its 500 for a
+    /// pod covered by more than one PDB). Try again later.
+    Blocked {
+        /// The apiserver's message, e.g. "Cannot evict pod as it would violate the pod's
+        /// disruption budget."
+        reason: String,
+    },
+    /// The pod does not exist (any more).
+    Gone,
+}
+
+/// An object the API returned that Carpool cannot read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidObject {
+    /// The object's name.
+    pub name: String,
+    /// Why it is invalid, naming the field path (`spec.limits.cpu: must not be negative`).
+    pub reason: String,
+}
+
+/// Objects read and validated one by one: one bad object does not hide the others.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Validated<T> {
+    /// The objects that read and validated.
+    pub valid: Vec<T>,
+    /// The objects that did not, with the reason.
+    pub invalid: Vec<InvalidObject>,
+}
+
+impl<T> Default for Validated<T> {
+    fn default() -> Self {
+        Validated {
+            valid: Vec::new(),
+            invalid: Vec::new(),
+        }
+    }
+}
+
+/// Labels or annotations to change: `Some(value)` sets a key, `None` removes it. Keys not
+/// named are left alone.
+pub type MetadataPatch = BTreeMap<String, Option<String>>;
+
+/// A Kubernetes API call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The object does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The object changed between read and write (HTTP 409).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The apiserver throttled the call (HTTP 429 not caused by a PDB) and retries ran out.
+    #[error("throttled: {0}")]
+    Throttled(String),
+    /// The credentials were refused (HTTP 401) or lack the permission (HTTP 403).
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    /// Any other failure: transport, decoding, another status.
+    #[error("kubernetes api: {0}")]
+    Api(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The Kubernetes cluster, as Carpool reads and changes it.
+///
+/// Contract (checked by [`crate::fakes::cluster_contract`] against every implementation):
+/// - Reads list the whole cluster (all namespaces). `pending_pods` returns the pods in
+///   phase Pending with no node (`status.phase=Pending,spec.nodeName=`); `pods_on_node`
+///   the pods bound to a node (empty for an unknown node).
+/// - `nodepools` and `ec2nodeclasses` read each object through
+///   [`crate::model::manifest::from_value`]; one that does not read or validate is
+///   returned in [`Validated::invalid`] with its name and the field path at fault.
+/// - `cordon` sets `spec.unschedulable` and touches nothing else.
+/// - `taint` adds the taint unless a taint with the same key and effect is there; a
+///   taint with the same key and effect but another value is replaced. Other taints,
+///   labels and annotations are kept. `untaint` removes the taints with the taint's key
+///   and effect (the value is not compared); absent, it succeeds.
+/// - `patch_labels_annotations` sets and removes only the keys it names.
+/// - Writes to a missing node are `NotFound`, except `delete_node`, which is idempotent.
+/// - `evict` goes through the Eviction API: a pod that a PDB protects is evicted only if
+///   the PDB allows a disruption now (`Blocked` otherwise, a value, not an error); a
+///   missing pod is `Gone`. Pods that are Pending, Succeeded, Failed or already
+///   terminating are evicted regardless of PDBs, as the apiserver does.
+/// - A write whose read went stale (a concurrent change) is a `Conflict`; implementations
+///   may retry it a few times first.
+pub trait Cluster: Send + Sync {
+    /// Pods in phase Pending that are not bound to a node.
+    fn pending_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
+    /// Every node.
+    fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
+    /// The pods bound to a node, in every namespace.
+    fn pods_on_node(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
+    /// Every DaemonSet.
+    fn daemonsets(&self) -> impl Future<Output = Result<Vec<DaemonSet>, ClusterError>> + Send;
+    /// Every PodDisruptionBudget, with the status the disruption controller computed.
+    fn pdbs(&self) -> impl Future<Output = Result<Vec<PodDisruptionBudget>, ClusterError>> + Send;
+    /// Every `karpenter.sh/v1` NodePool, the invalid ones apart.
+    fn nodepools(&self) -> impl Future<Output = Result<Validated<NodePool>, ClusterError>> + Send;
+    /// Every `karpenter.k8s.aws/v1` EC2NodeClass, the invalid ones apart.
+    fn ec2nodeclasses(&self) -> impl Future<Output = Result<Validated<EC2NodeClass>, ClusterError>> + Send;
+
+    /// Marks a node unschedulable.
+    fn cordon(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Adds a taint to a node unless it has it (idempotent).
+    fn taint(&self, node: &str, taint: &Taint) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Removes the taints with `taint`'s key and effect (idempotent).
+    fn untaint(&self, node: &str, taint: &Taint) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Evicts a pod through the Eviction API.
+    fn evict(&self, namespace: &str, pod: &str) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;
+    /// Deletes a Node object; a missing node is success.
+    fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Sets and removes labels and annotations of a node.
+    fn patch_labels_annotations(
+        &self,
+        node: &str,
+        labels: &MetadataPatch,
+        annotations: &MetadataPatch,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+}
