@@ -1129,7 +1129,6 @@ impl Scheduler {
                 best = Some((score, price, i, pattern.counts.iter().copied().collect()));
             }
         }
-        let _ = li;
         best.map(|(_, _, i, quota)| (i, quota))
     }
 
