@@ -21,7 +21,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
@@ -172,7 +172,15 @@ impl TokenSource {
             .await
             .map_err(EksError::Credentials)?;
         let now = self.clock.now();
-        let mut token = eks_token::token(&credentials, &self.cluster, &self.region, now).map_err(EksError::Token)?;
+        // aws-sigv4 (1.6) logs the canonical request at TRACE level, redacting sensitive
+        // headers but not query parameters; a presigned URL carries the session token as
+        // the `X-Amz-Security-Token` parameter. Signing is synchronous, so a scope without
+        // a subscriber keeps it out of every log (the test `no_credentials_or_tokens_appear_
+        // in_logs` caught this).
+        let mut token = tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            eks_token::token(&credentials, &self.cluster, &self.region, now)
+        })
+        .map_err(EksError::Token)?;
         if let Some(expiry) = credentials.expiry() {
             token.expires_at = token.expires_at.min(expiry);
         }
@@ -402,6 +410,7 @@ impl EksAccess {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::SystemTime;
 
     use aws_credential_types::Credentials;
     use aws_credential_types::provider::future;
