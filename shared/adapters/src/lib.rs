@@ -8,6 +8,8 @@
 //!
 //! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
 //!   racing write conditional.
+//! - [`eks`]: access to an EKS cluster: its endpoint and CA from `DescribeCluster` (or an
+//!   override), and a `kube::Client` carrying an EKS token it refreshes before expiry.
 //! - [`eks_token`]: the bearer token EKS accepts, as `aws eks get-token` makes it.
 //! - [`kube_cluster`]: the `Cluster` port on the Kubernetes API: reads, cordon and taint
 //!   patches that keep other fields, evictions through the Eviction API.
@@ -15,5 +17,6 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod dynamodb;
+pub mod eks;
 pub mod eks_token;
 pub mod kube_cluster;
