@@ -172,15 +172,9 @@ impl TokenSource {
             .await
             .map_err(EksError::Credentials)?;
         let now = self.clock.now();
-        // aws-sigv4 (1.6) logs the canonical request at TRACE level, redacting sensitive
-        // headers but not query parameters; a presigned URL carries the session token as
-        // the `X-Amz-Security-Token` parameter. Signing is synchronous, so a scope without
-        // a subscriber keeps it out of every log (the test `no_credentials_or_tokens_appear_
-        // in_logs` caught this).
-        let mut token = tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
-            eks_token::token(&credentials, &self.cluster, &self.region, now)
-        })
-        .map_err(EksError::Token)?;
+        // `eks_token::token` signs without a log subscriber: aws-sigv4 would log the session
+        // token of the presigned URL at TRACE level.
+        let mut token = eks_token::token(&credentials, &self.cluster, &self.region, now).map_err(EksError::Token)?;
         if let Some(expiry) = credentials.expiry() {
             token.expires_at = token.expires_at.min(expiry);
         }

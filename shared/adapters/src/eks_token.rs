@@ -46,7 +46,19 @@ impl std::fmt::Debug for Token {
 }
 
 /// Makes the token for `cluster` in `region`, signed at `now`.
+///
+/// aws-sigv4 (1.6) logs the canonical request at TRACE level, redacting sensitive headers
+/// but not query parameters, and a presigned URL carries the session token as the
+/// `X-Amz-Security-Token` parameter. Signing is synchronous, so it runs in a scope with no
+/// log subscriber: no caller can leak the token into its logs (the test
+/// `no_credentials_or_tokens_appear_in_logs` caught this).
 pub fn token(credentials: &Credentials, cluster: &str, region: &str, now: SystemTime) -> Result<Token, TokenError> {
+    tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+        sign_token(credentials, cluster, region, now)
+    })
+}
+
+fn sign_token(credentials: &Credentials, cluster: &str, region: &str, now: SystemTime) -> Result<Token, TokenError> {
     let url = format!("https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15");
     let identity = credentials.clone().into();
     let mut settings = SigningSettings::default();
