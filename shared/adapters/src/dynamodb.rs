@@ -16,6 +16,7 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use carpool::ports::{
     DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering, epoch_millis,
+    sort_key,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -237,7 +238,7 @@ impl DynamoStore {
         condition: &str,
         values: Vec<(&str, AttributeValue)>,
     ) -> Result<Lease, StoreError> {
-        let sk = format!("LEASE#{}", lease.job);
+        let sk = sort_key::lease(&lease.job);
         let mut item = self.key(&sk);
         item.insert("data".into(), s(to_json(lease)?));
         item.insert("owner".into(), s(&lease.owner));
@@ -290,7 +291,7 @@ impl StateStore for DynamoStore {
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        let sk = format!("LEASE#{}", lease.job);
+        let sk = sort_key::lease(&lease.job);
         self.client
             .delete_item()
             .table_name(&self.table)
@@ -305,53 +306,52 @@ impl StateStore for DynamoStore {
     }
 
     async fn create_launch(&self, record: &LaunchRecord) -> Result<LaunchRecord, StoreError> {
-        self.create(format!("LAUNCH#{}", record.id), record).await
+        self.create(sort_key::launch(&record.id), record).await
     }
 
     async fn update_launch(&self, record: &LaunchRecord) -> Result<LaunchRecord, StoreError> {
-        self.update(format!("LAUNCH#{}", record.id), record, record.version)
-            .await
+        self.update(sort_key::launch(&record.id), record, record.version).await
     }
 
     async fn list_launches(&self) -> Result<Vec<LaunchRecord>, StoreError> {
-        self.list("LAUNCH#").await
+        self.list(sort_key::LAUNCHES).await
     }
 
     async fn delete_launch(&self, id: &str) -> Result<(), StoreError> {
-        self.delete(format!("LAUNCH#{id}")).await
+        self.delete(sort_key::launch(id)).await
     }
 
     async fn create_node(&self, record: &NodeRecord) -> Result<NodeRecord, StoreError> {
-        self.create(format!("NODE#{}", record.instance_id), record).await
+        self.create(sort_key::node(&record.instance_id), record).await
     }
 
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
-        self.list("NODE#").await
+        self.list(sort_key::NODES).await
     }
 
     async fn delete_node(&self, instance_id: &str) -> Result<(), StoreError> {
-        self.delete(format!("NODE#{instance_id}")).await
+        self.delete(sort_key::node(instance_id)).await
     }
 
     async fn create_disruption(&self, record: &DisruptionRecord) -> Result<DisruptionRecord, StoreError> {
-        self.create(format!("DISRUPT#{}", record.instance_id), record).await
+        self.create(sort_key::disruption(&record.instance_id), record).await
     }
 
     async fn update_disruption(&self, record: &DisruptionRecord) -> Result<DisruptionRecord, StoreError> {
-        self.update(format!("DISRUPT#{}", record.instance_id), record, record.version)
+        self.update(sort_key::disruption(&record.instance_id), record, record.version)
             .await
     }
 
     async fn list_disruptions(&self) -> Result<Vec<DisruptionRecord>, StoreError> {
-        self.list("DISRUPT#").await
+        self.list(sort_key::DISRUPTIONS).await
     }
 
     async fn delete_disruption(&self, instance_id: &str) -> Result<(), StoreError> {
-        self.delete(format!("DISRUPT#{instance_id}")).await
+        self.delete(sort_key::disruption(instance_id)).await
     }
 
     async fn mark_unavailable(&self, o: &UnavailableOffering) -> Result<(), StoreError> {
-        let sk = format!("ICE#{}#{}#{}", o.instance_type, o.zone, o.capacity_type.label());
+        let sk = sort_key::unavailable(o);
         let mut item = self.key(&sk);
         item.insert("data".into(), s(to_json(o)?));
         item.insert(TTL_ATTRIBUTE.into(), n(o.until / 1000));
@@ -368,7 +368,7 @@ impl StateStore for DynamoStore {
 
     async fn unavailable_offerings(&self, now: SystemTime) -> Result<Vec<UnavailableOffering>, StoreError> {
         let now_ms = epoch_millis(now);
-        self.query("ICE#")
+        self.query(sort_key::UNAVAILABLE)
             .await?
             .iter()
             .filter(|i| {
@@ -382,7 +382,7 @@ impl StateStore for DynamoStore {
     }
 
     async fn record_event(&self, id: &str, now: SystemTime, ttl: Duration) -> Result<bool, StoreError> {
-        let sk = format!("EVENT#{id}");
+        let sk = sort_key::event(id);
         let mut item = self.key(&sk);
         item.insert("data".into(), s(to_json(&serde_json::json!({"id": id}))?));
         item.insert(TTL_ATTRIBUTE.into(), n(epoch_secs(now + ttl)));

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 
 use crate::ports::{
     DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering, epoch_millis,
+    sort_key,
 };
 
 /// One stored item: its JSON and, for TTL'd kinds, its expiry.
@@ -141,7 +142,7 @@ impl FakeStore {
 
 impl StateStore for FakeStore {
     async fn acquire_lease(&self, job: &str, owner: &str, now: SystemTime, ttl: Duration) -> Result<Lease, StoreError> {
-        let key = format!("LEASE#{job}");
+        let key = sort_key::lease(job);
         let mut items = self.enter(format!("acquire {key}"))?;
         let now_ms = epoch_millis(now);
         if let Some(held) = items.get(&key) {
@@ -169,7 +170,7 @@ impl StateStore for FakeStore {
     }
 
     async fn renew_lease(&self, lease: &Lease, now: SystemTime, ttl: Duration) -> Result<Lease, StoreError> {
-        let key = format!("LEASE#{}", lease.job);
+        let key = sort_key::lease(&lease.job);
         let mut items = self.enter(format!("renew {key}"))?;
         let held: Option<Lease> = items.get(&key).map(|i| from_json(&i.json)).transpose()?;
         match held {
@@ -199,7 +200,7 @@ impl StateStore for FakeStore {
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        let key = format!("LEASE#{}", lease.job);
+        let key = sort_key::lease(&lease.job);
         let mut items = self.enter(format!("release {key}"))?;
         let held: Option<Lease> = items.get(&key).map(|i| from_json(&i.json)).transpose()?;
         match held {
@@ -216,51 +217,51 @@ impl StateStore for FakeStore {
     }
 
     async fn create_launch(&self, record: &LaunchRecord) -> Result<LaunchRecord, StoreError> {
-        self.create(format!("LAUNCH#{}", record.id), record)
+        self.create(sort_key::launch(&record.id), record)
     }
 
     async fn update_launch(&self, record: &LaunchRecord) -> Result<LaunchRecord, StoreError> {
-        self.update(format!("LAUNCH#{}", record.id), record, record.version)
+        self.update(sort_key::launch(&record.id), record, record.version)
     }
 
     async fn list_launches(&self) -> Result<Vec<LaunchRecord>, StoreError> {
-        self.list("LAUNCH#")
+        self.list(sort_key::LAUNCHES)
     }
 
     async fn delete_launch(&self, id: &str) -> Result<(), StoreError> {
-        self.delete(format!("LAUNCH#{id}"))
+        self.delete(sort_key::launch(id))
     }
 
     async fn create_node(&self, record: &NodeRecord) -> Result<NodeRecord, StoreError> {
-        self.create(format!("NODE#{}", record.instance_id), record)
+        self.create(sort_key::node(&record.instance_id), record)
     }
 
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
-        self.list("NODE#")
+        self.list(sort_key::NODES)
     }
 
     async fn delete_node(&self, instance_id: &str) -> Result<(), StoreError> {
-        self.delete(format!("NODE#{instance_id}"))
+        self.delete(sort_key::node(instance_id))
     }
 
     async fn create_disruption(&self, record: &DisruptionRecord) -> Result<DisruptionRecord, StoreError> {
-        self.create(format!("DISRUPT#{}", record.instance_id), record)
+        self.create(sort_key::disruption(&record.instance_id), record)
     }
 
     async fn update_disruption(&self, record: &DisruptionRecord) -> Result<DisruptionRecord, StoreError> {
-        self.update(format!("DISRUPT#{}", record.instance_id), record, record.version)
+        self.update(sort_key::disruption(&record.instance_id), record, record.version)
     }
 
     async fn list_disruptions(&self) -> Result<Vec<DisruptionRecord>, StoreError> {
-        self.list("DISRUPT#")
+        self.list(sort_key::DISRUPTIONS)
     }
 
     async fn delete_disruption(&self, instance_id: &str) -> Result<(), StoreError> {
-        self.delete(format!("DISRUPT#{instance_id}"))
+        self.delete(sort_key::disruption(instance_id))
     }
 
     async fn mark_unavailable(&self, o: &UnavailableOffering) -> Result<(), StoreError> {
-        let key = format!("ICE#{}#{}#{}", o.instance_type, o.zone, o.capacity_type.label());
+        let key = sort_key::unavailable(o);
         let mut items = self.enter(format!("put {key}"))?;
         items.insert(
             key,
@@ -276,15 +277,15 @@ impl StateStore for FakeStore {
         let now_ms = epoch_millis(now);
         let items = self.enter("list ICE#".into())?;
         items
-            .range("ICE#".to_string()..)
-            .take_while(|(k, _)| k.starts_with("ICE#"))
+            .range(sort_key::UNAVAILABLE.to_string()..)
+            .take_while(|(k, _)| k.starts_with(sort_key::UNAVAILABLE))
             .filter(|(_, i)| i.expires_at.is_none_or(|e| e > now_ms))
             .map(|(_, i)| from_json(&i.json))
             .collect()
     }
 
     async fn record_event(&self, id: &str, now: SystemTime, ttl: Duration) -> Result<bool, StoreError> {
-        let key = format!("EVENT#{id}");
+        let key = sort_key::event(id);
         let mut items = self.enter(format!("put {key}"))?;
         let now_ms = epoch_millis(now);
         if items.get(&key).is_some_and(|i| i.expires_at.is_none_or(|e| e > now_ms)) {

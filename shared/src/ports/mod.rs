@@ -17,5 +17,5 @@ pub use cloud::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, Offer
 pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
 pub use store::{
     DisruptionRecord, DisruptionStep, LaunchRecord, LaunchState, Lease, NodeRecord, StateStore, StoreError,
-    UnavailableOffering,
+    UnavailableOffering, sort_key,
 };

@@ -8,6 +8,45 @@ use serde::{Deserialize, Serialize};
 use super::clock::EpochMillis;
 use crate::model::CapacityType;
 
+/// The sort keys of the table (the partition key is the cluster), one prefix per kind,
+/// shared by every implementation so that they agree on the schema in DESIGN.md.
+pub mod sort_key {
+    use super::UnavailableOffering;
+
+    /// `LEASE#<job>`.
+    pub fn lease(job: &str) -> String {
+        format!("LEASE#{job}")
+    }
+    /// `LAUNCH#<id>`.
+    pub fn launch(id: &str) -> String {
+        format!("LAUNCH#{id}")
+    }
+    /// `NODE#<instance-id>`.
+    pub fn node(instance_id: &str) -> String {
+        format!("NODE#{instance_id}")
+    }
+    /// `DISRUPT#<instance-id>`.
+    pub fn disruption(instance_id: &str) -> String {
+        format!("DISRUPT#{instance_id}")
+    }
+    /// `ICE#<type>#<zone>#<capacity>`.
+    pub fn unavailable(o: &UnavailableOffering) -> String {
+        format!("ICE#{}#{}#{}", o.instance_type, o.zone, o.capacity_type.label())
+    }
+    /// `EVENT#<event-id>`.
+    pub fn event(id: &str) -> String {
+        format!("EVENT#{id}")
+    }
+    /// The prefixes, for listing a kind.
+    pub const LAUNCHES: &str = "LAUNCH#";
+    /// Node records.
+    pub const NODES: &str = "NODE#";
+    /// Disruption records.
+    pub const DISRUPTIONS: &str = "DISRUPT#";
+    /// Unavailable offerings.
+    pub const UNAVAILABLE: &str = "ICE#";
+}
+
 /// A lease held by one runner of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
