@@ -30,6 +30,31 @@ pub async fn until<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut(
     }
 }
 
+/// Waits until the disruption controller reports `healthy` pods and `allowed` disruptions
+/// for the PDB's current generation.
+pub async fn pdb_status(
+    pdbs: &kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    name: &str,
+    healthy: i32,
+    allowed: i32,
+    timeout: Duration,
+) -> Result<()> {
+    let what = format!("PDB {name} currentHealthy={healthy} disruptionsAllowed={allowed}");
+    until(&what, timeout, async || {
+        let pdb = pdbs.get(name).await?;
+        let status = pdb.status.ok_or_else(|| anyhow!("no status yet"))?;
+        if status.observed_generation == pdb.metadata.generation
+            && status.current_healthy == healthy
+            && status.disruptions_allowed == allowed
+        {
+            Ok(())
+        } else {
+            Err(anyhow!("generation {:?}, status {status:?}", pdb.metadata.generation))
+        }
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use anyhow::bail;

@@ -108,7 +108,7 @@ async fn evictions_respect_the_pdb(scene: &mut Scene) -> Result<()> {
     });
     pdbs.create(&PostParams::default(), &serde_json::from_value(pdb)?)
         .await?;
-    wait_pdb(&pdbs, 3, 0).await?;
+    wait::pdb_status(&pdbs, "app", 3, 0, WAIT).await?;
 
     let pods: Api<Pod> = Api::namespaced(scene.kube.clone(), &scene.id);
     let victim = scene.pods().await?[0]
@@ -129,7 +129,7 @@ async fn evictions_respect_the_pdb(scene: &mut Scene) -> Result<()> {
         &Patch::Merge(json!({"spec": {"minAvailable": 2}})),
     )
     .await?;
-    wait_pdb(&pdbs, 3, 1).await?;
+    wait::pdb_status(&pdbs, "app", 3, 1, WAIT).await?;
     pods.evict(&victim, &EvictParams::default())
         .await
         .with_context(|| format!("evicting {victim} with one disruption allowed"))?;
@@ -153,25 +153,6 @@ async fn evictions_respect_the_pdb(scene: &mut Scene) -> Result<()> {
         .collect();
     eprintln!("evicted {victim}; the pods now: {names:?}");
     Ok(())
-}
-
-/// Waits until the disruption controller reports `healthy` pods and `allowed` disruptions
-/// for the PDB's current generation.
-async fn wait_pdb(pdbs: &Api<PodDisruptionBudget>, healthy: i32, allowed: i32) -> Result<()> {
-    let what = format!("PDB status currentHealthy={healthy} disruptionsAllowed={allowed}");
-    wait::until(&what, WAIT, async || {
-        let pdb = pdbs.get("app").await?;
-        let status = pdb.status.context("no status yet")?;
-        if status.observed_generation == pdb.metadata.generation
-            && status.current_healthy == healthy
-            && status.disruptions_allowed == allowed
-        {
-            Ok(())
-        } else {
-            bail!("generation {:?}, status {status:?}", pdb.metadata.generation)
-        }
-    })
-    .await
 }
 
 // --- d. an EC2 instance becomes a Ready Node; termination removes it ---------------------

@@ -109,20 +109,7 @@ impl Scene {
     /// Waits until the PDB's status is current and says `healthy` / `allowed`.
     async fn wait_pdb(&self, name: &str, healthy: i32, allowed: i32) -> Result<()> {
         let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.kube.clone(), self.ns());
-        let what = format!("PDB {name} currentHealthy={healthy} disruptionsAllowed={allowed}");
-        wait::until(&what, WAIT, async || {
-            let pdb = pdbs.get(name).await?;
-            let status = pdb.status.context("no status yet")?;
-            if status.observed_generation == pdb.metadata.generation
-                && status.current_healthy == healthy
-                && status.disruptions_allowed == allowed
-            {
-                Ok(())
-            } else {
-                bail!("generation {:?}, status {status:?}", pdb.metadata.generation)
-            }
-        })
-        .await
+        wait::pdb_status(&pdbs, name, healthy, allowed, WAIT).await
     }
 
     /// Waits until `n` pods of the namespace with `labels` are Running and Ready.
