@@ -8,6 +8,8 @@
 //!
 //! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
 //!   racing write conditional.
+//! - [`ec2`]: the `Cloud` port on EC2: EC2NodeClass resolution, launch templates reused by
+//!   content hash, instant CreateFleet launches with fleet errors mapped to capacity errors.
 //! - [`eks`]: access to an EKS cluster: its endpoint and CA from `DescribeCluster` (or an
 //!   override), and a `kube::Client` carrying an EKS token it refreshes before expiry.
 //! - [`eks_token`]: the bearer token EKS accepts, as `aws eks get-token` makes it.
@@ -17,6 +19,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod dynamodb;
+pub mod ec2;
 pub mod eks;
 pub mod eks_token;
 pub mod kube_cluster;

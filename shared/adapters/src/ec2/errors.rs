@@ -1,0 +1,250 @@
+//! Mapping EC2 failures to `CloudError`: SDK errors by their code, and the `errors` list of
+//! an instant fleet that launched nothing to `InsufficientCapacity` naming the offerings.
+
+use std::collections::BTreeSet;
+
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{CreateFleetError, InstanceLifecycle};
+use carpool::model::CapacityType;
+use carpool::ports::{CloudError, OfferingKey};
+
+/// Fleet error codes that mean "no capacity for this offering": the offering should be
+/// marked unavailable and another one tried.
+pub const CAPACITY_ERROR_CODES: &[&str] = &[
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacity",
+    "MaxSpotInstanceCountExceeded",
+    "UnfulfillableCapacity",
+    "Unsupported",
+    "InsufficientFreeAddressesInSubnet",
+    "SpotMaxPriceTooLow",
+    "VcpuLimitExceeded",
+    "InstanceLimitExceeded",
+];
+
+/// Codes that mean the caller was throttled.
+const THROTTLE_CODES: &[&str] = &["RequestLimitExceeded", "Throttling", "ThrottlingException"];
+
+/// Codes that mean the credentials may not do this.
+const UNAUTHORIZED_CODES: &[&str] = &[
+    "UnauthorizedOperation",
+    "AuthFailure",
+    "AccessDenied",
+    "AccessDeniedException",
+];
+
+/// Codes that mean the instance does not exist.
+pub const NOT_FOUND_CODES: &[&str] = &["InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"];
+
+/// Maps an error code and message to a `CloudError`, when the code says what it is.
+fn by_code(code: &str, what: &str) -> Option<CloudError> {
+    if THROTTLE_CODES.contains(&code) {
+        Some(CloudError::Throttled(format!("{what}: {code}")))
+    } else if UNAUTHORIZED_CODES.contains(&code) {
+        Some(CloudError::Unauthorized(format!("{what}: {code}")))
+    } else if NOT_FOUND_CODES.contains(&code) {
+        Some(CloudError::NotFound(what.to_string()))
+    } else {
+        None
+    }
+}
+
+/// Maps an SDK error of an EC2 or SSM call; `what` names the call or the object.
+pub fn map_sdk_err<E, R>(what: &str, e: SdkError<E, R>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let code = e.code().unwrap_or_default().to_string();
+    by_code(&code, what).unwrap_or_else(|| CloudError::Api(Box::new(e)))
+}
+
+/// Whether a fleet error code means no capacity.
+pub fn is_capacity_error(code: &str) -> bool {
+    CAPACITY_ERROR_CODES.contains(&code)
+}
+
+/// What went wrong when an instant fleet launched no instance.
+///
+/// Capacity errors win: they become `InsufficientCapacity` naming each offering (type,
+/// zone, capacity type) that failed, from the error's overrides, with `zone` and
+/// `capacity_type` (the request's) where the error does not say. Otherwise the first
+/// throttling or authorization error, otherwise `Api` with every message.
+pub fn fleet_failure(errors: &[CreateFleetError], zone: &str, capacity_type: CapacityType) -> CloudError {
+    let mut offerings = BTreeSet::new();
+    for error in errors {
+        let code = error.error_code().unwrap_or_default();
+        if !is_capacity_error(code) {
+            continue;
+        }
+        let overrides = error.launch_template_and_overrides().and_then(|l| l.overrides());
+        let Some(instance_type) = overrides.and_then(|o| o.instance_type()) else {
+            continue;
+        };
+        let capacity_type = match error.lifecycle() {
+            Some(InstanceLifecycle::Spot) => CapacityType::Spot,
+            Some(InstanceLifecycle::OnDemand) => CapacityType::OnDemand,
+            _ => capacity_type,
+        };
+        offerings.insert(OfferingKey {
+            instance_type: instance_type.as_str().to_string(),
+            zone: overrides
+                .and_then(|o| o.availability_zone())
+                .unwrap_or(zone)
+                .to_string(),
+            capacity_type,
+        });
+    }
+    if !offerings.is_empty() {
+        return CloudError::InsufficientCapacity {
+            offerings: offerings.into_iter().collect(),
+        };
+    }
+    for error in errors {
+        let code = error.error_code().unwrap_or_default();
+        if let Some(e) = by_code(code, error.error_message().unwrap_or("CreateFleet")) {
+            return e;
+        }
+    }
+    let messages: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.error_code().unwrap_or("?"),
+                e.error_message().unwrap_or_default()
+            )
+        })
+        .collect();
+    if messages.is_empty() {
+        CloudError::Api("CreateFleet launched no instance and reported no error".into())
+    } else {
+        CloudError::Api(format!("CreateFleet launched no instance: {}", messages.join("; ")).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_ec2::types::{FleetLaunchTemplateOverrides, InstanceType, LaunchTemplateAndOverridesResponse};
+
+    use super::*;
+
+    fn error(
+        code: &str,
+        instance_type: &str,
+        zone: Option<&str>,
+        lifecycle: Option<InstanceLifecycle>,
+    ) -> CreateFleetError {
+        let mut overrides = FleetLaunchTemplateOverrides::builder().instance_type(InstanceType::from(instance_type));
+        if let Some(zone) = zone {
+            overrides = overrides.availability_zone(zone);
+        }
+        CreateFleetError::builder()
+            .error_code(code)
+            .error_message(format!("{code} for {instance_type}"))
+            .set_lifecycle(lifecycle)
+            .launch_template_and_overrides(
+                LaunchTemplateAndOverridesResponse::builder()
+                    .overrides(overrides.build())
+                    .build(),
+            )
+            .build()
+    }
+
+    fn key(t: &str, zone: &str, c: CapacityType) -> OfferingKey {
+        OfferingKey {
+            instance_type: t.into(),
+            zone: zone.into(),
+            capacity_type: c,
+        }
+    }
+
+    #[test]
+    fn capacity_errors_name_every_failed_offering() {
+        let errors = vec![
+            error(
+                "InsufficientInstanceCapacity",
+                "m5.large",
+                Some("us-east-1a"),
+                Some(InstanceLifecycle::Spot),
+            ),
+            error("MaxSpotInstanceCountExceeded", "c5.large", None, None),
+            error(
+                "UnfulfillableCapacity",
+                "m5.large",
+                Some("us-east-1a"),
+                Some(InstanceLifecycle::Spot),
+            ),
+        ];
+        match fleet_failure(&errors, "us-east-1a", CapacityType::Spot) {
+            CloudError::InsufficientCapacity { offerings } => assert_eq!(
+                offerings,
+                vec![
+                    key("c5.large", "us-east-1a", CapacityType::Spot),
+                    key("m5.large", "us-east-1a", CapacityType::Spot),
+                ]
+            ),
+            other => panic!("expected InsufficientCapacity, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn capacity_errors_take_the_errors_lifecycle_and_zone() {
+        let errors = vec![error(
+            "InsufficientFreeAddressesInSubnet",
+            "r6i.xlarge",
+            Some("us-east-1b"),
+            Some(InstanceLifecycle::OnDemand),
+        )];
+        match fleet_failure(&errors, "us-east-1a", CapacityType::Spot) {
+            CloudError::InsufficientCapacity { offerings } => {
+                assert_eq!(offerings, vec![key("r6i.xlarge", "us-east-1b", CapacityType::OnDemand)]);
+            }
+            other => panic!("expected InsufficientCapacity, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn capacity_wins_over_other_errors() {
+        let errors = vec![
+            error("InvalidParameterValue", "m5.large", None, None),
+            error("SpotMaxPriceTooLow", "m5.xlarge", None, None),
+        ];
+        assert!(matches!(
+            fleet_failure(&errors, "us-east-1a", CapacityType::Spot),
+            CloudError::InsufficientCapacity { offerings } if offerings == vec![key("m5.xlarge", "us-east-1a", CapacityType::Spot)]
+        ));
+    }
+
+    #[test]
+    fn throttling_and_authorization_errors_map_to_their_kinds() {
+        let throttled = vec![error("RequestLimitExceeded", "m5.large", None, None)];
+        assert!(matches!(
+            fleet_failure(&throttled, "us-east-1a", CapacityType::Spot),
+            CloudError::Throttled(_)
+        ));
+        let unauthorized = vec![error("UnauthorizedOperation", "m5.large", None, None)];
+        assert!(matches!(
+            fleet_failure(&unauthorized, "us-east-1a", CapacityType::OnDemand),
+            CloudError::Unauthorized(_)
+        ));
+    }
+
+    #[test]
+    fn other_errors_and_no_errors_are_api_errors() {
+        let other = vec![error(
+            "InvalidLaunchTemplateName.NotFoundException",
+            "m5.large",
+            None,
+            None,
+        )];
+        match fleet_failure(&other, "us-east-1a", CapacityType::Spot) {
+            CloudError::Api(e) => assert!(e.to_string().contains("InvalidLaunchTemplateName"), "{e}"),
+            other => panic!("expected Api, got {other:?}"),
+        }
+        assert!(matches!(
+            fleet_failure(&[], "us-east-1a", CapacityType::Spot),
+            CloudError::Api(_)
+        ));
+    }
+}

@@ -1,0 +1,262 @@
+//! The launch: a launch template reused by the hash of its content, and the instant fleet
+//! request that launches one instance of one of the request's types in its zone.
+
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types::{
+    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest, OnDemandOptionsRequest,
+    RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
+    TargetCapacitySpecificationRequest,
+};
+use carpool::model::{CapacityType, EC2NodeClass};
+use carpool::ports::LaunchRequest;
+use serde::Serialize;
+
+/// The tag naming the cluster of an instance or launch template.
+pub const CLUSTER_TAG: &str = "carpool.sh/cluster";
+/// The tag naming the NodePool of an instance.
+pub const NODEPOOL_TAG: &str = "carpool.sh/nodepool";
+/// Karpenter's tag naming the NodePool of an instance.
+pub const KARPENTER_NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
+/// The tag carrying the launch id of an instance.
+pub const LAUNCH_ID_TAG: &str = "carpool.sh/launch-id";
+
+/// What a launch template holds; its hash names it, so equal content reuses one template.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TemplateContent {
+    /// The AMI id.
+    pub image_id: String,
+    /// Security group ids, sorted.
+    pub security_group_ids: Vec<String>,
+    /// `required` or `optional`.
+    pub http_tokens: String,
+    /// The IMDS hop limit.
+    pub hop_limit: i32,
+    /// `enabled` or `disabled`.
+    pub http_endpoint: String,
+    /// The instance profile name, if the class names one.
+    pub instance_profile: Option<String>,
+    /// Base64 user data.
+    pub user_data: String,
+}
+
+impl TemplateContent {
+    /// The content for a class: IMDSv2 required with hop limit 1 unless the class says
+    /// otherwise.
+    pub fn new(
+        node_class: &EC2NodeClass,
+        image_id: String,
+        security_group_ids: Vec<String>,
+        user_data: String,
+    ) -> Self {
+        let metadata = node_class.spec.metadata_options.as_ref();
+        TemplateContent {
+            image_id,
+            security_group_ids,
+            http_tokens: metadata
+                .and_then(|m| m.http_tokens.clone())
+                .unwrap_or_else(|| "required".into()),
+            hop_limit: metadata
+                .and_then(|m| m.http_put_response_hop_limit)
+                .and_then(|h| i32::try_from(h).ok())
+                .unwrap_or(1),
+            http_endpoint: metadata
+                .and_then(|m| m.http_endpoint.clone())
+                .unwrap_or_else(|| "enabled".into()),
+            instance_profile: node_class.spec.instance_profile.clone(),
+            user_data,
+        }
+    }
+
+    /// `carpool-<16 hex digits>`: FNV-1a 64 of the content's JSON, stable across builds.
+    pub fn name(&self) -> String {
+        let json = serde_json::to_string(self).unwrap_or_default();
+        let hash = json.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        format!("carpool-{hash:016x}")
+    }
+
+    /// The launch template data.
+    pub fn data(&self) -> RequestLaunchTemplateData {
+        let mut data = RequestLaunchTemplateData::builder()
+            .image_id(&self.image_id)
+            .set_security_group_ids(Some(self.security_group_ids.clone()))
+            .user_data(&self.user_data)
+            .metadata_options(
+                LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                    .http_tokens(LaunchTemplateHttpTokensState::from(self.http_tokens.as_str()))
+                    .http_put_response_hop_limit(self.hop_limit)
+                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(
+                        self.http_endpoint.as_str(),
+                    ))
+                    .build(),
+            );
+        if let Some(profile) = &self.instance_profile {
+            data = data.iam_instance_profile(
+                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                    .name(profile)
+                    .build(),
+            );
+        }
+        data.build()
+    }
+}
+
+/// Whether an error code says the launch template is absent.
+pub fn is_template_not_found(e: &impl ProvideErrorMetadata) -> bool {
+    matches!(
+        e.code(),
+        Some("InvalidLaunchTemplateName.NotFoundException" | "InvalidLaunchTemplateId.NotFound")
+    )
+}
+
+fn tag(k: &str, v: &str) -> Tag {
+    Tag::builder().key(k).value(v).build()
+}
+
+/// The instance tags of a launch.
+pub fn instance_tags(cluster: &str, request: &LaunchRequest) -> TagSpecification {
+    TagSpecification::builder()
+        .resource_type(ResourceType::Instance)
+        .tags(tag(CLUSTER_TAG, cluster))
+        .tags(tag(NODEPOOL_TAG, &request.nodepool))
+        .tags(tag(KARPENTER_NODEPOOL_TAG, &request.nodepool))
+        .tags(tag(LAUNCH_ID_TAG, &request.launch_id))
+        .tags(tag("Name", &format!("carpool/{cluster}/{}", request.nodepool)))
+        .build()
+}
+
+/// The overrides: each instance type × each subnet, in the request's order; for on-demand
+/// each type's priority is its position (0 first).
+pub fn overrides(request: &LaunchRequest, subnets: &[String]) -> Vec<FleetLaunchTemplateOverridesRequest> {
+    let mut out = Vec::new();
+    for (i, instance_type) in request.instance_types.iter().enumerate() {
+        for subnet in subnets {
+            let mut o = FleetLaunchTemplateOverridesRequest::builder()
+                .instance_type(InstanceType::from(instance_type.as_str()))
+                .subnet_id(subnet);
+            if request.capacity_type == CapacityType::OnDemand {
+                o = o.priority(i as f64);
+            }
+            out.push(o.build());
+        }
+    }
+    out
+}
+
+/// A CreateFleet `instant` request for one instance of the request with this template.
+pub fn create_fleet(
+    ec2: &aws_sdk_ec2::Client,
+    cluster: &str,
+    request: &LaunchRequest,
+    template_name: &str,
+    subnets: &[String],
+) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
+    let capacity = match request.capacity_type {
+        CapacityType::Spot => DefaultTargetCapacityType::Spot,
+        CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
+    };
+    ec2.create_fleet()
+        .r#type(FleetType::Instant)
+        .target_capacity_specification(
+            TargetCapacitySpecificationRequest::builder()
+                .total_target_capacity(1)
+                .default_target_capacity_type(capacity)
+                .build(),
+        )
+        .spot_options(
+            SpotOptionsRequest::builder()
+                .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                .build(),
+        )
+        .on_demand_options(
+            OnDemandOptionsRequest::builder()
+                .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                .build(),
+        )
+        .launch_template_configs(
+            FleetLaunchTemplateConfigRequest::builder()
+                .launch_template_specification(
+                    FleetLaunchTemplateSpecificationRequest::builder()
+                        .launch_template_name(template_name)
+                        .version("$Latest")
+                        .build(),
+                )
+                .set_overrides(Some(overrides(request, subnets)))
+                .build(),
+        )
+        .tag_specifications(instance_tags(cluster, request))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn request(capacity_type: CapacityType) -> LaunchRequest {
+        LaunchRequest {
+            launch_id: "l-1".into(),
+            nodepool: "default".into(),
+            node_class: "default".into(),
+            instance_types: vec!["m5.large".into(), "c5.large".into()],
+            zone: "us-east-1a".into(),
+            capacity_type,
+            labels: BTreeMap::new(),
+            taints: vec![],
+            startup_taints: vec![],
+        }
+    }
+
+    #[test]
+    fn overrides_are_types_by_subnets_with_priorities_for_on_demand() {
+        let subnets = vec!["subnet-a".to_string(), "subnet-b".to_string()];
+        let od = overrides(&request(CapacityType::OnDemand), &subnets);
+        let got: Vec<(String, String, Option<f64>)> = od
+            .iter()
+            .map(|o| {
+                (
+                    o.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+                    o.subnet_id().unwrap_or_default().to_string(),
+                    o.priority(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("m5.large".into(), "subnet-a".into(), Some(0.0)),
+                ("m5.large".into(), "subnet-b".into(), Some(0.0)),
+                ("c5.large".into(), "subnet-a".into(), Some(1.0)),
+                ("c5.large".into(), "subnet-b".into(), Some(1.0)),
+            ]
+        );
+        assert!(
+            overrides(&request(CapacityType::Spot), &subnets)
+                .iter()
+                .all(|o| o.priority().is_none())
+        );
+    }
+
+    #[test]
+    fn template_name_follows_content_and_imds_defaults_to_v2_hop_1() {
+        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": { "name": "default" },
+            "spec": {}
+        }))
+        .map_err(|e| e.to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+        let a = TemplateContent::new(&class, "ami-1".into(), vec!["sg-1".into()], "dXNlcg==".into());
+        let b = TemplateContent::new(&class, "ami-2".into(), vec!["sg-1".into()], "dXNlcg==".into());
+        assert_eq!(a.http_tokens, "required");
+        assert_eq!(a.hop_limit, 1);
+        assert_eq!(a.name(), a.clone().name());
+        assert_ne!(a.name(), b.name());
+        assert!(a.name().starts_with("carpool-") && a.name().len() == "carpool-".len() + 16);
+    }
+}

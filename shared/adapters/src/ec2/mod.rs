@@ -1,0 +1,283 @@
+//! The `Cloud` port on EC2: launches through an instant CreateFleet with a launch template
+//! reused by content hash, reads Carpool's instances by the `carpool.sh/cluster` tag.
+//!
+//! - [`resolve`]: subnets, security groups and the AMI of an EC2NodeClass.
+//! - [`user_data`]: the AL2023 nodeadm NodeConfig.
+//! - [`fleet`]: the launch template and the CreateFleet request.
+//! - [`errors`]: SDK errors and fleet errors as `CloudError`.
+
+pub mod errors;
+pub mod fleet;
+pub mod resolve;
+pub mod user_data;
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName, ResourceType, Tag};
+use base64::Engine as _;
+use carpool::model::{CapacityType, EC2NodeClass};
+use carpool::ports::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, SpotPrice};
+
+use self::errors::{NOT_FOUND_CODES, fleet_failure, map_sdk_err};
+use self::fleet::{CLUSTER_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet, is_template_not_found};
+
+/// Carpool's instances of one cluster in EC2, launched as one EC2NodeClass says.
+#[derive(Clone, Debug)]
+pub struct Ec2Cloud {
+    ec2: aws_sdk_ec2::Client,
+    ssm: aws_sdk_ssm::Client,
+    cluster: String,
+    node_class: EC2NodeClass,
+    ami_ssm_parameter: String,
+}
+
+impl Ec2Cloud {
+    /// A cloud for `cluster` launching as `node_class`, with the AMI id read from the SSM
+    /// parameter `ami_ssm_parameter` unless the class names an AMI id or parameter.
+    pub fn new(
+        ec2: aws_sdk_ec2::Client,
+        ssm: aws_sdk_ssm::Client,
+        cluster: impl Into<String>,
+        node_class: EC2NodeClass,
+        ami_ssm_parameter: impl Into<String>,
+    ) -> Self {
+        Ec2Cloud {
+            ec2,
+            ssm,
+            cluster: cluster.into(),
+            node_class,
+            ami_ssm_parameter: ami_ssm_parameter.into(),
+        }
+    }
+
+    /// The EC2 client.
+    pub fn ec2(&self) -> &aws_sdk_ec2::Client {
+        &self.ec2
+    }
+
+    /// The name of a launch template holding `content`, created (tagged with the cluster)
+    /// when no template of that name exists.
+    pub async fn ensure_launch_template(&self, content: &TemplateContent) -> Result<String, CloudError> {
+        let name = content.name();
+        match self
+            .ec2
+            .describe_launch_templates()
+            .launch_template_names(&name)
+            .send()
+            .await
+        {
+            Ok(out) if !out.launch_templates().is_empty() => return Ok(name),
+            Ok(_) => {}
+            Err(e) if e.as_service_error().is_some_and(is_template_not_found) => {}
+            Err(e) => return Err(map_sdk_err("DescribeLaunchTemplates", e)),
+        }
+        let created = self
+            .ec2
+            .create_launch_template()
+            .launch_template_name(&name)
+            .launch_template_data(content.data())
+            .tag_specifications(
+                aws_sdk_ec2::types::TagSpecification::builder()
+                    .resource_type(ResourceType::LaunchTemplate)
+                    .tags(Tag::builder().key(CLUSTER_TAG).value(&self.cluster).build())
+                    .build(),
+            )
+            .send()
+            .await;
+        match created {
+            Ok(_) => Ok(name),
+            Err(e)
+                if e.as_service_error()
+                    .and_then(aws_sdk_ec2::error::ProvideErrorMetadata::code)
+                    == Some("InvalidLaunchTemplateName.AlreadyExistsException") =>
+            {
+                Ok(name)
+            }
+            Err(e) => Err(map_sdk_err("CreateLaunchTemplate", e)),
+        }
+    }
+
+    /// The template content for a request: the class's AMI and security groups, and
+    /// user data with the request's labels and taints (startup taints included).
+    pub async fn template_content(&self, request: &LaunchRequest) -> Result<TemplateContent, CloudError> {
+        let image_id = resolve::ami(&self.ssm, &self.node_class, &self.ami_ssm_parameter).await?;
+        let security_groups = resolve::security_groups(&self.ec2, &self.node_class).await?;
+        if security_groups.is_empty() {
+            return Err(CloudError::Api(
+                format!("EC2NodeClass {} selects no security group", self.node_class.name()).into(),
+            ));
+        }
+        let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
+        let yaml = user_data::node_config(&self.cluster, &request.labels, &taints)
+            .map_err(|e| CloudError::Api(Box::new(e)))?;
+        let user_data = base64::engine::general_purpose::STANDARD.encode(yaml);
+        Ok(TemplateContent::new(
+            &self.node_class,
+            image_id,
+            security_groups,
+            user_data,
+        ))
+    }
+
+    fn cluster_filter(&self) -> Filter {
+        Filter::builder()
+            .name(format!("tag:{CLUSTER_TAG}"))
+            .values(&self.cluster)
+            .build()
+    }
+
+    async fn describe(&self, ids: Option<Vec<String>>) -> Result<Vec<Instance>, CloudError> {
+        let mut pages = self
+            .ec2
+            .describe_instances()
+            .filters(self.cluster_filter())
+            .set_instance_ids(ids)
+            .into_paginator()
+            .send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_err("DescribeInstances", e))?;
+            out.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(to_instance),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Our view of an EC2 instance; `None` without an id.
+pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
+    let tags: BTreeMap<&str, &str> = i.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+    let state = match i.state().and_then(|s| s.name()) {
+        Some(InstanceStateName::Running) => InstanceState::Running,
+        Some(InstanceStateName::ShuttingDown) => InstanceState::ShuttingDown,
+        Some(InstanceStateName::Terminated) => InstanceState::Terminated,
+        Some(InstanceStateName::Stopping) => InstanceState::Stopping,
+        Some(InstanceStateName::Stopped) => InstanceState::Stopped,
+        _ => InstanceState::Pending,
+    };
+    Some(Instance {
+        id: i.instance_id()?.to_string(),
+        instance_type: i.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+        zone: i
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_string(),
+        capacity_type: match i.instance_lifecycle() {
+            Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+            _ => CapacityType::OnDemand,
+        },
+        nodepool: tags.get(NODEPOOL_TAG).copied().unwrap_or_default().to_string(),
+        launch_id: tags.get(LAUNCH_ID_TAG).copied().unwrap_or_default().to_string(),
+        state,
+        launched_at: i.launch_time().and_then(|t| t.to_millis().ok()).unwrap_or_default(),
+    })
+}
+
+impl Cloud for Ec2Cloud {
+    async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
+        let subnets = resolve::subnets(&self.ec2, &self.node_class, &request.zone).await?;
+        if subnets.is_empty() {
+            return Err(CloudError::Api(
+                format!(
+                    "EC2NodeClass {} selects no subnet in {}",
+                    self.node_class.name(),
+                    request.zone
+                )
+                .into(),
+            ));
+        }
+        let content = self.template_content(request).await?;
+        let template = self.ensure_launch_template(&content).await?;
+        let out = create_fleet(&self.ec2, &self.cluster, request, &template, &subnets)
+            .send()
+            .await
+            .map_err(|e| map_sdk_err("CreateFleet", e))?;
+        let id = out.instances().iter().flat_map(|i| i.instance_ids()).next().cloned();
+        match id {
+            Some(id) => self.get(&id).await,
+            None => Err(fleet_failure(out.errors(), &request.zone, request.capacity_type)),
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<Instance, CloudError> {
+        match self.describe(Some(vec![id.to_string()])).await {
+            Ok(found) => found
+                .into_iter()
+                .find(|i| i.id == id)
+                .ok_or_else(|| CloudError::NotFound(id.to_string())),
+            Err(CloudError::NotFound(_)) => Err(CloudError::NotFound(id.to_string())),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let mut all = self.describe(None).await?;
+        all.retain(|i| i.state != InstanceState::Terminated);
+        Ok(all)
+    }
+
+    async fn terminate(&self, id: &str) -> Result<(), CloudError> {
+        match self.ec2.terminate_instances().instance_ids(id).send().await {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .and_then(aws_sdk_ec2::error::ProvideErrorMetadata::code)
+                    .is_some_and(|c| NOT_FOUND_CODES.contains(&c)) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(map_sdk_err(id, e)),
+        }
+    }
+
+    async fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<SpotPrice>, CloudError> {
+        if instance_types.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pages = self
+            .ec2
+            .describe_spot_price_history()
+            .product_descriptions("Linux/UNIX")
+            .set_instance_types(Some(
+                instance_types
+                    .iter()
+                    .map(|t| aws_sdk_ec2::types::InstanceType::from(t.as_str()))
+                    .collect(),
+            ))
+            .start_time(aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now()))
+            .into_paginator()
+            .send();
+        // Latest per type × zone.
+        let mut latest: BTreeMap<(String, String), (i64, f64)> = BTreeMap::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_err("DescribeSpotPriceHistory", e))?;
+            for p in page.spot_price_history() {
+                let (Some(t), Some(zone), Some(price)) = (
+                    p.instance_type(),
+                    p.availability_zone(),
+                    p.spot_price().and_then(|s| s.parse::<f64>().ok()),
+                ) else {
+                    continue;
+                };
+                let at = p.timestamp().and_then(|t| t.to_millis().ok()).unwrap_or_default();
+                let key = (t.as_str().to_string(), zone.to_string());
+                if latest.get(&key).is_none_or(|(seen, _)| at >= *seen) {
+                    latest.insert(key, (at, price));
+                }
+            }
+        }
+        Ok(latest
+            .into_iter()
+            .map(|((instance_type, zone), (_, price))| SpotPrice {
+                instance_type,
+                zone,
+                price,
+            })
+            .collect())
+    }
+}

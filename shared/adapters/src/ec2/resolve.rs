@@ -1,0 +1,142 @@
+//! Resolving an EC2NodeClass to what a launch needs: subnets in a zone and security groups
+//! by selector terms (terms ORed, a term's fields ANDed), and the AMI id.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_sdk_ec2::types::Filter;
+use carpool::model::EC2NodeClass;
+use carpool::ports::CloudError;
+
+use super::errors::map_sdk_err;
+
+/// The filters of one selector term: each tag (`*` means any value), and the id or name
+/// under the given filter names.
+pub fn term_filters(tags: &BTreeMap<String, String>, fields: &[(&str, Option<&String>)]) -> Vec<Filter> {
+    let mut filters: Vec<Filter> = tags
+        .iter()
+        .map(|(k, v)| {
+            if v == "*" {
+                Filter::builder().name("tag-key").values(k).build()
+            } else {
+                Filter::builder().name(format!("tag:{k}")).values(v).build()
+            }
+        })
+        .collect();
+    for (name, value) in fields {
+        if let Some(value) = value {
+            filters.push(Filter::builder().name(*name).values(value.as_str()).build());
+        }
+    }
+    filters
+}
+
+/// The ids of the subnets of the class in `zone`, sorted.
+pub async fn subnets(
+    ec2: &aws_sdk_ec2::Client,
+    node_class: &EC2NodeClass,
+    zone: &str,
+) -> Result<Vec<String>, CloudError> {
+    let mut ids = BTreeSet::new();
+    for term in &node_class.spec.subnet_selector_terms {
+        let mut filters = term_filters(&term.tags, &[("subnet-id", term.id.as_ref())]);
+        if filters.is_empty() {
+            continue;
+        }
+        filters.push(Filter::builder().name("availability-zone").values(zone).build());
+        let mut pages = ec2
+            .describe_subnets()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_err("DescribeSubnets", e))?;
+            ids.extend(page.subnets().iter().filter_map(|s| s.subnet_id().map(str::to_string)));
+        }
+    }
+    Ok(ids.into_iter().collect())
+}
+
+/// The ids of the security groups of the class, sorted.
+pub async fn security_groups(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
+    let mut ids = BTreeSet::new();
+    for term in &node_class.spec.security_group_selector_terms {
+        let filters = term_filters(
+            &term.tags,
+            &[("group-id", term.id.as_ref()), ("group-name", term.name.as_ref())],
+        );
+        if filters.is_empty() {
+            continue;
+        }
+        let mut pages = ec2
+            .describe_security_groups()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_err("DescribeSecurityGroups", e))?;
+            ids.extend(
+                page.security_groups()
+                    .iter()
+                    .filter_map(|g| g.group_id().map(str::to_string)),
+            );
+        }
+    }
+    Ok(ids.into_iter().collect())
+}
+
+/// The AMI id: the first `id` term of the class, else the value of the first `ssmParameter`
+/// term, else the value of `default_parameter` (the configured SSM path).
+pub async fn ami(
+    ssm: &aws_sdk_ssm::Client,
+    node_class: &EC2NodeClass,
+    default_parameter: &str,
+) -> Result<String, CloudError> {
+    let terms = &node_class.spec.ami_selector_terms;
+    if let Some(id) = terms.iter().find_map(|t| t.id.clone()) {
+        return Ok(id);
+    }
+    let parameter = terms
+        .iter()
+        .find_map(|t| t.ssm_parameter.as_deref())
+        .unwrap_or(default_parameter);
+    let out = ssm
+        .get_parameter()
+        .name(parameter)
+        .send()
+        .await
+        .map_err(|e| map_sdk_err(parameter, e))?;
+    out.parameter()
+        .and_then(|p| p.value())
+        .map(str::to_string)
+        .ok_or_else(|| CloudError::Api(format!("SSM parameter {parameter} has no value").into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_term_becomes_anded_filters_with_wildcard_tags_as_tag_keys() {
+        let tags = BTreeMap::from([
+            ("karpenter.sh/discovery".to_string(), "demo".to_string()),
+            ("kubernetes.io/role/internal-elb".to_string(), "*".to_string()),
+        ]);
+        let id = "subnet-1".to_string();
+        let filters = term_filters(&tags, &[("subnet-id", Some(&id)), ("group-name", None)]);
+        let got: Vec<(String, Vec<String>)> = filters
+            .iter()
+            .map(|f| (f.name().unwrap_or_default().to_string(), f.values().to_vec()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("tag:karpenter.sh/discovery".to_string(), vec!["demo".to_string()]),
+                (
+                    "tag-key".to_string(),
+                    vec!["kubernetes.io/role/internal-elb".to_string()]
+                ),
+                ("subnet-id".to_string(), vec!["subnet-1".to_string()]),
+            ]
+        );
+    }
+}
