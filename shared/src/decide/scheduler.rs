@@ -679,23 +679,6 @@ impl Scheduler {
         })
     }
 
-    fn record(
-        &mut self,
-        pod: usize,
-        node_labels: &BTreeMap<String, String>,
-        instance: Option<&BTreeMap<String, String>>,
-    ) {
-        let p = &self.pods[pod];
-        let empty = BTreeMap::new();
-        let split = Split {
-            node: node_labels,
-            instance: instance.unwrap_or(&empty),
-        };
-        self.topology.record(&p.namespace, &p.labels, &p.anti_affinity, &split);
-        let c = self.class_of[pod];
-        self.classes[c].remaining = self.classes[c].remaining.saturating_sub(1);
-    }
-
     fn try_existing(&mut self, pod: usize, li: usize) -> bool {
         let p = &self.pods[pod];
         let branches = &self.class_branches[self.class_of[pod]][li];
@@ -713,8 +696,10 @@ impl Scheduler {
             n.free = n.free.minus(&p.requests);
             n.ports.extend(p.host_ports.iter().cloned());
             n.placed.push(pod);
-            let labels = n.labels.clone();
-            self.record(pod, &labels, None);
+            self.topology
+                .record(&p.namespace, &p.labels, &p.anti_affinity, &n.labels);
+            let class = &mut self.classes[self.class_of[pod]];
+            class.remaining = class.remaining.saturating_sub(1);
             return true;
         }
         false

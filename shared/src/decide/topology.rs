@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::pod::{AffinityTerm, PodInfo, Spread};
+use super::pod::{AffinityTerm, PodInfo};
 use super::selector::Selector;
 use crate::model::well_known::ZONE as ZONE_KEY;
 
@@ -113,12 +113,6 @@ impl Topology {
         self.groups.len() - 1
     }
 
-    fn find(&self, key: &str, selector: &Selector, namespaces: Option<&BTreeSet<String>>) -> Option<&Group> {
-        self.index
-            .get(&(key.to_string(), selector.clone(), namespaces.cloned()))
-            .map(|&g| &self.groups[g])
-    }
-
     /// Registers the groups a pending pod's constraints count. Call before recording pods.
     pub fn register(&mut self, pod: &PodInfo) {
         for s in &pod.spreads {
@@ -158,15 +152,6 @@ impl Topology {
                 self.held.entry(t.clone()).or_default().insert(d.to_string());
             }
         }
-    }
-
-    /// Pods matching a spread's selector in a domain.
-    pub fn spread_count(&self, s: &Spread, domain: &str) -> i32 {
-        let ns = BTreeSet::from([s.namespace.clone()]);
-        self.find(&s.key, &s.selector, Some(&ns))
-            .and_then(|g| g.counts.get(domain))
-            .copied()
-            .unwrap_or(0)
     }
 
     /// Looks up the groups of a pod's constraints (registered with [`Topology::register`]).
