@@ -9,7 +9,7 @@ fn request(types: &[&str]) -> LaunchRequest {
     LaunchRequest {
         launch_id: "launch-1".into(),
         nodepool: "default".into(),
-        node_class: "default".into(),
+        node_class: carpool::model::EC2NodeClass::named("default"),
         instance_types: types.iter().map(|t| t.to_string()).collect(),
         zone: "us-east-1a".into(),
         capacity_type: CapacityType::Spot,

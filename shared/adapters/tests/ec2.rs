@@ -31,16 +31,15 @@ async fn cloud(stack: &Stack, cluster: &str) -> Result<Ec2Cloud> {
         aws_sdk_ec2::Client::new(&config),
         aws_sdk_ssm::Client::new(&config),
         cluster,
-        node_class()?,
         stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
     ))
 }
 
-fn launch_request(zone: &str, capacity_type: CapacityType) -> LaunchRequest {
-    LaunchRequest {
+fn launch_request(zone: &str, capacity_type: CapacityType) -> Result<LaunchRequest> {
+    Ok(LaunchRequest {
         launch_id: unique("launch"),
         nodepool: "general".into(),
-        node_class: "default".into(),
+        node_class: node_class()?,
         instance_types: vec!["m5.large".into(), "c5.large".into()],
         zone: zone.into(),
         capacity_type,
@@ -52,7 +51,7 @@ fn launch_request(zone: &str, capacity_type: CapacityType) -> LaunchRequest {
             time_added: None,
         }],
         startup_taints: vec![],
-    }
+    })
 }
 
 #[tokio::test]
@@ -62,7 +61,7 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
     let cluster = unique("ec2");
     let cloud = cloud(&stack, &cluster).await?;
     let zone = format!("{}b", stack.region()?);
-    let request = launch_request(&zone, CapacityType::OnDemand);
+    let request = launch_request(&zone, CapacityType::OnDemand)?;
 
     let instance = cloud.launch(&request).await?;
     assert_eq!(instance.zone, zone);
@@ -123,7 +122,7 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
     );
 
     // A second launch with the same content reuses the template.
-    let second = cloud.launch(&launch_request(&zone, CapacityType::OnDemand)).await?;
+    let second = cloud.launch(&launch_request(&zone, CapacityType::OnDemand)?).await?;
     let templates = ec2
         .describe_launch_templates()
         .launch_template_names(content.name())
@@ -153,7 +152,7 @@ async fn a_spot_launch_on_moto_is_a_spot_instance() -> Result<()> {
     let stack = Stack::load()?;
     let cloud = cloud(&stack, &unique("ec2")).await?;
     let zone = format!("{}a", stack.region()?);
-    let instance = cloud.launch(&launch_request(&zone, CapacityType::Spot)).await?;
+    let instance = cloud.launch(&launch_request(&zone, CapacityType::Spot)?).await?;
     assert_eq!(instance.zone, zone);
     assert_eq!(instance.capacity_type, CapacityType::Spot);
     cloud.terminate(&instance.id).await?;
@@ -179,7 +178,7 @@ async fn a_zone_without_subnets_fails_before_launching() -> Result<()> {
     let stack = Stack::load()?;
     let cloud = cloud(&stack, &unique("ec2")).await?;
     match cloud
-        .launch(&launch_request("us-east-1f", CapacityType::OnDemand))
+        .launch(&launch_request("us-east-1f", CapacityType::OnDemand)?)
         .await
     {
         Err(CloudError::Api(e)) => assert!(e.to_string().contains("no subnet"), "{e}"),

@@ -409,6 +409,20 @@ impl Validate for EC2NodeClass {
 }
 
 impl EC2NodeClass {
+    /// A class with this name and an empty spec (tests and the simulator fill the rest).
+    pub fn named(name: &str) -> Self {
+        EC2NodeClass {
+            api_version: "karpenter.k8s.aws/v1".into(),
+            kind: "EC2NodeClass".into(),
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: EC2NodeClassSpec::default(),
+            status: None,
+        }
+    }
+
     /// The class's name.
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Taint;
 use serde::{Deserialize, Serialize};
 
 use super::clock::EpochMillis;
-use crate::model::CapacityType;
+use crate::model::{CapacityType, EC2NodeClass};
 
 /// One instance type in one zone with one capacity type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -27,8 +27,8 @@ pub struct LaunchRequest {
     pub launch_id: String,
     /// The NodePool.
     pub nodepool: String,
-    /// The EC2NodeClass that says how to launch.
-    pub node_class: String,
+    /// The EC2NodeClass that says how to launch (read from the cluster by this run).
+    pub node_class: EC2NodeClass,
     /// The instance types acceptable, cheapest first.
     pub instance_types: Vec<String>,
     /// The zone.

@@ -201,7 +201,7 @@ mod tests {
         LaunchRequest {
             launch_id: "l-1".into(),
             nodepool: "default".into(),
-            node_class: "default".into(),
+            node_class: EC2NodeClass::named("default"),
             instance_types: vec!["m5.large".into(), "c5.large".into()],
             zone: "us-east-1a".into(),
             capacity_type,

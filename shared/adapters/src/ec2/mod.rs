@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName, ResourceType, Tag};
 use base64::Engine as _;
-use carpool::model::{CapacityType, EC2NodeClass};
+use carpool::model::CapacityType;
 use carpool::ports::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, SpotPrice};
 
 use self::errors::{NOT_FOUND_CODES, fleet_failure, map_sdk_err};
@@ -27,25 +27,23 @@ pub struct Ec2Cloud {
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
     cluster: String,
-    node_class: EC2NodeClass,
     ami_ssm_parameter: String,
 }
 
 impl Ec2Cloud {
-    /// A cloud for `cluster` launching as `node_class`, with the AMI id read from the SSM
-    /// parameter `ami_ssm_parameter` unless the class names an AMI id or parameter.
+    /// A cloud for `cluster`, launching each request as its EC2NodeClass says, with the AMI
+    /// id read from the SSM parameter `ami_ssm_parameter` unless the class names an AMI id
+    /// or parameter.
     pub fn new(
         ec2: aws_sdk_ec2::Client,
         ssm: aws_sdk_ssm::Client,
         cluster: impl Into<String>,
-        node_class: EC2NodeClass,
         ami_ssm_parameter: impl Into<String>,
     ) -> Self {
         Ec2Cloud {
             ec2,
             ssm,
             cluster: cluster.into(),
-            node_class,
             ami_ssm_parameter: ami_ssm_parameter.into(),
         }
     }
@@ -100,23 +98,19 @@ impl Ec2Cloud {
     /// The template content for a request: the class's AMI and security groups, and
     /// user data with the request's labels and taints (startup taints included).
     pub async fn template_content(&self, request: &LaunchRequest) -> Result<TemplateContent, CloudError> {
-        let image_id = resolve::ami(&self.ssm, &self.node_class, &self.ami_ssm_parameter).await?;
-        let security_groups = resolve::security_groups(&self.ec2, &self.node_class).await?;
+        let node_class = &request.node_class;
+        let image_id = resolve::ami(&self.ssm, node_class, &self.ami_ssm_parameter).await?;
+        let security_groups = resolve::security_groups(&self.ec2, node_class).await?;
         if security_groups.is_empty() {
             return Err(CloudError::Api(
-                format!("EC2NodeClass {} selects no security group", self.node_class.name()).into(),
+                format!("EC2NodeClass {} selects no security group", node_class.name()).into(),
             ));
         }
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
         let yaml = user_data::node_config(&self.cluster, &request.labels, &taints)
             .map_err(|e| CloudError::Api(Box::new(e)))?;
         let user_data = base64::engine::general_purpose::STANDARD.encode(yaml);
-        Ok(TemplateContent::new(
-            &self.node_class,
-            image_id,
-            security_groups,
-            user_data,
-        ))
+        Ok(TemplateContent::new(node_class, image_id, security_groups, user_data))
     }
 
     fn cluster_filter(&self) -> Filter {
@@ -180,12 +174,12 @@ pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
 
 impl Cloud for Ec2Cloud {
     async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
-        let subnets = resolve::subnets(&self.ec2, &self.node_class, &request.zone).await?;
+        let subnets = resolve::subnets(&self.ec2, &request.node_class, &request.zone).await?;
         if subnets.is_empty() {
             return Err(CloudError::Api(
                 format!(
                     "EC2NodeClass {} selects no subnet in {}",
-                    self.node_class.name(),
+                    request.node_class.name(),
                     request.zone
                 )
                 .into(),
