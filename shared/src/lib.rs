@@ -26,9 +26,10 @@
 //!   [`ports::Cloud`], [`ports::Cluster`] and [`ports::StateStore`].
 //! - `fakes` (feature `test-util`): stateful in-memory ports and the contract suites.
 //!
-//! Later layers (see `DESIGN.md`): `run/`.
+//! - [`run`]: one step of each job over the ports (the provisioner's watch, batches,
+//!   launches and housekeeping), returning a report. The Lambda handlers call it.
 //!
-//! Nothing here performs I/O or reads the clock.
+//! Nothing here performs I/O or reads the clock except through the ports.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -38,4 +39,5 @@ pub mod decide;
 pub mod fakes;
 pub mod model;
 pub mod ports;
+pub mod run;
 pub mod snapshot;

@@ -96,24 +96,7 @@ pub fn for_instance(instance: &Instance, region: &str) -> Result<Node> {
 
 /// A Kubernetes resource list: cpu in millicores, memory and storage in Ki when whole.
 pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
-    let bytes = |b: i64| {
-        if b % 1024 == 0 {
-            format!("{}Ki", b / 1024)
-        } else {
-            b.to_string()
-        }
-    };
-    let mut out = BTreeMap::new();
-    for name in r.names() {
-        let v = r.get(name);
-        let text = match name {
-            carpool::model::resources::CPU => format!("{v}m"),
-            carpool::model::resources::MEMORY | carpool::model::resources::EPHEMERAL_STORAGE => bytes(v),
-            _ => v.to_string(),
-        };
-        out.insert(name.to_string(), Quantity(text));
-    }
-    out
+    r.to_k8s()
 }
 
 #[cfg(test)]

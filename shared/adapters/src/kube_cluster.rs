@@ -221,6 +221,16 @@ impl Cluster for KubeCluster {
             .map_err(|e| map_err("nodes", e))
     }
 
+    async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        list_all(
+            &api,
+            ListParams::default().fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
+        )
+        .await
+        .map_err(|e| map_err("scheduled pods", e))
+    }
+
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         list_all(&api, ListParams::default().fields(&format!("spec.nodeName={node}")))

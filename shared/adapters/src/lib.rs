@@ -6,6 +6,7 @@
 //!
 //! ## Layout
 //!
+//! - [`clock`]: the system clock, sleeping on tokio (the `Timer` port).
 //! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
 //!   racing write conditional.
 //! - [`ec2`]: the `Cloud` port on EC2: EC2NodeClass resolution, launch templates reused by
@@ -18,6 +19,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod clock;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;

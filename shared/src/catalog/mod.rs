@@ -10,7 +10,7 @@ pub mod prices;
 pub mod query;
 pub mod zones;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::OnceLock;
 
 pub use prices::{PriceBook, SpotModel};
@@ -124,6 +124,8 @@ impl Catalog {
             zones,
             types,
             prices: PriceBook::new(prices, estimated),
+            unavailable: HashSet::new(),
+            offered: None,
         })
     }
 }
@@ -135,6 +137,10 @@ pub struct RegionCatalog<'a> {
     zones: Vec<String>,
     types: Vec<&'a InstanceType>,
     prices: PriceBook,
+    /// Offerings known to be out of capacity (type, zone, capacity type).
+    unavailable: HashSet<(String, String, CapacityType)>,
+    /// When set, the only (type, zone) pairs EC2 offers, as read live.
+    offered: Option<HashSet<(String, String)>>,
 }
 
 impl<'a> RegionCatalog<'a> {
@@ -163,11 +169,31 @@ impl<'a> RegionCatalog<'a> {
         &mut self.prices
     }
 
-    /// The offerings of one type: every zone × capacity type with a known price.
+    /// Leaves an offering out until the catalog is rebuilt: it ran out of capacity.
+    pub fn mark_unavailable(&mut self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
+        self.unavailable
+            .insert((instance_type.to_string(), zone.to_string(), capacity_type));
+    }
+
+    /// Keeps only the (type, zone) pairs EC2 says it offers (DescribeInstanceTypeOfferings).
+    pub fn restrict_to_offered(&mut self, offered: impl IntoIterator<Item = (String, String)>) {
+        self.offered = Some(offered.into_iter().collect());
+    }
+
+    /// The offerings of one type: every zone × capacity type with a known price, less the
+    /// ones marked unavailable or not offered.
     pub fn offerings_of(&self, it: &InstanceType) -> Vec<Offering> {
         let mut out = Vec::new();
         for zone in &self.zones {
+            if let Some(offered) = &self.offered
+                && !offered.contains(&(it.name.clone(), zone.clone()))
+            {
+                continue;
+            }
             for ct in CapacityType::ALL {
+                if !self.unavailable.is_empty() && self.unavailable.contains(&(it.name.clone(), zone.clone(), ct)) {
+                    continue;
+                }
                 if let Some(price) = self.prices.price(it, zone, ct) {
                     out.push(Offering {
                         instance_type: it.name.clone(),

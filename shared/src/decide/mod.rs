@@ -11,6 +11,7 @@
 
 pub mod checker;
 pub mod daemonsets;
+pub mod in_flight;
 pub mod lower_bound;
 pub mod packer;
 pub mod plan;

@@ -3,7 +3,10 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use crate::ports::Clock;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::ports::{Clock, Timer};
 
 /// A clock that stands still until told to move.
 #[derive(Debug)]
@@ -27,5 +30,13 @@ impl FakeClock {
 impl Clock for FakeClock {
     fn now(&self) -> SystemTime {
         *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Timer for FakeClock {
+    /// Moves the clock forward by `duration` and returns at once.
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        self.advance(duration);
+        Box::pin(std::future::ready(()))
     }
 }

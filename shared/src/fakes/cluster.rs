@@ -335,6 +335,22 @@ impl Cluster for FakeCluster {
         Ok(state.nodes.values().cloned().collect())
     }
 
+    async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        let state = self.enter("scheduled_pods".into())?;
+        Ok(state
+            .pods
+            .values()
+            .filter(|p| {
+                !matches!(phase(p), "Succeeded" | "Failed")
+                    && p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty())
+            })
+            .cloned()
+            .collect())
+    }
+
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let state = self.enter(format!("pods_on_node {node}"))?;
         Ok(state

@@ -315,6 +315,11 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
         matches!(&pending, Ok(p) if pod_names(p, ns) == ["pending-0"]),
         "pending_pods lists the unbound pod only: {pending:?}"
     );
+    let scheduled = cluster.scheduled_pods().await;
+    assert!(
+        matches!(&scheduled, Ok(p) if pod_names(p, ns) == ["free-0", "free-1", "guarded-0", "guarded-1"]),
+        "scheduled_pods lists the bound pods, not the pending one: {scheduled:?}"
+    );
     let on_node = cluster.pods_on_node(&node).await;
     assert!(
         matches!(&on_node, Ok(p) if pod_names(p, ns) == ["free-0", "free-1", "guarded-0", "guarded-1"]),

@@ -55,6 +55,29 @@ pub struct ResourceError {
 }
 
 impl Resources {
+    /// As a Kubernetes resource list: cpu in millicores, memory and storage in `Ki` when
+    /// whole, everything else in units.
+    pub fn to_k8s(&self) -> BTreeMap<String, K8sQuantity> {
+        let bytes = |b: i64| {
+            if b % 1024 == 0 {
+                format!("{}Ki", b / 1024)
+            } else {
+                b.to_string()
+            }
+        };
+        self.names()
+            .map(|name| {
+                let v = self.get(name);
+                let text = match name {
+                    CPU => format!("{v}m"),
+                    MEMORY | EPHEMERAL_STORAGE => bytes(v),
+                    _ => v.to_string(),
+                };
+                (name.to_string(), K8sQuantity(text))
+            })
+            .collect()
+    }
+
     /// Reads a Kubernetes resource list (`requests`, `allocatable`...).
     pub fn from_k8s(list: &BTreeMap<String, K8sQuantity>) -> Result<Self, ResourceError> {
         let mut r = Resources::default();

@@ -1,6 +1,8 @@
 //! The clock port: handlers ask it for `now` and pass it to decisions.
 
-use std::time::SystemTime;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
 
 /// Milliseconds since the Unix epoch: how records hold time.
 pub type EpochMillis = i64;
@@ -26,4 +28,12 @@ impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
         SystemTime::now()
     }
+}
+
+/// A clock that can also wait: what a run that watches for a while needs. The real one
+/// sleeps on the async runtime (`carpool_adapters::clock::TokioClock`); the fake moves its
+/// time forward at once, so a test of a 50-second watch runs in microseconds.
+pub trait Timer: Clock {
+    /// Waits for `duration`.
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }

@@ -103,6 +103,9 @@ pub trait Cluster: Send + Sync {
     fn pending_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     /// Every node.
     fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
+    /// Every pod bound to a node that has not finished (phase neither Succeeded nor
+    /// Failed), in every namespace: what uses the nodes' room.
+    fn scheduled_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     /// The pods bound to a node, in every namespace.
     fn pods_on_node(&self, node: &str) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     /// Every DaemonSet.

@@ -1,0 +1,198 @@
+//! The provisioner's configuration: environment variables, read once per cold start.
+
+use std::time::Duration;
+
+/// A variable that is missing or does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: {message}")]
+pub struct ConfigError {
+    /// The environment variable.
+    pub variable: &'static str,
+    /// What is wrong, and what is expected.
+    pub message: String,
+}
+
+/// The provisioner's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProvisionerConfig {
+    /// `CARPOOL_CLUSTER_NAME`: the EKS cluster (required).
+    pub cluster: String,
+    /// `CARPOOL_TABLE_NAME`: the DynamoDB table (required).
+    pub table: String,
+    /// `AWS_REGION`: the region (set by Lambda; required).
+    pub region: String,
+    /// `CARPOOL_AMI_SSM_PARAMETER`: the SSM parameter holding the AL2023 AMI id, for
+    /// EC2NodeClasses that select the AMI by alias.
+    pub ami_ssm_parameter: String,
+    /// `CARPOOL_NODE_ROLE`: the node role the deployment made an instance profile for.
+    pub node_role: Option<String>,
+    /// `CARPOOL_NODE_INSTANCE_PROFILE`: that instance profile.
+    pub node_instance_profile: Option<String>,
+    /// `CARPOOL_WATCH_SECONDS` (default 50): how long a run watches for pods.
+    pub watch: Duration,
+    /// `CARPOOL_BATCH_IDLE_SECONDS` (default 1): a batch closes after this long without
+    /// a new pod.
+    pub batch_idle: Duration,
+    /// `CARPOOL_BATCH_MAX_SECONDS` (default 10): a batch closes after this long at most.
+    pub batch_max: Duration,
+    /// `CARPOOL_REGISTRATION_TTL_SECONDS` (default 900): an instance whose node has not
+    /// registered by then is terminated.
+    pub registration_ttl: Duration,
+    /// `CARPOOL_DRY_RUN` (default false): plan and log, launch nothing.
+    pub dry_run: bool,
+    /// `CARPOOL_LOG_LEVEL` (default `info`), in `RUST_LOG` syntax.
+    pub log_level: String,
+    /// `CARPOOL_CLUSTER_ENDPOINT`: the API server URL, instead of DescribeCluster's (tests).
+    pub cluster_endpoint: Option<String>,
+    /// `CARPOOL_CLUSTER_CA_FILE`: a PEM file with the API server's CA, with the endpoint.
+    pub cluster_ca_file: Option<String>,
+}
+
+/// The default AMI parameter: EKS's recommended AL2023 x86_64 image for Kubernetes 1.35.
+pub const DEFAULT_AMI_SSM_PARAMETER: &str =
+    "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/standard/recommended/image_id";
+
+fn required(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result<String, ConfigError> {
+    match get(variable) {
+        Some(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+        _ => Err(ConfigError {
+            variable,
+            message: "is required and not set".into(),
+        }),
+    }
+}
+
+fn optional(get: &impl Fn(&str) -> Option<String>, variable: &str) -> Option<String> {
+    get(variable).map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+fn seconds(
+    get: &impl Fn(&str) -> Option<String>,
+    variable: &'static str,
+    default: f64,
+) -> Result<Duration, ConfigError> {
+    let Some(text) = optional(get, variable) else {
+        return Ok(Duration::from_secs_f64(default));
+    };
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err(ConfigError {
+            variable,
+            message: format!("{text:?} is not a number of seconds between 0 and 86400"),
+        }),
+    }
+}
+
+fn flag(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result<bool, ConfigError> {
+    match optional(get, variable)
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("false" | "0" | "no") => Ok(false),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some(other) => Err(ConfigError {
+            variable,
+            message: format!("{other:?} is not true or false"),
+        }),
+    }
+}
+
+impl ProvisionerConfig {
+    /// Reads the settings through `get` (the environment, in the function).
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let config = ProvisionerConfig {
+            cluster: required(&get, "CARPOOL_CLUSTER_NAME")?,
+            table: required(&get, "CARPOOL_TABLE_NAME")?,
+            region: required(&get, "AWS_REGION")?,
+            ami_ssm_parameter: optional(&get, "CARPOOL_AMI_SSM_PARAMETER")
+                .unwrap_or_else(|| DEFAULT_AMI_SSM_PARAMETER.to_string()),
+            node_role: optional(&get, "CARPOOL_NODE_ROLE"),
+            node_instance_profile: optional(&get, "CARPOOL_NODE_INSTANCE_PROFILE"),
+            watch: seconds(&get, "CARPOOL_WATCH_SECONDS", 50.0)?,
+            batch_idle: seconds(&get, "CARPOOL_BATCH_IDLE_SECONDS", 1.0)?,
+            batch_max: seconds(&get, "CARPOOL_BATCH_MAX_SECONDS", 10.0)?,
+            registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,
+            dry_run: flag(&get, "CARPOOL_DRY_RUN")?,
+            log_level: optional(&get, "CARPOOL_LOG_LEVEL").unwrap_or_else(|| "info".into()),
+            cluster_endpoint: optional(&get, "CARPOOL_CLUSTER_ENDPOINT"),
+            cluster_ca_file: optional(&get, "CARPOOL_CLUSTER_CA_FILE"),
+        };
+        if config.batch_idle > config.batch_max {
+            return Err(ConfigError {
+                variable: "CARPOOL_BATCH_IDLE_SECONDS",
+                message: format!(
+                    "{:?} is longer than CARPOOL_BATCH_MAX_SECONDS ({:?})",
+                    config.batch_idle, config.batch_max
+                ),
+            });
+        }
+        if config.node_role.is_some() != config.node_instance_profile.is_some() {
+            return Err(ConfigError {
+                variable: "CARPOOL_NODE_INSTANCE_PROFILE",
+                message: "CARPOOL_NODE_ROLE and CARPOOL_NODE_INSTANCE_PROFILE are set together or not at all".into(),
+            });
+        }
+        if config.cluster_endpoint.is_some() != config.cluster_ca_file.is_some() {
+            return Err(ConfigError {
+                variable: "CARPOOL_CLUSTER_CA_FILE",
+                message: "CARPOOL_CLUSTER_ENDPOINT and CARPOOL_CLUSTER_CA_FILE are set together or not at all".into(),
+            });
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const BASE: &[(&str, &str)] = &[
+        ("CARPOOL_CLUSTER_NAME", "prod"),
+        ("CARPOOL_TABLE_NAME", "carpool"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+
+    #[test]
+    fn the_defaults_are_karpenters_batching_and_a_fifteen_minute_registration_ttl() {
+        let c = ProvisionerConfig::from_vars(vars(BASE)).unwrap();
+        assert_eq!(c.watch, Duration::from_secs(50));
+        assert_eq!(c.batch_idle, Duration::from_secs(1));
+        assert_eq!(c.batch_max, Duration::from_secs(10));
+        assert_eq!(c.registration_ttl, Duration::from_secs(900));
+        assert!(!c.dry_run);
+        assert_eq!(c.ami_ssm_parameter, DEFAULT_AMI_SSM_PARAMETER);
+    }
+
+    #[test]
+    fn a_missing_or_bad_variable_is_an_error_naming_it() {
+        let e = ProvisionerConfig::from_vars(vars(&BASE[1..])).unwrap_err();
+        assert_eq!(e.variable, "CARPOOL_CLUSTER_NAME");
+        let mut bad = BASE.to_vec();
+        bad.push(("CARPOOL_BATCH_MAX_SECONDS", "ten"));
+        let e = ProvisionerConfig::from_vars(vars(&bad)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "CARPOOL_BATCH_MAX_SECONDS: \"ten\" is not a number of seconds between 0 and 86400"
+        );
+        let mut bad = BASE.to_vec();
+        bad.push(("CARPOOL_DRY_RUN", "maybe"));
+        assert_eq!(
+            ProvisionerConfig::from_vars(vars(&bad)).unwrap_err().variable,
+            "CARPOOL_DRY_RUN"
+        );
+        let mut bad = BASE.to_vec();
+        bad.push(("CARPOOL_BATCH_IDLE_SECONDS", "20"));
+        assert_eq!(
+            ProvisionerConfig::from_vars(vars(&bad)).unwrap_err().variable,
+            "CARPOOL_BATCH_IDLE_SECONDS"
+        );
+    }
+}

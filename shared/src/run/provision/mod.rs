@@ -1,0 +1,256 @@
+//! The provisioner's run: pending pods become nodes.
+//!
+//! An EventBridge schedule starts a run every minute, but Karpenter reacts within seconds,
+//! so a run [watches](Provisioner::run) for up to its window (50 s by default):
+//!
+//! 1. It takes the `provisioner` lease; a run that cannot returns at once, saying who
+//!    holds it. Two overlapping runs therefore never launch for the same pods.
+//! 2. [Housekeeping](Provisioner::housekeeping): launches whose node registered, instances
+//!    that never did (terminated after the registration TTL), records of instances gone.
+//! 3. It polls the pods kube-scheduler left pending and [batches](batcher) them: a batch
+//!    closes after 1 s without a new pod, or after 10 s.
+//! 4. Each [batch](Provisioner::batch) takes a snapshot, counts the launches in flight as
+//!    capacity ([`crate::decide::in_flight`]), plans with [`crate::decide`] (NodePool
+//!    limits included), launches every planned node at once, and after capacity errors
+//!    marks those offerings unavailable for 3 minutes and re-plans, so spot falls back
+//!    to other offerings and to on-demand where the pool allows it.
+//! 5. It releases the lease.
+//!
+//! Everything that acts goes through the ports; `now` comes from the [`Timer`].
+
+pub mod batch;
+pub mod batcher;
+pub mod config;
+pub mod housekeeping;
+pub mod metrics;
+pub mod observe;
+pub mod report;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+pub use config::{ConfigError, ProvisionerConfig};
+pub use report::{BatchReport, HousekeepingReport, RunReport};
+
+use self::batcher::Batcher;
+use crate::catalog::RegionCatalog;
+use crate::decide::pod::{is_provisionable, pod_key};
+use crate::ports::{Cloud, CloudError, Cluster, ClusterError, Lease, StateStore, StoreError, Timer};
+
+/// The lease's name.
+pub const LEASE: &str = "provisioner";
+
+/// A run that could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// The Kubernetes API failed.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// EC2 failed outside a launch (launch failures are reported, not raised).
+    #[error(transparent)]
+    Cloud(#[from] CloudError),
+}
+
+impl ProvisionError {
+    /// Whether running again later may succeed (throttling, a lost race); the Lambda
+    /// reports the others as failures.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ProvisionError::Store(StoreError::Throttled(_) | StoreError::Conflict { .. })
+                | ProvisionError::Cloud(CloudError::Throttled(_))
+                | ProvisionError::Cluster(ClusterError::Throttled(_))
+        )
+    }
+}
+
+/// The settings a run uses (the parts of [`ProvisionerConfig`] the core needs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// How long to watch.
+    pub watch: Duration,
+    /// Batch idle window.
+    pub batch_idle: Duration,
+    /// Batch maximum.
+    pub batch_max: Duration,
+    /// How often to list pending pods while watching.
+    pub poll: Duration,
+    /// Registration TTL.
+    pub registration_ttl: Duration,
+    /// Plan and log, launch nothing.
+    pub dry_run: bool,
+}
+
+impl Settings {
+    /// The settings of a configuration, watching at most `watch_limit` (what the
+    /// function's remaining time allows).
+    pub fn from_config(config: &ProvisionerConfig, watch_limit: Duration) -> Self {
+        Settings {
+            watch: config.watch.min(watch_limit),
+            batch_idle: config.batch_idle,
+            batch_max: config.batch_max,
+            poll: poll_interval(config.batch_idle),
+            registration_ttl: config.registration_ttl,
+            dry_run: config.dry_run,
+        }
+    }
+}
+
+/// A quarter of the idle window, between 100 ms and 1 s: fine enough that the idle
+/// window is honoured, coarse enough to be a few list calls a second.
+pub fn poll_interval(idle: Duration) -> Duration {
+    (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+/// One run's ports and settings.
+pub struct Provisioner<'a, C, K, S, T> {
+    /// EC2.
+    pub cloud: &'a C,
+    /// The Kubernetes API.
+    pub cluster: &'a K,
+    /// DynamoDB.
+    pub store: &'a S,
+    /// Time.
+    pub clock: &'a T,
+    /// Settings.
+    pub settings: Settings,
+    /// Who runs (the Lambda request id): the lease owner, and the launch ids' prefix.
+    pub owner: String,
+    launches: AtomicU64,
+}
+
+fn since(now: SystemTime, then: SystemTime) -> Duration {
+    now.duration_since(then).unwrap_or_default()
+}
+
+impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S, T> {
+    /// A run by `owner`.
+    pub fn new(cloud: &'a C, cluster: &'a K, store: &'a S, clock: &'a T, settings: Settings, owner: &str) -> Self {
+        Provisioner {
+            cloud,
+            cluster,
+            store,
+            clock,
+            settings,
+            owner: owner.to_string(),
+            launches: AtomicU64::new(0),
+        }
+    }
+
+    /// A launch id unique to this run: the owner and a counter.
+    pub(crate) fn next_launch_id(&self) -> String {
+        let n = self.launches.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.owner)
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        self.settings.watch + Duration::from_secs(60)
+    }
+
+    /// Watches, batches, plans and launches until the window ends; see the module doc.
+    pub async fn run(&mut self, region: &RegionCatalog<'_>) -> Result<RunReport, ProvisionError> {
+        let mut report = RunReport::default();
+        let start = self.clock.now();
+        let mut lease = match self
+            .store
+            .acquire_lease(LEASE, &self.owner, start, self.lease_ttl())
+            .await
+        {
+            Ok(lease) => lease,
+            Err(StoreError::Conflict { detail, .. }) => {
+                tracing::info!(holder = %detail, "another run holds the provisioner lease; exiting");
+                report.lease_held_by = Some(detail);
+                return Ok(report);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let outcome = self.watch(region, start, &mut lease, &mut report).await;
+        if let Err(e) = self.store.release_lease(&lease).await {
+            tracing::warn!(error = %e, "could not release the provisioner lease; it lapses by itself");
+        }
+        report.watched_ms = u64::try_from(since(self.clock.now(), start).as_millis()).unwrap_or(u64::MAX);
+        outcome.map(|()| report)
+    }
+
+    async fn watch(
+        &mut self,
+        region: &RegionCatalog<'_>,
+        start: SystemTime,
+        lease: &mut Lease,
+        report: &mut RunReport,
+    ) -> Result<(), ProvisionError> {
+        report.housekeeping.push(self.housekeeping(region).await?);
+        let deadline = start + self.settings.watch;
+        let mut batcher = Batcher::new(self.settings.batch_idle, self.settings.batch_max);
+        // Pods a batch of this run already handled: they do not open another batch.
+        let mut handled: HashSet<String> = HashSet::new();
+        let mut first = true;
+        loop {
+            let now = self.clock.now();
+            if now >= deadline && !batcher.is_open() && !first {
+                break;
+            }
+            first = false;
+            let pending: Vec<String> = self
+                .cluster
+                .pending_pods()
+                .await?
+                .iter()
+                .filter(|p| is_provisionable(p))
+                .map(pod_key)
+                .filter(|k| !handled.contains(k))
+                .collect();
+            batcher.observe(now, pending);
+            if batcher.is_due(now) || (now >= deadline && batcher.is_open()) {
+                let pods = batcher.take();
+                let batch = self.batch(region).await?;
+                self.log_batch(&batch);
+                handled.extend(pods);
+                report.batches.push(batch);
+                let housekeeping = self.housekeeping(region).await?;
+                report.housekeeping.push(housekeeping);
+            }
+            if self.clock.now() >= lease_renew_at(lease) {
+                *lease = self
+                    .store
+                    .renew_lease(lease, self.clock.now(), self.lease_ttl())
+                    .await?;
+            }
+            if self.clock.now() >= deadline && !batcher.is_open() {
+                break;
+            }
+            self.clock.sleep(self.settings.poll).await;
+        }
+        Ok(())
+    }
+
+    fn log_batch(&self, batch: &BatchReport) {
+        let summary = serde_json::to_string(batch).unwrap_or_default();
+        tracing::info!(
+            pods_seen = batch.pods_seen,
+            pods_planned = batch.pods_planned,
+            nodes_launched = batch.launched.len(),
+            launch_errors = batch.launch_errors.len(),
+            unschedulable = batch.unschedulable.len(),
+            cost_per_hour_added = batch.cost_per_hour_added,
+            plan_ms = batch.plan_ms,
+            launch_ms = batch.launch_ms,
+            pending_to_fleet_p50_ms = report::quantile(&batch.pending_to_fleet_ms, 0.5),
+            pending_to_fleet_p99_ms = report::quantile(&batch.pending_to_fleet_ms, 0.99),
+            batch = %summary,
+            "batch"
+        );
+    }
+}
+
+/// Renew a lease when half of its time has gone: the lease holds `expires_at`, taken
+/// with a TTL of the watch window plus a minute, so renewing a minute before expiry is
+/// safe.
+fn lease_renew_at(lease: &Lease) -> SystemTime {
+    let expires = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(lease.expires_at).unwrap_or(0));
+    expires.checked_sub(Duration::from_secs(60)).unwrap_or(expires)
+}

@@ -1,0 +1,40 @@
+//! The snapshot a batch plans on, read through the Cluster port.
+
+use crate::decide::pod::is_provisionable;
+use crate::ports::{Cluster, ClusterError, Validated};
+use crate::snapshot::Snapshot;
+
+fn skipped<T>(kind: &str, v: &Validated<T>) -> Vec<(String, String)> {
+    v.invalid
+        .iter()
+        .map(|o| (format!("{kind}/{}", o.name), o.reason.clone()))
+        .collect()
+}
+
+/// Pods, nodes, DaemonSets, PDBs, NodePools and EC2NodeClasses as the cluster holds them
+/// now. The pending pods kept are the ones to provision for (see
+/// [`is_provisionable`]); invalid NodePools and EC2NodeClasses are skipped with their
+/// reason, and the others work.
+pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterError> {
+    let pending = cluster.pending_pods().await?;
+    let scheduled = cluster.scheduled_pods().await?;
+    let nodes = cluster.nodes().await?;
+    let daemonsets = cluster.daemonsets().await?;
+    let pdbs = cluster.pdbs().await?;
+    let nodepools = cluster.nodepools().await?;
+    let nodeclasses = cluster.ec2nodeclasses().await?;
+    let mut skipped_objects = skipped("NodePool", &nodepools);
+    skipped_objects.extend(skipped("EC2NodeClass", &nodeclasses));
+    let mut pods: Vec<_> = pending.into_iter().filter(is_provisionable).collect();
+    pods.extend(scheduled);
+    Ok(Snapshot {
+        pods,
+        nodes,
+        daemonsets,
+        pdbs,
+        nodepools: nodepools.valid,
+        nodeclasses: nodeclasses.valid,
+        skipped: skipped_objects,
+        ..Snapshot::default()
+    })
+}

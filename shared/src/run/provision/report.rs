@@ -1,0 +1,138 @@
+//! What a run did, as values: logged as one JSON line per batch and per run, and turned
+//! into CloudWatch metrics.
+
+use serde::{Deserialize, Serialize};
+
+use crate::decide::Unschedulable;
+use crate::decide::templates::Skipped;
+use crate::model::CapacityType;
+
+/// A node launched.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launched {
+    /// The launch id (tagged on the instance).
+    pub launch_id: String,
+    /// The instance.
+    pub instance_id: String,
+    /// The NodePool.
+    pub nodepool: String,
+    /// The type EC2 chose among the plan's alternatives.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// USD per hour, from the price book.
+    pub price_per_hour: f64,
+    /// How many pods it was planned for.
+    pub pods: usize,
+}
+
+/// A launch that failed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaunchFailure {
+    /// The NodePool.
+    pub nodepool: String,
+    /// The planned type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// Why.
+    pub error: String,
+}
+
+/// One batch: pods seen, the plan, the launches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchReport {
+    /// Pending pods Carpool should provision for, when the batch closed.
+    pub pods_seen: usize,
+    /// Pods placed: on new nodes, on nodes that exist or on capacity in flight.
+    pub pods_planned: usize,
+    /// Pods placed on new nodes this batch launched.
+    pub pods_on_new_nodes: usize,
+    /// Nodes launched.
+    pub launched: Vec<Launched>,
+    /// Launches that failed (capacity errors included; those were re-planned).
+    pub launch_errors: Vec<LaunchFailure>,
+    /// Offerings marked unavailable after a capacity error, as `type/zone/capacity`.
+    pub marked_unavailable: Vec<String>,
+    /// Pods no node can take, and why.
+    pub unschedulable: Vec<Unschedulable>,
+    /// NodePools and EC2NodeClasses left out, and why.
+    pub skipped: Vec<Skipped>,
+    /// The USD per hour the launched nodes add.
+    pub cost_per_hour_added: f64,
+    /// Planning rounds (1, plus one per round of capacity errors).
+    pub rounds: usize,
+    /// Time spent planning, all rounds.
+    pub plan_ms: u64,
+    /// Time spent launching, all rounds.
+    pub launch_ms: u64,
+    /// Per pod placed on a new node: milliseconds from its creation to the CreateFleet
+    /// call that launched its node.
+    pub pending_to_fleet_ms: Vec<u64>,
+    /// Whether nothing was launched because of dry-run mode.
+    pub dry_run: bool,
+}
+
+/// Housekeeping: launches and instances followed up.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HousekeepingReport {
+    /// Launches whose node registered, as `launch id → node`.
+    pub registered: Vec<(String, String)>,
+    /// Instances terminated because their node never registered, and why.
+    pub terminated: Vec<(String, String)>,
+    /// Records removed because their instance is gone.
+    pub records_removed: usize,
+    /// Nodes given the labels of their instance type.
+    pub labelled: Vec<String>,
+    /// Errors met (housekeeping goes on after each).
+    pub errors: Vec<String>,
+}
+
+/// One run of the provisioner.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// Who held the lease instead, when this run did not get it.
+    pub lease_held_by: Option<String>,
+    /// Housekeeping, once per batch and at the start.
+    pub housekeeping: Vec<HousekeepingReport>,
+    /// The batches.
+    pub batches: Vec<BatchReport>,
+    /// How long the run watched.
+    pub watched_ms: u64,
+}
+
+impl RunReport {
+    /// Nodes launched in all batches.
+    pub fn launched(&self) -> impl Iterator<Item = &Launched> {
+        self.batches.iter().flat_map(|b| b.launched.iter())
+    }
+}
+
+/// The `q`-quantile (0..=1) of some values, by nearest rank; `None` when empty.
+pub fn quantile(values: &[u64], q: f64) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.saturating_sub(1).min(sorted.len() - 1)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_by_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), Some(50));
+        assert_eq!(quantile(&v, 0.99), Some(99));
+        assert_eq!(quantile(&v, 1.0), Some(100));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+}

@@ -1,0 +1,298 @@
+//! The provisioner's run over the in-memory ports: pending pods become launches, capacity
+//! in flight is counted, the lease keeps runs apart, capacity errors are re-planned,
+//! limits hold, unregistered instances are terminated after the TTL.
+
+use std::time::{Duration, SystemTime};
+
+use carpool::catalog::Catalog;
+use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
+use carpool::model::CapacityType;
+use carpool::ports::{Cloud, LaunchState, OfferingKey, StateStore};
+use carpool::run::provision::{Provisioner, RunReport, Settings};
+use k8s_openapi::api::core::v1::Pod;
+use pollster::block_on;
+use serde_json::json;
+
+const START: u64 = 1_790_000_000;
+
+fn start() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(START)
+}
+
+fn settings() -> Settings {
+    Settings {
+        watch: Duration::from_secs(50),
+        batch_idle: Duration::from_secs(1),
+        batch_max: Duration::from_secs(10),
+        poll: Duration::from_millis(250),
+        registration_ttl: Duration::from_secs(900),
+        dry_run: false,
+    }
+}
+
+fn pending_pod(name: &str, cpu: &str, memory: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "web", "uid": name,
+                     "creationTimestamp": "2026-09-21T12:00:00Z", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx",
+                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+        "status": {"phase": "Pending",
+                   "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .unwrap()
+}
+
+fn nodepool(name: &str, limits: Option<serde_json::Value>) -> serde_json::Value {
+    let mut spec = json!({
+        "template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+            ]
+        }}
+    });
+    if let Some(l) = limits {
+        spec["limits"] = l;
+    }
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec})
+}
+
+fn nodeclass() -> serde_json::Value {
+    json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+           "spec": {"role": "KarpenterNodeRole",
+                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
+                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
+                    "amiSelectorTerms": [{"alias": "al2023@latest"}]}})
+}
+
+struct World {
+    cloud: FakeCloud,
+    cluster: FakeCluster,
+    store: FakeStore,
+    clock: FakeClock,
+}
+
+impl World {
+    fn new(pods: usize) -> Self {
+        let w = World {
+            cloud: FakeCloud::new(),
+            cluster: FakeCluster::new(),
+            store: FakeStore::new(),
+            clock: FakeClock::at(start()),
+        };
+        w.cloud.set_now(START as i64 * 1000);
+        w.cluster.add_nodepool(nodepool("general", None));
+        w.cluster.add_ec2nodeclass(nodeclass());
+        for i in 0..pods {
+            let (cpu, mem) = [("500m", "1Gi"), ("1", "2Gi"), ("250m", "512Mi")][i % 3];
+            w.cluster.add_pod(pending_pod(&format!("web-{i}"), cpu, mem));
+        }
+        w
+    }
+
+    fn run_with(&self, owner: &str, settings: Settings) -> RunReport {
+        let catalog = Catalog::embedded().unwrap();
+        let region = catalog.region("us-east-1").unwrap();
+        let mut p = Provisioner::new(&self.cloud, &self.cluster, &self.store, &self.clock, settings, owner);
+        block_on(p.run(&region)).unwrap()
+    }
+
+    fn run(&self, owner: &str) -> RunReport {
+        self.run_with(owner, settings())
+    }
+}
+
+#[test]
+fn pending_pods_become_launched_instances_recorded_in_flight() {
+    let w = World::new(30);
+    let report = w.run("run-1");
+    assert_eq!(report.batches.len(), 1, "one batch for pods pending together");
+    let batch = &report.batches[0];
+    assert_eq!(batch.pods_seen, 30);
+    assert_eq!(batch.pods_planned, 30, "unschedulable: {:?}", batch.unschedulable);
+    assert!(!batch.launched.is_empty());
+    assert_eq!(batch.launched.iter().map(|l| l.pods).sum::<usize>(), 30);
+    assert_eq!(batch.pending_to_fleet_ms.len(), 30);
+    assert!(batch.cost_per_hour_added > 0.0);
+    let instances = block_on(w.cloud.list()).unwrap();
+    assert_eq!(instances.len(), batch.launched.len());
+    let launches = block_on(w.store.list_launches()).unwrap();
+    assert_eq!(launches.len(), instances.len());
+    for l in &launches {
+        assert_eq!(l.state, LaunchState::InFlight);
+        assert!(instances.iter().any(|i| Some(&i.id) == l.instance_id.as_ref()));
+    }
+    // The run watched its whole window, on the test clock.
+    assert!(report.watched_ms >= 50_000);
+}
+
+#[test]
+fn a_second_run_launches_nothing_for_pods_already_provided_for() {
+    let w = World::new(30);
+    let first = w.run("run-1");
+    let launched = first.launched().count();
+    let second = w.run("run-2");
+    assert_eq!(second.launched().count(), 0, "second run: {:?}", second.batches);
+    assert_eq!(block_on(w.cloud.list()).unwrap().len(), launched);
+    assert_eq!(
+        second.batches[0].pods_planned, 30,
+        "every pod counted on capacity in flight"
+    );
+}
+
+#[test]
+fn a_run_that_cannot_take_the_lease_exits_without_launching() {
+    let w = World::new(5);
+    block_on(
+        w.store
+            .acquire_lease("provisioner", "other-run", start(), Duration::from_secs(120)),
+    )
+    .unwrap();
+    let report = w.run("run-1");
+    assert!(report.lease_held_by.is_some());
+    assert!(report.batches.is_empty());
+    assert!(block_on(w.cloud.list()).unwrap().is_empty());
+}
+
+#[test]
+fn insufficient_capacity_marks_the_offerings_and_launches_the_next_best_in_the_same_run() {
+    let w = World::new(3);
+    // What the planner would launch first.
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let snapshot = block_on(carpool::run::provision::observe::read_snapshot(&w.cluster)).unwrap();
+    let plan = carpool::decide::provisioning_plan(&snapshot, &region);
+    assert_eq!(plan.nodes.len(), 1);
+    let first = &plan.nodes[0];
+    for t in &first.instance_types {
+        w.cloud.exhaust(OfferingKey {
+            instance_type: t.clone(),
+            zone: first.zone.clone(),
+            capacity_type: first.capacity_type,
+        });
+    }
+    let report = w.run("run-1");
+    let batch = &report.batches[0];
+    assert_eq!(batch.rounds, 2, "{batch:?}");
+    assert_eq!(batch.launch_errors.len(), 1, "{batch:?}");
+    assert!(!batch.marked_unavailable.is_empty());
+    assert!(!batch.launched.is_empty());
+    for launched in &batch.launched {
+        assert!(
+            launched.zone != first.zone
+                || launched.capacity_type != first.capacity_type
+                || !first.instance_types.contains(&launched.instance_type),
+            "the next-best offering is not one that failed: {launched:?}"
+        );
+    }
+    assert_eq!(batch.pods_planned, 3);
+    let unavailable = block_on(w.store.unavailable_offerings(carpool::ports::Clock::now(&w.clock))).unwrap();
+    assert_eq!(unavailable.len(), first.instance_types.len());
+}
+
+#[test]
+fn a_spot_outage_falls_back_to_on_demand_when_the_pool_allows_it() {
+    let w = World::new(3);
+    let mut pool = nodepool("general", None);
+    pool["spec"]["template"]["spec"]["requirements"] = json!([
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}
+    ]);
+    w.cluster.add_nodepool(pool);
+    let catalog = Catalog::embedded().unwrap();
+    for it in catalog.types().iter().filter(|t| t.name.starts_with("m5.")) {
+        w.cloud.exhaust(OfferingKey {
+            instance_type: it.name.clone(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::Spot,
+        });
+    }
+    let report = w.run("run-1");
+    let batch = &report.batches[0];
+    assert_eq!(batch.rounds, 2, "{batch:?}");
+    assert_eq!(batch.launched.len(), 1, "{batch:?}");
+    assert_eq!(batch.launched[0].capacity_type, CapacityType::OnDemand);
+    assert!(batch.launched[0].instance_type.starts_with("m5."));
+}
+
+#[test]
+fn a_nodepool_limit_stops_launches_and_reports_the_pods_left_over() {
+    let w = World::new(0);
+    w.cluster.add_nodepool(nodepool("general", Some(json!({"cpu": "4"}))));
+    for i in 0..12 {
+        w.cluster.add_pod(pending_pod(&format!("big-{i}"), "1", "1Gi"));
+    }
+    let report = w.run("run-1");
+    let batch = &report.batches[0];
+    let cpus: i64 = batch
+        .launched
+        .iter()
+        .map(|l| {
+            Catalog::embedded()
+                .unwrap()
+                .get(&l.instance_type)
+                .unwrap()
+                .capacity
+                .cpu_millis
+        })
+        .sum();
+    assert!(cpus <= 4000, "launched {cpus}m of CPU under a 4-CPU limit");
+    assert!(!batch.unschedulable.is_empty());
+    assert!(
+        batch.unschedulable.iter().all(|u| u.reason.contains("limits")),
+        "{:?}",
+        batch.unschedulable
+    );
+}
+
+#[test]
+fn an_instance_that_never_registers_is_terminated_after_the_ttl() {
+    let w = World::new(3);
+    let report = w.run("run-1");
+    let id = report.launched().next().unwrap().instance_id.clone();
+    // 15 minutes on, no Node: the next run's housekeeping terminates it.
+    w.clock.advance(Duration::from_secs(900));
+    w.cloud.set_now(START as i64 * 1000 + 900_000);
+    let later = w.run("run-2");
+    let terminated = &later.housekeeping[0].terminated;
+    assert_eq!(terminated.len(), 1, "{:?}", later.housekeeping);
+    assert_eq!(terminated[0].0, id);
+    assert!(terminated[0].1.contains("did not register"));
+    // Its record is gone with it, and the pods, still pending, got a new launch.
+    let launches = block_on(w.store.list_launches()).unwrap();
+    assert!(launches.iter().all(|l| l.instance_id.as_deref() != Some(&id)));
+    assert_eq!(later.launched().count(), 1);
+    assert_eq!(launches.len(), 1);
+    assert_eq!(launches[0].state, LaunchState::InFlight);
+}
+
+#[test]
+fn dry_run_plans_and_launches_nothing() {
+    let w = World::new(10);
+    let mut s = settings();
+    s.dry_run = true;
+    let report = w.run_with("run-1", s);
+    assert!(report.batches[0].dry_run);
+    assert!(report.batches[0].cost_per_hour_added > 0.0);
+    assert!(block_on(w.cloud.list()).unwrap().is_empty());
+    assert!(block_on(w.store.list_launches()).unwrap().is_empty());
+}
+
+#[test]
+fn an_invalid_nodepool_is_skipped_with_its_reason_and_the_others_still_launch() {
+    let w = World::new(3);
+    let mut bad = nodepool("broken", None);
+    bad["spec"]["template"]["spec"]["requirements"][0]["operator"] = json!("Sometimes");
+    w.cluster.add_nodepool(bad);
+    let report = w.run("run-1");
+    let batch = &report.batches[0];
+    assert!(
+        batch.skipped.iter().any(|s| s.object == "NodePool/broken"),
+        "{:?}",
+        batch.skipped
+    );
+    assert_eq!(batch.launched.len(), 1);
+}
