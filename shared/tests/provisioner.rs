@@ -296,3 +296,16 @@ fn an_invalid_nodepool_is_skipped_with_its_reason_and_the_others_still_launch() 
     );
     assert_eq!(batch.launched.len(), 1);
 }
+
+#[test]
+fn nodes_are_planned_only_in_zones_where_the_nodeclass_has_subnets() {
+    let w = World::new(30);
+    w.cloud.set_zones("default", &["us-east-1b"]);
+    let report = w.run("run-1");
+    assert!(report.launched().count() > 0);
+    assert!(
+        report.launched().all(|l| l.zone == "us-east-1b"),
+        "{:?}",
+        report.batches
+    );
+}

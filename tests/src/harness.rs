@@ -209,7 +209,11 @@ impl Kubelet {
         if seen.elapsed() < self.config.registration_delay {
             return Ok(());
         }
-        let node = node::for_instance(i, &self.config.region)?;
+        let mut node = node::for_instance(i, &self.config.region)?;
+        // What nodeadm would pass the kubelet: the labels and taints of the user data.
+        if let Some(text) = crate::user_data::read(&self.ec2, &i.id).await? {
+            node::apply_kubelet_flags(&mut node, &crate::user_data::kubelet_flags(&text));
+        }
         let name = i.node_name();
         match self.nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {

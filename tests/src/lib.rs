@@ -36,6 +36,7 @@ pub mod moto;
 pub mod node;
 pub mod stack;
 pub mod tags;
+pub mod user_data;
 pub mod wait;
 
 use std::sync::atomic::{AtomicU32, Ordering};

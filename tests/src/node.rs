@@ -94,6 +94,24 @@ pub fn for_instance(instance: &Instance, region: &str) -> Result<Node> {
     })
 }
 
+/// Adds the kubelet's `--node-labels` and `--register-with-taints` to a Node.
+pub fn apply_kubelet_flags(node: &mut Node, flags: &crate::user_data::KubeletFlags) {
+    node.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(flags.labels.clone());
+    if flags.taints.is_empty() {
+        return;
+    }
+    let spec = node.spec.get_or_insert_with(NodeSpec::default);
+    let taints = spec.taints.get_or_insert_with(Vec::new);
+    for t in &flags.taints {
+        if !taints.iter().any(|have| have.key == t.key && have.effect == t.effect) {
+            taints.push(t.clone());
+        }
+    }
+}
+
 /// A Kubernetes resource list: cpu in millicores, memory and storage in Ki when whole.
 pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
     r.to_k8s()

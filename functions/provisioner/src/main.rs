@@ -1,12 +1,32 @@
-//! The provisioner Lambda (skeleton; the handler lands next).
+//! The provisioner Lambda: pending pods become nodes. See the crate's `lib.rs`.
+
+use std::time::{Duration, SystemTime};
+
+use carpool::run::provision::ProvisionerConfig;
+use carpool_provisioner::{init, logging};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
-async fn handler(event: LambdaEvent<Value>) -> Result<Value, Error> {
-    Ok(event.payload)
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    run(service_fn(handler)).await
+    let config = ProvisionerConfig::from_vars(|k| std::env::var(k).ok());
+    logging::init(config.as_ref().map_or("info", |c| c.log_level.as_str()));
+    let config = config.inspect_err(|e| tracing::error!(error = %e, "configuration"))?;
+    let app = init::app(config)
+        .await
+        .inspect_err(|e| tracing::error!(error = %e, "cold start"))?;
+    run(service_fn(|event: LambdaEvent<Value>| {
+        let app = &app;
+        async move {
+            let deadline = SystemTime::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
+            match app.handle(&event.context.request_id, deadline).await {
+                Ok(report) => Ok::<Value, Error>(carpool_provisioner::handler::summary(&report)),
+                Err(e) => {
+                    tracing::error!(error = %e, retryable = e.is_retryable(), "run failed");
+                    Err(e.into())
+                }
+            }
+        }
+    }))
+    .await
 }

@@ -18,6 +18,7 @@ pub mod plan;
 pub mod pod;
 pub mod scheduler;
 pub mod selector;
+pub mod subnet_zones;
 pub mod taints;
 pub mod templates;
 pub mod topology;

@@ -4,7 +4,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::model::EC2NodeClass;
 use crate::ports::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, SpotPrice};
+
+/// The zones a class's subnets are in unless told otherwise: us-east-1's six.
+pub const DEFAULT_ZONES: &[&str] = &[
+    "us-east-1a",
+    "us-east-1b",
+    "us-east-1c",
+    "us-east-1d",
+    "us-east-1e",
+    "us-east-1f",
+];
 
 /// An error to inject into the next call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +35,8 @@ struct State {
     /// Instances each offering can still take; absent means unlimited.
     pools: HashMap<OfferingKey, u32>,
     spot_prices: Vec<SpotPrice>,
+    /// Zones of the subnets, per EC2NodeClass; absent: [`DEFAULT_ZONES`].
+    zones: HashMap<String, Vec<String>>,
     faults: Vec<CloudFault>,
     calls: Vec<String>,
     next_id: u64,
@@ -45,6 +58,13 @@ impl FakeCloud {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the zones of an EC2NodeClass's subnets.
+    pub fn set_zones(&self, node_class: &str, zones: &[&str]) {
+        self.lock()
+            .zones
+            .insert(node_class.to_string(), zones.iter().map(|z| z.to_string()).collect());
     }
 
     /// Makes an offering out of capacity until [`FakeCloud::restore`].
@@ -134,6 +154,15 @@ impl Cloud for FakeCloud {
             return Ok(instance);
         }
         Err(CloudError::InsufficientCapacity { offerings: failed })
+    }
+
+    async fn zones(&self, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
+        let state = self.enter(format!("zones {}", node_class.name()))?;
+        Ok(state
+            .zones
+            .get(node_class.name())
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_ZONES.iter().map(|z| z.to_string()).collect()))
     }
 
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {

@@ -135,6 +135,8 @@ pub enum CloudError {
 pub trait Cloud: Send + Sync {
     /// Launches one instance for a planned node.
     fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Instance, CloudError>> + Send;
+    /// The zones an EC2NodeClass can launch in: those of the subnets it selects.
+    fn zones(&self, node_class: &EC2NodeClass) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
     /// One instance.
     fn get(&self, id: &str) -> impl Future<Output = Result<Instance, CloudError>> + Send;
     /// This cluster's instances that are not terminated.

@@ -198,6 +198,10 @@ impl Cloud for Ec2Cloud {
         }
     }
 
+    async fn zones(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<String>, CloudError> {
+        resolve::subnet_zones(&self.ec2, node_class).await
+    }
+
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {
         match self.describe(Some(vec![id.to_string()])).await {
             Ok(found) => found

@@ -56,6 +56,31 @@ pub async fn subnets(
     Ok(ids.into_iter().collect())
 }
 
+/// The zones the class's subnets are in, sorted: where it can launch.
+pub async fn subnet_zones(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
+    let mut zones = BTreeSet::new();
+    for term in &node_class.spec.subnet_selector_terms {
+        let filters = term_filters(&term.tags, &[("subnet-id", term.id.as_ref())]);
+        if filters.is_empty() {
+            continue;
+        }
+        let mut pages = ec2
+            .describe_subnets()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_err("DescribeSubnets", e))?;
+            zones.extend(
+                page.subnets()
+                    .iter()
+                    .filter_map(|s| s.availability_zone().map(str::to_string)),
+            );
+        }
+    }
+    Ok(zones.into_iter().collect())
+}
+
 /// The ids of the security groups of the class, sorted.
 pub async fn security_groups(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
     let mut ids = BTreeSet::new();

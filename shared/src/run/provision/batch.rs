@@ -11,6 +11,7 @@ use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::Unschedulable;
 use crate::decide::in_flight::capacity_view;
+use crate::decide::subnet_zones::narrow_to_subnet_zones;
 use crate::decide::templates::pool_labels;
 use crate::decide::{PlannedNode, provisioning_plan};
 use crate::model::NodePool;
@@ -111,7 +112,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             dry_run: self.settings.dry_run,
             ..BatchReport::default()
         };
-        let snapshot = super::observe::read_snapshot(self.cluster).await?;
+        let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        let mut zones_by_class = BTreeMap::new();
+        for class in &snapshot.nodeclasses {
+            zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
+        }
+        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
         let now = self.clock.now();
         let mut launches = self.store.list_launches().await?;
         let mut region = base.clone();

@@ -1,0 +1,146 @@
+//! One invocation: refresh live prices when stale, run the provisioner for what is left of
+//! the function's time, print one EMF metrics line per batch and a run summary.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use carpool::catalog::RegionCatalog;
+use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use carpool::run::provision::metrics::batch_metrics;
+use carpool::run::provision::report::quantile;
+use carpool::run::provision::{ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings};
+use serde_json::{Value, json};
+
+/// Time kept back from the function's deadline for the last batch and the summary.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
+
+/// How long live spot prices are trusted before they are read again.
+pub const PRICES_TTL: Duration = Duration::from_secs(3600);
+
+/// What lives across invocations of a warm function: the ports, the settings and the
+/// region's catalog with its live prices.
+pub struct App<C, K, S, T> {
+    /// EC2.
+    pub cloud: C,
+    /// The Kubernetes API.
+    pub cluster: K,
+    /// DynamoDB.
+    pub store: S,
+    /// Time.
+    pub clock: T,
+    /// The configuration.
+    pub config: ProvisionerConfig,
+    /// The region's catalog; prices refreshed in place.
+    pub region: Mutex<RegionCatalog<'static>>,
+    prices_read_at: Mutex<Option<SystemTime>>,
+}
+
+impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
+    /// An app over these ports.
+    pub fn new(
+        cloud: C,
+        cluster: K,
+        store: S,
+        clock: T,
+        config: ProvisionerConfig,
+        region: RegionCatalog<'static>,
+    ) -> Self {
+        App {
+            cloud,
+            cluster,
+            store,
+            clock,
+            config,
+            region: Mutex::new(region),
+            prices_read_at: Mutex::new(None),
+        }
+    }
+
+    fn region(&self) -> RegionCatalog<'static> {
+        self.region
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads spot prices when the last read is older than [`PRICES_TTL`]; on error the
+    /// embedded prices stay, with a warning.
+    async fn refresh_prices(&self) {
+        let now = self.clock.now();
+        let stale = self
+            .prices_read_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none_or(|t| now.duration_since(t).unwrap_or_default() >= PRICES_TTL);
+        if !stale {
+            return;
+        }
+        let types: Vec<String> = self.region().types().iter().map(|t| t.name.clone()).collect();
+        match self.cloud.spot_prices(&types).await {
+            Ok(prices) => {
+                let mut region = self.region.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                for p in &prices {
+                    region.prices_mut().set_spot(&p.instance_type, &p.zone, p.price);
+                }
+                tracing::info!(spot_prices = prices.len(), "read live spot prices");
+                *self
+                    .prices_read_at
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read spot prices; using the embedded model"),
+        }
+    }
+
+    /// One invocation by `request_id`, which must end by `deadline`.
+    pub async fn handle(&self, request_id: &str, deadline: SystemTime) -> Result<RunReport, ProvisionError> {
+        self.refresh_prices().await;
+        let left = deadline
+            .duration_since(self.clock.now())
+            .unwrap_or_default()
+            .saturating_sub(DEADLINE_MARGIN);
+        let settings = Settings::from_config(&self.config, left);
+        let region = self.region();
+        let mut provisioner = Provisioner::new(
+            &self.cloud,
+            &self.cluster,
+            &self.store,
+            &self.clock,
+            settings,
+            request_id,
+        );
+        let report = provisioner.run(&region).await?;
+        let now = epoch_millis(self.clock.now());
+        for batch in &report.batches {
+            // EMF goes to stdout as a raw line; CloudWatch turns it into metrics.
+            println!("{}", batch_metrics(&self.config.cluster, now, batch));
+        }
+        let summary = summary(&report);
+        tracing::info!(summary = %summary, "run");
+        Ok(report)
+    }
+}
+
+/// The run's summary: what it launched, what it could not place, and the pending →
+/// CreateFleet latency.
+pub fn summary(report: &RunReport) -> Value {
+    let latencies: Vec<u64> = report
+        .batches
+        .iter()
+        .flat_map(|b| b.pending_to_fleet_ms.iter().copied())
+        .collect();
+    json!({
+        "lease_held_by": report.lease_held_by,
+        "batches": report.batches.len(),
+        "pods_seen": report.batches.iter().map(|b| b.pods_seen).sum::<usize>(),
+        "nodes_launched": report.launched().count(),
+        "launched": report.launched().collect::<Vec<_>>(),
+        "unschedulable": report.batches.last().map(|b| b.unschedulable.clone()).unwrap_or_default(),
+        "launch_errors": report.batches.iter().map(|b| b.launch_errors.len()).sum::<usize>(),
+        "cost_per_hour_added": report.batches.iter().map(|b| b.cost_per_hour_added).sum::<f64>(),
+        "pending_to_fleet_p50_ms": quantile(&latencies, 0.5),
+        "pending_to_fleet_p99_ms": quantile(&latencies, 0.99),
+        "terminated": report.housekeeping.iter().flat_map(|h| h.terminated.clone()).collect::<Vec<_>>(),
+        "watched_ms": report.watched_ms,
+    })
+}

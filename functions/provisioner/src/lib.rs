@@ -1,0 +1,16 @@
+//! # The provisioner Lambda
+//!
+//! ## Layout
+//!
+//! - `main.rs`: the thin entry point: tracing, config, clients, `lambda_runtime::run`.
+//! - [`handler`]: one invocation, generic over the ports, so tests run it on the fakes
+//!   and on the local stack.
+//! - [`init`]: the real ports from the configuration (EKS access, EC2, DynamoDB), built
+//!   once per cold start.
+//! - [`logging`]: JSON logs for CloudWatch (`AWS_LAMBDA_LOG_FORMAT` respected).
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod handler;
+pub mod init;
+pub mod logging;
