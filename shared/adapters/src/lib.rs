@@ -6,6 +6,8 @@
 //!
 //! ## Layout
 //!
+//! - [`cluster_info`]: what a node needs to join its cluster (name, endpoint, CA, service
+//!   CIDR), written into its NodeConfig.
 //! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
 //!   racing write conditional.
 //! - [`ec2`]: the `Cloud` port on EC2: EC2NodeClass resolution, launch templates reused by
@@ -18,6 +20,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cluster_info;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::ports::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, SpotPrice};
+use crate::ports::{
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,
+};
 
 /// An error to inject into the next call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,8 @@ struct State {
     /// Instances each offering can still take; absent means unlimited.
     pools: HashMap<OfferingKey, u32>,
     spot_prices: Vec<SpotPrice>,
+    on_demand_prices: Vec<OnDemandPrice>,
+    offerings: Vec<ZonalOffering>,
     faults: Vec<CloudFault>,
     calls: Vec<String>,
     next_id: u64,
@@ -70,6 +74,16 @@ impl FakeCloud {
     /// Sets the spot prices `spot_prices` answers with.
     pub fn set_spot_prices(&self, prices: Vec<SpotPrice>) {
         self.lock().spot_prices = prices;
+    }
+
+    /// Sets the on-demand prices `on_demand_prices` answers with.
+    pub fn set_on_demand_prices(&self, prices: Vec<OnDemandPrice>) {
+        self.lock().on_demand_prices = prices;
+    }
+
+    /// Sets the zonal offerings `offerings` answers with.
+    pub fn set_offerings(&self, offerings: Vec<ZonalOffering>) {
+        self.lock().offerings = offerings;
     }
 
     /// Sets the launch time stamped on new instances.
@@ -171,5 +185,20 @@ impl Cloud for FakeCloud {
             .filter(|p| instance_types.contains(&p.instance_type))
             .cloned()
             .collect())
+    }
+
+    async fn on_demand_prices(&self, instance_types: &[String]) -> Result<Vec<OnDemandPrice>, CloudError> {
+        let state = self.enter(format!("on_demand_prices {}", instance_types.join(",")))?;
+        Ok(state
+            .on_demand_prices
+            .iter()
+            .filter(|p| instance_types.contains(&p.instance_type))
+            .cloned()
+            .collect())
+    }
+
+    async fn offerings(&self) -> Result<Vec<ZonalOffering>, CloudError> {
+        let state = self.enter("offerings".into())?;
+        Ok(state.offerings.clone())
     }
 }
