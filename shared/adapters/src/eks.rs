@@ -284,6 +284,16 @@ where
     }
 }
 
+/// The service CIDR of a cluster's network config: IPv4, else IPv6, else `fallback`.
+fn service_cidr<'a>(
+    network: Option<&'a aws_sdk_eks::types::KubernetesNetworkConfigResponse>,
+    fallback: &'a str,
+) -> &'a str {
+    network
+        .and_then(|n| n.service_ipv4_cidr().or_else(|| n.service_ipv6_cidr()))
+        .unwrap_or(fallback)
+}
+
 /// Access to one EKS cluster: where its apiserver is, and clients for it.
 #[derive(Clone, Debug)]
 pub struct EksAccess {
@@ -395,11 +405,7 @@ impl EksAccess {
         }
         let cluster = self.describe_cluster().await?;
         let (url, ca) = self.endpoint_and_ca(&cluster)?;
-        let network = cluster.kubernetes_network_config();
-        let cidr = network
-            .and_then(|n| n.service_ipv4_cidr())
-            .or_else(|| network.and_then(|n| n.service_ipv6_cidr()))
-            .unwrap_or(&self.service_cidr);
+        let cidr = service_cidr(cluster.kubernetes_network_config(), &self.service_cidr);
         Ok(ClusterInfo::new(&self.cluster, url, ca, cidr))
     }
 
@@ -587,6 +593,20 @@ mod tests {
         assert_eq!(headers[0], headers[1], "cached");
         assert_ne!(headers[1], headers[2], "refreshed");
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn the_service_cidr_is_ipv4_else_ipv6_else_the_fallback() {
+        use aws_sdk_eks::types::KubernetesNetworkConfigResponse as Network;
+        let v4 = Network::builder().service_ipv4_cidr("172.20.0.0/16").build();
+        let v6 = Network::builder().service_ipv6_cidr("fd00:1234::/108").build();
+        assert_eq!(service_cidr(Some(&v4), "10.100.0.0/16"), "172.20.0.0/16");
+        assert_eq!(service_cidr(Some(&v6), "10.100.0.0/16"), "fd00:1234::/108");
+        assert_eq!(
+            service_cidr(Some(&Network::builder().build()), "10.100.0.0/16"),
+            "10.100.0.0/16"
+        );
+        assert_eq!(service_cidr(None, "10.100.0.0/16"), "10.100.0.0/16");
     }
 
     #[test]
