@@ -172,13 +172,19 @@ mod tests {
 
     #[test]
     fn a_boundary_inside_a_part_is_avoided_and_non_multipart_mime_is_refused() {
+        // Whatever the parts hold (here another document's boundary), the chosen boundary
+        // is in none of them, and the document parses back into them.
         let first = boundary(&[new("text/plain", "x")]);
-        let tricky = [new("text/plain", &format!("x {first}"))];
-        assert!(
-            !tricky
-                .iter()
-                .any(|p| matches!(p, Part::New { body, .. } if body.contains(&boundary(&tricky))))
-        );
+        let tricky = vec![new("text/plain", "x"), new("text/plain", &first)];
+        let chosen = boundary(&tricky);
+        assert!(tricky.iter().all(|p| match p {
+            Part::New { body, .. } => !body.contains(&chosen),
+            Part::Verbatim(raw) => !contains(raw, chosen.as_bytes()),
+        }));
+        let doc = document(&tricky);
+        let parsed = mailparse::parse_mail(doc.as_bytes()).unwrap();
+        assert_eq!(parsed.subparts.len(), 2);
+        assert_eq!(parsed.subparts[1].get_body().unwrap().trim_end(), first);
         assert!(matches!(
             parts("MIME-Version: 1.0\nContent-Type: text/plain\n\nhello\n"),
             Err(MimeError::NotMultipart(_))
