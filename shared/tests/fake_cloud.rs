@@ -2,7 +2,7 @@
 
 use carpool::fakes::{CloudFault, FakeCloud};
 use carpool::model::CapacityType;
-use carpool::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey};
+use carpool::ports::{Cloud, CloudError, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, ZonalOffering};
 use pollster::block_on;
 
 fn request(types: &[&str]) -> LaunchRequest {
@@ -69,4 +69,40 @@ fn injected_faults_fail_one_call_each_and_calls_are_recorded() {
     assert!(matches!(block_on(cloud.list()), Err(CloudError::Throttled(_))));
     assert!(block_on(cloud.list()).is_ok());
     assert_eq!(cloud.calls(), vec!["list", "list"]);
+}
+
+#[test]
+fn on_demand_prices_answer_for_the_asked_types_and_calls_are_recorded() {
+    let cloud = FakeCloud::new();
+    let price = |t: &str, p: f64| OnDemandPrice {
+        instance_type: t.into(),
+        price: p,
+    };
+    cloud.set_on_demand_prices(vec![price("m5.large", 0.096), price("c5.large", 0.085)]);
+    let got = block_on(cloud.on_demand_prices(&["m5.large".to_string(), "r5.large".to_string()])).unwrap();
+    assert_eq!(got, vec![price("m5.large", 0.096)]);
+    cloud.inject(CloudFault::Throttled);
+    assert!(matches!(
+        block_on(cloud.on_demand_prices(&["m5.large".to_string()])),
+        Err(CloudError::Throttled(_))
+    ));
+    assert_eq!(
+        cloud.calls(),
+        vec!["on_demand_prices m5.large,r5.large", "on_demand_prices m5.large"]
+    );
+}
+
+#[test]
+fn offerings_answer_what_was_set() {
+    let cloud = FakeCloud::new();
+    assert!(block_on(cloud.offerings()).unwrap().is_empty());
+    let offering = ZonalOffering {
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+    };
+    cloud.set_offerings(vec![offering.clone()]);
+    assert_eq!(block_on(cloud.offerings()).unwrap(), vec![offering]);
+    cloud.inject(CloudFault::Api);
+    assert!(matches!(block_on(cloud.offerings()), Err(CloudError::Api(_))));
+    assert_eq!(cloud.calls(), vec!["offerings", "offerings", "offerings"]);
 }

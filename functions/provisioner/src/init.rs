@@ -4,7 +4,7 @@ use carpool::catalog::{Catalog, CatalogError};
 use carpool::run::provision::ProvisionerConfig;
 use carpool_adapters::clock::TokioClock;
 use carpool_adapters::dynamodb::DynamoStore;
-use carpool_adapters::ec2::Ec2Cloud;
+use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_adapters::eks::{EksAccess, EksError, Endpoint};
 use carpool_adapters::kube_cluster::KubeCluster;
 
@@ -50,13 +50,18 @@ pub async fn app(config: ProvisionerConfig) -> Result<RealApp, InitError> {
             ca_pem,
         });
     }
+    if let Some(cidr) = &config.service_cidr {
+        eks = eks.with_service_cidr(cidr);
+    }
     let cluster = KubeCluster::new(eks.client().await?);
-    let cloud = Ec2Cloud::new(
-        aws_sdk_ec2::Client::new(&sdk),
-        aws_sdk_ssm::Client::new(&sdk),
-        &config.cluster,
+    let mut cloud = Ec2Cloud::new(
+        Ec2Clients::new(&sdk),
+        eks.cluster_info().await?,
         &config.ami_ssm_parameter,
     );
+    if let (Some(role), Some(profile)) = (&config.node_role, &config.node_instance_profile) {
+        cloud = cloud.with_node_role(role, profile);
+    }
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table, &config.cluster);
     let region = Catalog::embedded()?.region(&config.region)?;
     Ok(App::new(cloud, cluster, store, TokioClock, config, region))

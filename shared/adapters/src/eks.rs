@@ -1,6 +1,7 @@
 //! Access to an EKS cluster's Kubernetes API: the endpoint and CA from `DescribeCluster`
 //! (or an override), and a `kube::Client` that authenticates with an EKS bearer token
-//! (see [`crate::eks_token`]) and refreshes it before it runs out.
+//! (see [`crate::eks_token`]) and refreshes it before it runs out; and what nodes need to
+//! join the cluster ([`ClusterInfo`]).
 //!
 //! How the token reaches the requests: a tower layer ([`BearerLayer`]) on the client's
 //! service sets `Authorization: Bearer <token>` on each request from a cached token, and
@@ -33,6 +34,7 @@ use http::{HeaderValue, Request};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::cluster_info::{ClusterInfo, DEFAULT_SERVICE_CIDR};
 use crate::eks_token::{self, Token};
 
 /// A token is signed again when less than this much of its life remains.
@@ -282,6 +284,16 @@ where
     }
 }
 
+/// The service CIDR of a cluster's network config: IPv4, else IPv6, else `fallback`.
+fn service_cidr<'a>(
+    network: Option<&'a aws_sdk_eks::types::KubernetesNetworkConfigResponse>,
+    fallback: &'a str,
+) -> &'a str {
+    network
+        .and_then(|n| n.service_ipv4_cidr().or_else(|| n.service_ipv6_cidr()))
+        .unwrap_or(fallback)
+}
+
 /// Access to one EKS cluster: where its apiserver is, and clients for it.
 #[derive(Clone, Debug)]
 pub struct EksAccess {
@@ -289,6 +301,7 @@ pub struct EksAccess {
     eks: aws_sdk_eks::Client,
     tokens: TokenSource,
     endpoint_override: Option<Endpoint>,
+    service_cidr: String,
 }
 
 impl EksAccess {
@@ -308,6 +321,7 @@ impl EksAccess {
             cluster,
             tokens,
             endpoint_override: None,
+            service_cidr: DEFAULT_SERVICE_CIDR.to_string(),
         })
     }
 
@@ -318,13 +332,20 @@ impl EksAccess {
         self
     }
 
+    /// The service CIDR [`EksAccess::cluster_info`] gives when `DescribeCluster` names none
+    /// or the endpoint is overridden (default [`DEFAULT_SERVICE_CIDR`], EKS's own default).
+    pub fn with_service_cidr(mut self, cidr: impl Into<String>) -> Self {
+        self.service_cidr = cidr.into();
+        self
+    }
+
     /// The token source the clients use.
     pub fn tokens(&self) -> &TokenSource {
         &self.tokens
     }
 
-    /// The apiserver's endpoint and CA, as `DescribeCluster` gives them (not the override).
-    pub async fn describe(&self) -> Result<Endpoint, EksError> {
+    /// The cluster as `DescribeCluster` gives it.
+    async fn describe_cluster(&self) -> Result<aws_sdk_eks::types::Cluster, EksError> {
         let out = self
             .eks
             .describe_cluster()
@@ -335,21 +356,57 @@ impl EksAccess {
                 cluster: self.cluster.clone(),
                 source: Box::new(e),
             })?;
-        let missing = |what: &str| EksError::Cluster {
+        out.cluster.ok_or_else(|| self.missing("cluster"))
+    }
+
+    fn missing(&self, what: &str) -> EksError {
+        EksError::Cluster {
             cluster: self.cluster.clone(),
             detail: format!("no {what} (is the cluster still being created?)"),
-        };
-        let cluster = out.cluster().ok_or_else(|| missing("cluster"))?;
-        let url = cluster.endpoint().ok_or_else(|| missing("endpoint"))?.to_string();
+        }
+    }
+
+    /// The endpoint URL and the base64 CA of a described cluster.
+    fn endpoint_and_ca<'c>(&self, cluster: &'c aws_sdk_eks::types::Cluster) -> Result<(&'c str, &'c str), EksError> {
+        let url = cluster.endpoint().ok_or_else(|| self.missing("endpoint"))?;
         let ca = cluster
             .certificate_authority()
             .and_then(|c| c.data())
-            .ok_or_else(|| missing("certificate authority"))?;
-        let ca_pem = STANDARD.decode(ca.trim()).map_err(|e| EksError::Cluster {
+            .ok_or_else(|| self.missing("certificate authority"))?;
+        Ok((url, ca.trim()))
+    }
+
+    /// The apiserver's endpoint and CA, as `DescribeCluster` gives them (not the override).
+    pub async fn describe(&self) -> Result<Endpoint, EksError> {
+        let cluster = self.describe_cluster().await?;
+        let (url, ca) = self.endpoint_and_ca(&cluster)?;
+        let ca_pem = STANDARD.decode(ca).map_err(|e| EksError::Cluster {
             cluster: self.cluster.clone(),
             detail: format!("certificate authority is not base64: {e}"),
         })?;
-        Ok(Endpoint { url, ca_pem })
+        Ok(Endpoint {
+            url: url.to_string(),
+            ca_pem,
+        })
+    }
+
+    /// What nodes need to join the cluster. With an endpoint override: its URL and CA,
+    /// and the configured service CIDR ([`EksAccess::with_service_cidr`]). Otherwise
+    /// `DescribeCluster`'s endpoint, CA and `kubernetesNetworkConfig.serviceIpv4Cidr`
+    /// (or `serviceIpv6Cidr` for an IPv6 cluster), the configured CIDR if it names none.
+    pub async fn cluster_info(&self) -> Result<ClusterInfo, EksError> {
+        if let Some(e) = &self.endpoint_override {
+            return Ok(ClusterInfo::new(
+                &self.cluster,
+                &e.url,
+                STANDARD.encode(&e.ca_pem),
+                &self.service_cidr,
+            ));
+        }
+        let cluster = self.describe_cluster().await?;
+        let (url, ca) = self.endpoint_and_ca(&cluster)?;
+        let cidr = service_cidr(cluster.kubernetes_network_config(), &self.service_cidr);
+        Ok(ClusterInfo::new(&self.cluster, url, ca, cidr))
     }
 
     /// The endpoint clients use: the override, else `DescribeCluster`'s.
@@ -536,6 +593,20 @@ mod tests {
         assert_eq!(headers[0], headers[1], "cached");
         assert_ne!(headers[1], headers[2], "refreshed");
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn the_service_cidr_is_ipv4_else_ipv6_else_the_fallback() {
+        use aws_sdk_eks::types::KubernetesNetworkConfigResponse as Network;
+        let v4 = Network::builder().service_ipv4_cidr("172.20.0.0/16").build();
+        let v6 = Network::builder().service_ipv6_cidr("fd00:1234::/108").build();
+        assert_eq!(service_cidr(Some(&v4), "10.100.0.0/16"), "172.20.0.0/16");
+        assert_eq!(service_cidr(Some(&v6), "10.100.0.0/16"), "fd00:1234::/108");
+        assert_eq!(
+            service_cidr(Some(&Network::builder().build()), "10.100.0.0/16"),
+            "10.100.0.0/16"
+        );
+        assert_eq!(service_cidr(None, "10.100.0.0/16"), "10.100.0.0/16");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! ## Layout
 //!
 //! - [`clock`]: the system clock, sleeping on tokio (the `Timer` port).
+//! - [`cluster_info`]: what a node needs to join its cluster (name, endpoint, CA, service
+//!   CIDR), written into its NodeConfig.
 //! - [`dynamodb`]: the `StateStore` on one DynamoDB table (the schema in DESIGN.md), every
 //!   racing write conditional.
 //! - [`ec2`]: the `Cloud` port on EC2: EC2NodeClass resolution, launch templates reused by
@@ -20,6 +22,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod clock;
+pub mod cluster_info;
 pub mod dynamodb;
 pub mod ec2;
 pub mod eks;

@@ -1,14 +1,15 @@
 //! The Cloud port on EC2 against the local stack (moto): a launch through `Ec2Cloud`, list,
-//! get and terminate. moto never reports capacity errors; the fleet-error mapping is unit
-//! tested in `ec2::errors`.
+//! get and terminate, the launch template's content, and zonal offerings. moto never
+//! reports capacity errors (see `ec2_fleet_errors.rs`) nor pages (see `ec2_replayed.rs`).
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use base64::Engine as _;
 use carpool::model::{CapacityType, EC2NodeClass};
 use carpool::ports::{Cloud, CloudError, LaunchRequest};
-use carpool_adapters::ec2::Ec2Cloud;
+use carpool_adapters::cluster_info::ClusterInfo;
+use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_tests::{Stack, shared, unique};
 use k8s_openapi::api::core::v1::Taint;
 
@@ -25,14 +26,45 @@ fn node_class() -> Result<EC2NodeClass> {
     }))?)
 }
 
+const ENDPOINT: &str = "https://apiserver.example:6443";
+const CA_BASE64: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
+const SERVICE_CIDR: &str = "172.20.0.0/16";
+
 async fn cloud(stack: &Stack, cluster: &str) -> Result<Ec2Cloud> {
     let config = stack.aws_config().await?;
     Ok(Ec2Cloud::new(
-        aws_sdk_ec2::Client::new(&config),
-        aws_sdk_ssm::Client::new(&config),
-        cluster,
+        Ec2Clients::new(&config),
+        ClusterInfo::new(cluster, ENDPOINT, CA_BASE64, SERVICE_CIDR),
         stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
     ))
+}
+
+/// The parts of a MIME multipart document: (content type, body).
+fn mime_parts(document: &[u8]) -> Result<Vec<(String, String)>> {
+    let mail = mailparse::parse_mail(document)?;
+    ensure!(mail.ctype.mimetype == "multipart/mixed", "{}", mail.ctype.mimetype);
+    mail.subparts
+        .iter()
+        .map(|p| Ok((p.ctype.mimetype.clone(), p.get_body()?)))
+        .collect()
+}
+
+/// The launch template data of a template name.
+async fn template_data(
+    ec2: &aws_sdk_ec2::Client,
+    name: &str,
+) -> Result<aws_sdk_ec2::types::ResponseLaunchTemplateData> {
+    let versions = ec2
+        .describe_launch_template_versions()
+        .launch_template_name(name)
+        .send()
+        .await?;
+    versions
+        .launch_template_versions()
+        .first()
+        .and_then(|v| v.launch_template_data())
+        .cloned()
+        .context("no launch template data")
 }
 
 fn launch_request(zone: &str, capacity_type: CapacityType) -> Result<LaunchRequest> {
@@ -94,25 +126,31 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
 
     // The launch template: found by the name its content hashes to, with IMDSv2 and the NodeConfig.
     let content = cloud.template_content(&request).await?;
-    let versions = ec2
-        .describe_launch_template_versions()
-        .launch_template_name(content.name())
-        .send()
-        .await?;
-    let data = versions
-        .launch_template_versions()
-        .first()
-        .and_then(|v| v.launch_template_data())
-        .context("no launch template data")?;
+    let data = template_data(ec2, &content.name()).await?;
     assert_eq!(data.image_id(), Some(stack.ami_id()?));
     let metadata = data.metadata_options().context("no metadata options")?;
     assert_eq!(metadata.http_tokens().map(|t| t.as_str()), Some("required"));
     assert_eq!(metadata.http_put_response_hop_limit(), Some(1));
     let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().context("no user data")?)?;
-    let config: serde_json::Value = serde_yaml_ng::from_slice(&user_data)?;
+    let parts = mime_parts(&user_data)?;
+    let node_config = parts
+        .iter()
+        .find(|(content_type, _)| content_type == "application/node.eks.aws")
+        .context("no NodeConfig part")?;
+    let config: serde_json::Value = serde_yaml_ng::from_str(&node_config.1)?;
     assert_eq!(config["apiVersion"], "node.eks.aws/v1alpha1");
     assert_eq!(config["kind"], "NodeConfig");
     assert_eq!(config["spec"]["cluster"]["name"], cluster.as_str());
+    assert_eq!(config["spec"]["cluster"]["apiServerEndpoint"], ENDPOINT);
+    assert_eq!(config["spec"]["cluster"]["certificateAuthority"], CA_BASE64);
+    assert_eq!(config["spec"]["cluster"]["cidr"], SERVICE_CIDR);
+    // Without class volumes: AL2023's default root.
+    let root = data.block_device_mappings().first().context("no block device")?;
+    assert_eq!(root.device_name(), Some("/dev/xvda"));
+    let ebs = root.ebs().context("no EBS")?;
+    assert_eq!(ebs.volume_size(), Some(20));
+    assert_eq!(ebs.volume_type().map(|t| t.as_str()), Some("gp3"));
+    assert_eq!(ebs.encrypted(), Some(true));
     assert_eq!(
         config["spec"]["kubelet"]["flags"],
         serde_json::json!([
@@ -184,5 +222,147 @@ async fn a_zone_without_subnets_fails_before_launching() -> Result<()> {
         Err(CloudError::Api(e)) => assert!(e.to_string().contains("no subnet"), "{e}"),
         other => bail!("expected an error, got {other:?}"),
     }
+    Ok(())
+}
+
+fn rich_node_class() -> Result<EC2NodeClass> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": { "name": "rich" },
+        "spec": {
+            "subnetSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "carpool-local" } }],
+            "securityGroupSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "*" } }],
+            "amiSelectorTerms": [{ "alias": "al2023@latest" }],
+            "role": "CarpoolNodeRole",
+            "tags": { "team": "payments", "Name": "user-name", "carpool.sh/nodepool": "spoofed" },
+            "blockDeviceMappings": [{
+                "deviceName": "/dev/xvda",
+                "ebs": { "volumeSize": "80Gi", "volumeType": "gp3", "iops": 4000, "throughput": 250,
+                         "encrypted": true, "deleteOnTermination": true }
+            }],
+            "userData": "#!/bin/bash\necho carpool-user-data\n"
+        }
+    }))?)
+}
+
+#[tokio::test]
+async fn a_launch_carries_the_class_volumes_tags_profile_and_user_data() -> Result<()> {
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let cluster = unique("ec2");
+    let cloud = cloud(&stack, &cluster)
+        .await?
+        .with_node_role("CarpoolNodeRole", "CarpoolNodeProfile");
+    let zone = format!("{}a", stack.region()?);
+    let mut request = launch_request(&zone, CapacityType::OnDemand)?;
+    request.node_class = rich_node_class()?;
+    let instance = cloud.launch(&request).await?;
+
+    let ec2 = cloud.ec2();
+    let content = cloud.template_content(&request).await?;
+    let data = template_data(ec2, &content.name()).await?;
+    assert_eq!(
+        data.iam_instance_profile().and_then(|p| p.name()),
+        Some("CarpoolNodeProfile")
+    );
+    let volume = data.block_device_mappings().first().context("no block device")?;
+    assert_eq!(volume.device_name(), Some("/dev/xvda"));
+    let ebs = volume.ebs().context("no EBS")?;
+    assert_eq!(ebs.volume_size(), Some(80));
+    assert_eq!(ebs.iops(), Some(4000));
+    assert_eq!(ebs.throughput(), Some(250));
+    let user_data = base64::engine::general_purpose::STANDARD.decode(data.user_data().context("no user data")?)?;
+    let parts = mime_parts(&user_data)?;
+    let types: Vec<&str> = parts.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(types, vec!["application/node.eks.aws", "text/x-shellscript"]);
+    assert!(parts[1].1.contains("echo carpool-user-data"));
+
+    // The launch template carries the class's tags and the cluster tag.
+    let templates = ec2
+        .describe_launch_templates()
+        .launch_template_names(content.name())
+        .send()
+        .await?;
+    let template = templates.launch_templates().first().context("no launch template")?;
+    let lt_tags: BTreeMap<&str, &str> = template
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?, t.value()?)))
+        .collect();
+    assert_eq!(lt_tags.get("team"), Some(&"payments"));
+    assert_eq!(lt_tags.get("carpool.sh/cluster"), Some(&cluster.as_str()));
+
+    // The instance: user tags, with Carpool's winning.
+    let described = ec2.describe_instances().instance_ids(&instance.id).send().await?;
+    let raw = described
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .next()
+        .context("the instance is not described")?;
+    let tags: BTreeMap<&str, &str> = raw.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+    assert_eq!(tags.get("team"), Some(&"payments"));
+    assert_eq!(tags.get("carpool.sh/nodepool"), Some(&"general"));
+    assert_eq!(tags.get("Name"), Some(&format!("carpool/{cluster}/general").as_str()));
+
+    // Another volume size is another template.
+    let mut bigger = request.clone();
+    bigger.node_class.spec.block_device_mappings[0]
+        .ebs
+        .as_mut()
+        .context("ebs")?
+        .volume_size = Some("100Gi".parse()?);
+    assert_ne!(cloud.template_content(&bigger).await?.name(), content.name());
+    cloud.terminate(&instance.id).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_role_other_than_the_configured_one_fails_before_launching() -> Result<()> {
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let cloud = cloud(&stack, &unique("ec2"))
+        .await?
+        .with_node_role("SomeOtherRole", "SomeOtherProfile");
+    let zone = format!("{}a", stack.region()?);
+    let mut request = launch_request(&zone, CapacityType::OnDemand)?;
+    request.node_class = rich_node_class()?;
+    match cloud.launch(&request).await {
+        Err(CloudError::Api(e)) => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains("EC2NodeClass rich") && msg.contains("spec.instanceProfile"),
+                "{msg}"
+            );
+        }
+        other => bail!("expected an Api error, got {other:?}"),
+    }
+    ensure!(cloud.list().await?.is_empty(), "nothing launched");
+    Ok(())
+}
+
+#[tokio::test]
+async fn offerings_on_moto_name_types_in_the_regions_zones() -> Result<()> {
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let cloud = cloud(&stack, &unique("ec2")).await?;
+    let offerings = cloud.offerings().await?;
+    let region = stack.region()?;
+    ensure!(!offerings.is_empty(), "moto offers instance types");
+    ensure!(
+        offerings
+            .iter()
+            .all(|o| o.zone.starts_with(region) && !o.instance_type.is_empty()),
+        "{:?}",
+        offerings.first()
+    );
+    let zone = format!("{region}a");
+    ensure!(
+        offerings
+            .iter()
+            .any(|o| o.instance_type == "m5.large" && o.zone == zone),
+        "m5.large is offered in {zone}"
+    );
     Ok(())
 }

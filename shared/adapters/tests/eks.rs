@@ -14,6 +14,7 @@ use aws_credential_types::Credentials;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use carpool::ports::{Cluster, ClusterError};
+use carpool_adapters::cluster_info::DEFAULT_SERVICE_CIDR;
 use carpool_adapters::eks::{EksAccess, EksError, Endpoint};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_tests::Stack;
@@ -82,6 +83,46 @@ async fn describe_cluster_on_moto_gives_the_endpoint_and_a_ca_that_is_not_pem() 
         Err(EksError::Cluster { detail, .. }) => println!("moto's CA: {detail}"),
         other => bail!("moto's CA should not parse: {other:?}"),
     }
+    Ok(())
+}
+
+/// What nodes need, from moto's DescribeCluster: its endpoint, its CA as it was given
+/// (base64), and a service CIDR (moto's, or the default when it names none).
+#[tokio::test]
+async fn cluster_info_from_describe_cluster_has_endpoint_ca_and_service_cidr() -> Result<()> {
+    let stack = Stack::load()?;
+    let access = EksAccess::new(&sdk_config(&stack).await?, stack.cluster()?)?;
+    let endpoint = access.describe().await?;
+    let info = access.cluster_info().await?;
+    println!("moto's cluster info: {info:?}");
+    ensure!(info.name == stack.cluster()?, "{info:?}");
+    ensure!(info.endpoint == endpoint.url, "{info:?}");
+    ensure!(
+        STANDARD.decode(&info.ca_base64)? == endpoint.ca_pem,
+        "the CA is DescribeCluster's"
+    );
+    let (address, bits) = info.service_cidr.split_once('/').context("not a CIDR")?;
+    ensure!(
+        address.parse::<std::net::IpAddr>().is_ok() && bits.parse::<u8>().is_ok(),
+        "{}",
+        info.service_cidr
+    );
+    Ok(())
+}
+
+/// With an endpoint override (tests, a proxy), the override's URL and CA and the configured
+/// service CIDR, EKS's default unless set.
+#[tokio::test]
+async fn cluster_info_with_an_override_takes_its_endpoint_and_the_configured_cidr() -> Result<()> {
+    let stack = Stack::load()?;
+    let local = local_apiserver(&stack)?;
+    let access = EksAccess::new(&sdk_config(&stack).await?, stack.cluster()?)?.with_endpoint_override(local.clone());
+    let info = access.cluster_info().await?;
+    ensure!(info.endpoint == local.url, "{info:?}");
+    ensure!(STANDARD.decode(&info.ca_base64)? == local.ca_pem);
+    ensure!(info.service_cidr == DEFAULT_SERVICE_CIDR, "{info:?}");
+    let info = access.with_service_cidr("172.20.0.0/16").cluster_info().await?;
+    ensure!(info.service_cidr == "172.20.0.0/16", "{info:?}");
     Ok(())
 }
 

@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::model::EC2NodeClass;
-use crate::ports::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, SpotPrice};
+use crate::ports::{
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,
+};
 
 /// The zones a class's subnets are in unless told otherwise: us-east-1's six.
 pub const DEFAULT_ZONES: &[&str] = &[
@@ -37,6 +39,8 @@ struct State {
     spot_prices: Vec<SpotPrice>,
     /// Zones of the subnets, per EC2NodeClass; absent: [`DEFAULT_ZONES`].
     zones: HashMap<String, Vec<String>>,
+    on_demand_prices: Vec<OnDemandPrice>,
+    offerings: Vec<ZonalOffering>,
     faults: Vec<CloudFault>,
     calls: Vec<String>,
     next_id: u64,
@@ -90,6 +94,16 @@ impl FakeCloud {
     /// Sets the spot prices `spot_prices` answers with.
     pub fn set_spot_prices(&self, prices: Vec<SpotPrice>) {
         self.lock().spot_prices = prices;
+    }
+
+    /// Sets the on-demand prices `on_demand_prices` answers with.
+    pub fn set_on_demand_prices(&self, prices: Vec<OnDemandPrice>) {
+        self.lock().on_demand_prices = prices;
+    }
+
+    /// Sets the zonal offerings `offerings` answers with.
+    pub fn set_offerings(&self, offerings: Vec<ZonalOffering>) {
+        self.lock().offerings = offerings;
     }
 
     /// Sets the launch time stamped on new instances.
@@ -200,5 +214,20 @@ impl Cloud for FakeCloud {
             .filter(|p| instance_types.contains(&p.instance_type))
             .cloned()
             .collect())
+    }
+
+    async fn on_demand_prices(&self, instance_types: &[String]) -> Result<Vec<OnDemandPrice>, CloudError> {
+        let state = self.enter(format!("on_demand_prices {}", instance_types.join(",")))?;
+        Ok(state
+            .on_demand_prices
+            .iter()
+            .filter(|p| instance_types.contains(&p.instance_type))
+            .cloned()
+            .collect())
+    }
+
+    async fn offerings(&self) -> Result<Vec<ZonalOffering>, CloudError> {
+        let state = self.enter("offerings".into())?;
+        Ok(state.offerings.clone())
     }
 }

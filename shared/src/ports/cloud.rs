@@ -100,6 +100,25 @@ pub struct SpotPrice {
     pub price: f64,
 }
 
+/// An on-demand price (Linux, shared tenancy, no pre-installed software) in the cloud's
+/// region.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OnDemandPrice {
+    /// The instance type.
+    pub instance_type: String,
+    /// USD per hour.
+    pub price: f64,
+}
+
+/// An instance type offered in a zone (either capacity type).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ZonalOffering {
+    /// The instance type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+}
+
 /// A cloud that cannot do what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum CloudError {
@@ -132,6 +151,11 @@ pub enum CloudError {
 /// - `get` of an unknown instance is `NotFound`; `list` returns every instance of this
 ///   cluster that is not terminated.
 /// - `terminate` is idempotent: terminating a terminated or unknown instance succeeds.
+/// - `spot_prices`, `on_demand_prices` and `offerings` describe the region as it is now;
+///   a type the cloud does not know is simply absent from the answer. On an error from
+///   `spot_prices` or `on_demand_prices`, callers fall back to the embedded catalog's
+///   prices (and on an error from `offerings`, to its zones): a failed refresh never
+///   stops provisioning.
 pub trait Cloud: Send + Sync {
     /// Launches one instance for a planned node.
     fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Instance, CloudError>> + Send;
@@ -146,4 +170,12 @@ pub trait Cloud: Send + Sync {
     /// Current spot prices of some types, per zone.
     fn spot_prices(&self, instance_types: &[String])
     -> impl Future<Output = Result<Vec<SpotPrice>, CloudError>> + Send;
+    /// Current on-demand prices of some types (USD per hour, Linux, shared tenancy); at
+    /// most one per type. Callers fall back to the embedded table on error.
+    fn on_demand_prices(
+        &self,
+        instance_types: &[String],
+    ) -> impl Future<Output = Result<Vec<OnDemandPrice>, CloudError>> + Send;
+    /// Every instance type offered in each zone of the region.
+    fn offerings(&self) -> impl Future<Output = Result<Vec<ZonalOffering>, CloudError>> + Send;
 }

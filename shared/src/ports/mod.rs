@@ -13,7 +13,9 @@ mod cluster;
 mod store;
 
 pub use clock::{Clock, EpochMillis, SystemClock, Timer, epoch_millis};
-pub use cloud::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, SpotPrice};
+pub use cloud::{
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,
+};
 pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
 pub use store::{
     DisruptionRecord, DisruptionStep, LaunchRecord, LaunchState, Lease, NodeRecord, StateStore, StoreError,

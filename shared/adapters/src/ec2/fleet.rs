@@ -1,5 +1,9 @@
 //! The launch: a launch template reused by the hash of its content, and the instant fleet
 //! request that launches one instance of one of the request's types in its zone.
+//!
+//! Tags: the EC2NodeClass's `spec.tags` go on the launch template and, through CreateFleet,
+//! on the instance and its volumes; Carpool's own tags (cluster, NodePool, launch id,
+//! `Name`) win over user tags of the same key.
 
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
@@ -10,9 +14,13 @@ use aws_sdk_ec2::types::{
     RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
     TargetCapacitySpecificationRequest,
 };
+use std::collections::BTreeMap;
+
 use carpool::model::{CapacityType, EC2NodeClass};
 use carpool::ports::LaunchRequest;
 use serde::Serialize;
+
+use super::block_devices::{BlockDeviceContent, block_devices};
 
 /// The tag naming the cluster of an instance or launch template.
 pub const CLUSTER_TAG: &str = "carpool.sh/cluster";
@@ -36,19 +44,25 @@ pub struct TemplateContent {
     pub hop_limit: i32,
     /// `enabled` or `disabled`.
     pub http_endpoint: String,
-    /// The instance profile name, if the class names one.
+    /// The instance profile name, if any.
     pub instance_profile: Option<String>,
     /// Base64 user data.
     pub user_data: String,
+    /// The volumes.
+    pub block_devices: Vec<BlockDeviceContent>,
+    /// The tags of the launch template: the class's, and the cluster tag.
+    pub tags: BTreeMap<String, String>,
 }
 
 impl TemplateContent {
-    /// The content for a class: IMDSv2 required with hop limit 1 unless the class says
-    /// otherwise.
+    /// The content for a class of `cluster`: IMDSv2 required with hop limit 1 unless the
+    /// class says otherwise, the class's volumes (or the AL2023 default root) and tags.
     pub fn new(
         node_class: &EC2NodeClass,
+        cluster: &str,
         image_id: String,
         security_group_ids: Vec<String>,
+        instance_profile: Option<String>,
         user_data: String,
     ) -> Self {
         let metadata = node_class.spec.metadata_options.as_ref();
@@ -65,8 +79,10 @@ impl TemplateContent {
             http_endpoint: metadata
                 .and_then(|m| m.http_endpoint.clone())
                 .unwrap_or_else(|| "enabled".into()),
-            instance_profile: node_class.spec.instance_profile.clone(),
+            instance_profile,
             user_data,
+            block_devices: block_devices(node_class),
+            tags: merged_tags(&node_class.spec.tags, [(CLUSTER_TAG, cluster)]),
         }
     }
 
@@ -85,6 +101,9 @@ impl TemplateContent {
             .image_id(&self.image_id)
             .set_security_group_ids(Some(self.security_group_ids.clone()))
             .user_data(&self.user_data)
+            .set_block_device_mappings(Some(
+                self.block_devices.iter().map(BlockDeviceContent::request).collect(),
+            ))
             .metadata_options(
                 LaunchTemplateInstanceMetadataOptionsRequest::builder()
                     .http_tokens(LaunchTemplateHttpTokensState::from(self.http_tokens.as_str()))
@@ -103,6 +122,28 @@ impl TemplateContent {
         }
         data.build()
     }
+
+    /// The launch template's own tag specification.
+    pub fn tag_specification(&self) -> TagSpecification {
+        tag_specification(ResourceType::LaunchTemplate, &self.tags)
+    }
+}
+
+/// User tags overlaid with Carpool's, which win.
+pub fn merged_tags<'a>(
+    user: &BTreeMap<String, String>,
+    own: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> BTreeMap<String, String> {
+    let mut tags = user.clone();
+    tags.extend(own.into_iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    tags
+}
+
+fn tag_specification(resource: ResourceType, tags: &BTreeMap<String, String>) -> TagSpecification {
+    TagSpecification::builder()
+        .resource_type(resource)
+        .set_tags(Some(tags.iter().map(|(k, v)| tag(k, v)).collect()))
+        .build()
 }
 
 /// Whether an error code says the launch template is absent.
@@ -117,16 +158,28 @@ fn tag(k: &str, v: &str) -> Tag {
     Tag::builder().key(k).value(v).build()
 }
 
-/// The instance tags of a launch.
-pub fn instance_tags(cluster: &str, request: &LaunchRequest) -> TagSpecification {
-    TagSpecification::builder()
-        .resource_type(ResourceType::Instance)
-        .tags(tag(CLUSTER_TAG, cluster))
-        .tags(tag(NODEPOOL_TAG, &request.nodepool))
-        .tags(tag(KARPENTER_NODEPOOL_TAG, &request.nodepool))
-        .tags(tag(LAUNCH_ID_TAG, &request.launch_id))
-        .tags(tag("Name", &format!("carpool/{cluster}/{}", request.nodepool)))
-        .build()
+/// The tags of a launch's instance and volumes: the class's, overlaid with Carpool's.
+pub fn launch_tags(cluster: &str, request: &LaunchRequest) -> BTreeMap<String, String> {
+    let name = format!("carpool/{cluster}/{}", request.nodepool);
+    merged_tags(
+        &request.node_class.spec.tags,
+        [
+            (CLUSTER_TAG, cluster),
+            (NODEPOOL_TAG, request.nodepool.as_str()),
+            (KARPENTER_NODEPOOL_TAG, request.nodepool.as_str()),
+            (LAUNCH_ID_TAG, request.launch_id.as_str()),
+            ("Name", name.as_str()),
+        ],
+    )
+}
+
+/// The tag specifications of a launch: the instance and its volumes.
+pub fn instance_tags(cluster: &str, request: &LaunchRequest) -> Vec<TagSpecification> {
+    let tags = launch_tags(cluster, request);
+    vec![
+        tag_specification(ResourceType::Instance, &tags),
+        tag_specification(ResourceType::Volume, &tags),
+    ]
 }
 
 /// The overrides: each instance type × each subnet, in the request's order; for on-demand
@@ -172,6 +225,8 @@ pub fn create_fleet(
                 .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
                 .build(),
         )
+        // lowest-price with each type's priority its rank, as Karpenter does: the plan orders
+        // the types cheapest first anyway.
         .on_demand_options(
             OnDemandOptionsRequest::builder()
                 .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
@@ -188,7 +243,7 @@ pub fn create_fleet(
                 .set_overrides(Some(overrides(request, subnets)))
                 .build(),
         )
-        .tag_specifications(instance_tags(cluster, request))
+        .set_tag_specifications(Some(instance_tags(cluster, request)))
 }
 
 #[cfg(test)]
@@ -241,6 +296,73 @@ mod tests {
         );
     }
 
+    fn content(class: &EC2NodeClass, ami: &str) -> TemplateContent {
+        TemplateContent::new(class, "demo", ami.into(), vec!["sg-1".into()], None, "dXNlcg==".into())
+    }
+
+    fn class_with(spec: serde_json::Value) -> EC2NodeClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": { "name": "default" },
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_name_changes_with_volumes_tags_and_profile() {
+        let base = content(&class_with(serde_json::json!({})), "ami-1");
+        let bigger = content(
+            &class_with(serde_json::json!({
+                "blockDeviceMappings": [{ "deviceName": "/dev/xvda", "ebs": { "volumeSize": "50Gi" } }]
+            })),
+            "ami-1",
+        );
+        let tagged = content(&class_with(serde_json::json!({ "tags": { "team": "a" } })), "ami-1");
+        let retagged = content(&class_with(serde_json::json!({ "tags": { "team": "b" } })), "ami-1");
+        let mut profiled = base.clone();
+        profiled.instance_profile = Some("p".into());
+        let names = [&base, &bigger, &tagged, &retagged, &profiled].map(|c| c.name());
+        let distinct: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        assert_eq!(tagged.tags.get("team").map(String::as_str), Some("a"));
+        assert_eq!(tagged.tags.get(CLUSTER_TAG).map(String::as_str), Some("demo"));
+        let data = bigger.data();
+        assert_eq!(
+            data.block_device_mappings()[0].ebs().and_then(|e| e.volume_size()),
+            Some(50)
+        );
+    }
+
+    #[test]
+    fn carpools_tags_win_over_user_tags_on_instances_and_volumes() {
+        let mut r = request(CapacityType::Spot);
+        r.node_class = class_with(serde_json::json!({
+            "tags": { "Name": "mine", "carpool.sh/cluster": "other", "karpenter.sh/nodepool": "x", "team": "a" }
+        }));
+        let specs = instance_tags("demo", &r);
+        let kinds: Vec<_> = specs.iter().map(|s| s.resource_type().cloned()).collect();
+        assert_eq!(kinds, vec![Some(ResourceType::Instance), Some(ResourceType::Volume)]);
+        for spec in &specs {
+            let tags: BTreeMap<&str, &str> = spec
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?, t.value()?)))
+                .collect();
+            assert_eq!(tags["Name"], "carpool/demo/default");
+            assert_eq!(tags[CLUSTER_TAG], "demo");
+            assert_eq!(tags[KARPENTER_NODEPOOL_TAG], "default");
+            assert_eq!(tags[NODEPOOL_TAG], "default");
+            assert_eq!(tags[LAUNCH_ID_TAG], "l-1");
+            assert_eq!(tags["team"], "a");
+        }
+        let lt = content(&r.node_class, "ami-1").tag_specification();
+        let lt_tags: BTreeMap<&str, &str> = lt.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+        assert_eq!(lt_tags[CLUSTER_TAG], "demo");
+        assert_eq!(lt_tags["team"], "a");
+    }
+
     #[test]
     fn template_name_follows_content_and_imds_defaults_to_v2_hop_1() {
         let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
@@ -251,8 +373,8 @@ mod tests {
         }))
         .map_err(|e| e.to_string())
         .unwrap_or_else(|e| panic!("{e}"));
-        let a = TemplateContent::new(&class, "ami-1".into(), vec!["sg-1".into()], "dXNlcg==".into());
-        let b = TemplateContent::new(&class, "ami-2".into(), vec!["sg-1".into()], "dXNlcg==".into());
+        let a = content(&class, "ami-1");
+        let b = content(&class, "ami-2");
         assert_eq!(a.http_tokens, "required");
         assert_eq!(a.hop_limit, 1);
         assert_eq!(a.name(), a.clone().name());

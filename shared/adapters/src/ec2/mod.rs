@@ -2,50 +2,110 @@
 //! reused by content hash, reads Carpool's instances by the `carpool.sh/cluster` tag.
 //!
 //! - [`resolve`]: subnets, security groups and the AMI of an EC2NodeClass.
-//! - [`user_data`]: the AL2023 nodeadm NodeConfig.
-//! - [`fleet`]: the launch template and the CreateFleet request.
+//! - [`instance_profile`]: the instance profile of a class (its own, or the configured
+//!   node role's).
+//! - [`user_data`]: the AL2023 nodeadm NodeConfig merged with the class's user data.
+//! - [`mime`]: the MIME multipart document that user data is.
+//! - [`block_devices`]: the volumes of a launch template.
+//! - [`fleet`]: the launch template (content, tags) and the CreateFleet request.
+//! - [`pricing`]: on-demand prices from the Price List API.
+//! - [`offerings`]: the instance types offered in each zone.
 //! - [`errors`]: SDK errors and fleet errors as `CloudError`.
 
+pub mod block_devices;
 pub mod errors;
 pub mod fleet;
+pub mod instance_profile;
+pub mod mime;
+pub mod offerings;
+pub mod pricing;
 pub mod resolve;
 pub mod user_data;
 
 use std::collections::BTreeMap;
 
-use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName, ResourceType, Tag};
+use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use base64::Engine as _;
 use carpool::model::CapacityType;
-use carpool::ports::{Cloud, CloudError, Instance, InstanceState, LaunchRequest, SpotPrice};
+use carpool::ports::{
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OnDemandPrice, SpotPrice, ZonalOffering,
+};
 
 use self::errors::{NOT_FOUND_CODES, fleet_failure, map_sdk_err};
 use self::fleet::{CLUSTER_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet, is_template_not_found};
+pub use self::instance_profile::NodeRole;
+use crate::cluster_info::ClusterInfo;
+
+/// The SDK clients the EC2 adapter uses.
+#[derive(Clone, Debug)]
+pub struct Ec2Clients {
+    /// EC2, in the cluster's region.
+    pub ec2: aws_sdk_ec2::Client,
+    /// SSM, in the cluster's region (AMI parameters).
+    pub ssm: aws_sdk_ssm::Client,
+    /// The Price List API, on its own endpoint ([`pricing::client`] makes one).
+    pub pricing: aws_sdk_pricing::Client,
+}
+
+impl Ec2Clients {
+    /// The clients for one SDK configuration (its region is the cluster's).
+    pub fn new(sdk: &aws_config::SdkConfig) -> Self {
+        Ec2Clients {
+            ec2: aws_sdk_ec2::Client::new(sdk),
+            ssm: aws_sdk_ssm::Client::new(sdk),
+            pricing: pricing::client(sdk),
+        }
+    }
+}
 
 /// Carpool's instances of one cluster in EC2, launched as one EC2NodeClass says.
 #[derive(Clone, Debug)]
 pub struct Ec2Cloud {
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
-    cluster: String,
+    pricing: aws_sdk_pricing::Client,
+    cluster: ClusterInfo,
     ami_ssm_parameter: String,
+    node_role: Option<NodeRole>,
 }
 
 impl Ec2Cloud {
     /// A cloud for `cluster`, launching each request as its EC2NodeClass says, with the AMI
     /// id read from the SSM parameter `ami_ssm_parameter` unless the class names an AMI id
-    /// or parameter.
-    pub fn new(
-        ec2: aws_sdk_ec2::Client,
-        ssm: aws_sdk_ssm::Client,
-        cluster: impl Into<String>,
-        ami_ssm_parameter: impl Into<String>,
-    ) -> Self {
+    /// or parameter. Nodes join with `cluster`'s endpoint, CA and service CIDR.
+    pub fn new(clients: Ec2Clients, cluster: ClusterInfo, ami_ssm_parameter: impl Into<String>) -> Self {
         Ec2Cloud {
-            ec2,
-            ssm,
-            cluster: cluster.into(),
+            ec2: clients.ec2,
+            ssm: clients.ssm,
+            pricing: clients.pricing,
+            cluster,
             ami_ssm_parameter: ami_ssm_parameter.into(),
+            node_role: None,
         }
+    }
+
+    /// The node role the deployment created an instance profile for: a class whose
+    /// `spec.role` is `role` launches with `instance_profile`.
+    pub fn with_node_role(mut self, role: impl Into<String>, instance_profile: impl Into<String>) -> Self {
+        self.node_role = Some(NodeRole {
+            role: role.into(),
+            instance_profile: instance_profile.into(),
+        });
+        self
+    }
+
+    /// The cluster's name.
+    pub fn cluster(&self) -> &str {
+        &self.cluster.name
+    }
+
+    /// The region of the EC2 client (the one prices and offerings are for).
+    fn region(&self) -> Result<String, CloudError> {
+        self.ec2
+            .config()
+            .region()
+            .map(ToString::to_string)
+            .ok_or_else(|| CloudError::Api("the EC2 client has no region".into()))
     }
 
     /// The EC2 client.
@@ -74,12 +134,7 @@ impl Ec2Cloud {
             .create_launch_template()
             .launch_template_name(&name)
             .launch_template_data(content.data())
-            .tag_specifications(
-                aws_sdk_ec2::types::TagSpecification::builder()
-                    .resource_type(ResourceType::LaunchTemplate)
-                    .tags(Tag::builder().key(CLUSTER_TAG).value(&self.cluster).build())
-                    .build(),
-            )
+            .tag_specifications(content.tag_specification())
             .send()
             .await;
         match created {
@@ -95,10 +150,12 @@ impl Ec2Cloud {
         }
     }
 
-    /// The template content for a request: the class's AMI and security groups, and
-    /// user data with the request's labels and taints (startup taints included).
+    /// The template content for a request: the class's AMI, security groups, instance
+    /// profile, volumes and tags, and user data with the request's labels and taints
+    /// (startup taints included) merged with the class's own.
     pub async fn template_content(&self, request: &LaunchRequest) -> Result<TemplateContent, CloudError> {
         let node_class = &request.node_class;
+        let profile = instance_profile::instance_profile(node_class, self.node_role.as_ref())?;
         let image_id = resolve::ami(&self.ssm, node_class, &self.ami_ssm_parameter).await?;
         let security_groups = resolve::security_groups(&self.ec2, node_class).await?;
         if security_groups.is_empty() {
@@ -107,16 +164,30 @@ impl Ec2Cloud {
             ));
         }
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
-        let yaml = user_data::node_config(&self.cluster, &request.labels, &taints)
-            .map_err(|e| CloudError::Api(Box::new(e)))?;
-        let user_data = base64::engine::general_purpose::STANDARD.encode(yaml);
-        Ok(TemplateContent::new(node_class, image_id, security_groups, user_data))
+        let document = user_data::user_data(
+            &self.cluster,
+            &request.labels,
+            &taints,
+            node_class.spec.user_data.as_deref(),
+        )
+        .map_err(|e| {
+            CloudError::Api(format!("EC2NodeClass {}: {e}: {}", node_class.name(), source_chain(&e)).into())
+        })?;
+        let user_data = base64::engine::general_purpose::STANDARD.encode(document);
+        Ok(TemplateContent::new(
+            node_class,
+            &self.cluster.name,
+            image_id,
+            security_groups,
+            profile,
+            user_data,
+        ))
     }
 
     fn cluster_filter(&self) -> Filter {
         Filter::builder()
             .name(format!("tag:{CLUSTER_TAG}"))
-            .values(&self.cluster)
+            .values(&self.cluster.name)
             .build()
     }
 
@@ -140,6 +211,17 @@ impl Ec2Cloud {
         }
         Ok(out)
     }
+}
+
+/// The causes of an error, joined.
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut out = Vec::new();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push(c.to_string());
+        cause = c.source();
+    }
+    out.join(": ")
 }
 
 /// Our view of an EC2 instance; `None` without an id.
@@ -187,7 +269,7 @@ impl Cloud for Ec2Cloud {
         }
         let content = self.template_content(request).await?;
         let template = self.ensure_launch_template(&content).await?;
-        let out = create_fleet(&self.ec2, &self.cluster, request, &template, &subnets)
+        let out = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
             .send()
             .await
             .map_err(|e| map_sdk_err("CreateFleet", e))?;
@@ -277,5 +359,13 @@ impl Cloud for Ec2Cloud {
                 price,
             })
             .collect())
+    }
+
+    async fn on_demand_prices(&self, instance_types: &[String]) -> Result<Vec<OnDemandPrice>, CloudError> {
+        pricing::on_demand_prices(&self.pricing, &self.region()?, instance_types).await
+    }
+
+    async fn offerings(&self) -> Result<Vec<ZonalOffering>, CloudError> {
+        offerings::offerings(&self.ec2).await
     }
 }

@@ -46,6 +46,9 @@ pub struct ProvisionerConfig {
     pub cluster_endpoint: Option<String>,
     /// `CARPOOL_CLUSTER_CA_FILE`: a PEM file with the API server's CA, with the endpoint.
     pub cluster_ca_file: Option<String>,
+    /// `CARPOOL_SERVICE_CIDR`: the service CIDR nodes get when DescribeCluster does not
+    /// give one (with the endpoint override); default `10.100.0.0/16`, EKS's.
+    pub service_cidr: Option<String>,
 }
 
 /// The default AMI parameter: EKS's recommended AL2023 x86_64 image for Kubernetes 1.35.
@@ -117,6 +120,7 @@ impl ProvisionerConfig {
             log_level: optional(&get, "CARPOOL_LOG_LEVEL").unwrap_or_else(|| "info".into()),
             cluster_endpoint: optional(&get, "CARPOOL_CLUSTER_ENDPOINT"),
             cluster_ca_file: optional(&get, "CARPOOL_CLUSTER_CA_FILE"),
+            service_cidr: optional(&get, "CARPOOL_SERVICE_CIDR"),
         };
         if config.batch_idle > config.batch_max {
             return Err(ConfigError {
