@@ -239,7 +239,11 @@ fn a_nodepool_limit_stops_launches_and_reports_the_pods_left_over() {
                 .cpu_millis
         })
         .sum();
-    assert!(cpus <= 4000, "launched {cpus}m of CPU under a 4-CPU limit");
+    assert!(
+        cpus > 0 && cpus <= 4000,
+        "launched {cpus}m of CPU under a 4-CPU limit: {:?}",
+        batch
+    );
     assert!(!batch.unschedulable.is_empty());
     assert!(
         batch.unschedulable.iter().all(|u| u.reason.contains("limits")),

@@ -63,8 +63,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             .clone()
     }
 
-    /// Reads spot prices when the last read is older than [`PRICES_TTL`]; on error the
-    /// embedded prices stay, with a warning.
+    /// Reads live prices and offerings when the last read is older than [`PRICES_TTL`]:
+    /// spot prices (DescribeSpotPriceHistory), on-demand prices (the Pricing API) and the
+    /// types offered per zone (DescribeInstanceTypeOfferings). Each that fails leaves the
+    /// embedded data in place, with a warning.
     async fn refresh_prices(&self) {
         let now = self.clock.now();
         let stale = self
@@ -72,24 +74,46 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .is_none_or(|t| now.duration_since(t).unwrap_or_default() >= PRICES_TTL);
-        if !stale {
+        if !stale || !self.config.live_prices {
             return;
         }
         let types: Vec<String> = self.region().types().iter().map(|t| t.name.clone()).collect();
-        match self.cloud.spot_prices(&types).await {
+        let (spot, on_demand, offerings) = futures_util::join!(
+            self.cloud.spot_prices(&types),
+            self.cloud.on_demand_prices(&types),
+            self.cloud.offerings()
+        );
+        let mut region = self.region.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match spot {
             Ok(prices) => {
-                let mut region = self.region.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for p in &prices {
                     region.prices_mut().set_spot(&p.instance_type, &p.zone, p.price);
                 }
                 tracing::info!(spot_prices = prices.len(), "read live spot prices");
-                *self
-                    .prices_read_at
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
             }
-            Err(e) => tracing::warn!(error = %e, "could not read spot prices; using the embedded model"),
+            Err(e) => tracing::warn!(error = %e, "could not read spot prices; using the embedded spot model"),
         }
+        match on_demand {
+            Ok(prices) => {
+                for p in &prices {
+                    region.prices_mut().set_on_demand(&p.instance_type, p.price);
+                }
+                tracing::info!(on_demand_prices = prices.len(), "read live on-demand prices");
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read on-demand prices; using the embedded table"),
+        }
+        match offerings {
+            Ok(offered) if !offered.is_empty() => {
+                tracing::info!(offerings = offered.len(), "read the types offered per zone");
+                region.restrict_to_offered(offered.into_iter().map(|o| (o.instance_type, o.zone)));
+            }
+            Ok(_) => tracing::warn!("EC2 listed no offerings; using the embedded ones"),
+            Err(e) => tracing::warn!(error = %e, "could not read offerings; using the embedded ones"),
+        }
+        *self
+            .prices_read_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
     }
 
     /// One invocation by `request_id`, which must end by `deadline`.

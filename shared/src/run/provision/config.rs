@@ -40,6 +40,9 @@ pub struct ProvisionerConfig {
     pub registration_ttl: Duration,
     /// `CARPOOL_DRY_RUN` (default false): plan and log, launch nothing.
     pub dry_run: bool,
+    /// `CARPOOL_LIVE_PRICES` (default true): read spot and on-demand prices and the
+    /// offerings per zone from AWS (hourly); false keeps the embedded catalog's.
+    pub live_prices: bool,
     /// `CARPOOL_LOG_LEVEL` (default `info`), in `RUST_LOG` syntax.
     pub log_level: String,
     /// `CARPOOL_CLUSTER_ENDPOINT`: the API server URL, instead of DescribeCluster's (tests).
@@ -117,6 +120,7 @@ impl ProvisionerConfig {
             batch_max: seconds(&get, "CARPOOL_BATCH_MAX_SECONDS", 10.0)?,
             registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,
             dry_run: flag(&get, "CARPOOL_DRY_RUN")?,
+            live_prices: optional(&get, "CARPOOL_LIVE_PRICES").is_none() || flag(&get, "CARPOOL_LIVE_PRICES")?,
             log_level: optional(&get, "CARPOOL_LOG_LEVEL").unwrap_or_else(|| "info".into()),
             cluster_endpoint: optional(&get, "CARPOOL_CLUSTER_ENDPOINT"),
             cluster_ca_file: optional(&get, "CARPOOL_CLUSTER_CA_FILE"),
@@ -172,6 +176,7 @@ mod tests {
         assert_eq!(c.batch_max, Duration::from_secs(10));
         assert_eq!(c.registration_ttl, Duration::from_secs(900));
         assert!(!c.dry_run);
+        assert!(c.live_prices);
         assert_eq!(c.ami_ssm_parameter, DEFAULT_AMI_SSM_PARAMETER);
     }
 

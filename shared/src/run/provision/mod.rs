@@ -26,7 +26,7 @@ pub mod metrics;
 pub mod observe;
 pub mod report;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -186,8 +186,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         report.housekeeping.push(self.housekeeping(region).await?);
         let deadline = start + self.settings.watch;
         let mut batcher = Batcher::new(self.settings.batch_idle, self.settings.batch_max);
-        // Pods a batch of this run already handled: they do not open another batch.
-        let mut handled: HashSet<String> = HashSet::new();
+        // Pods a batch of this run already handled, and when: they open another batch only
+        // once the batch maximum has passed since, in case they are still pending because
+        // the scheduler placed them otherwise than planned. Re-planning them is safe: the
+        // capacity in flight is counted, so nothing is launched twice.
+        let mut handled: HashMap<String, SystemTime> = HashMap::new();
         let mut first = true;
         loop {
             let now = self.clock.now();
@@ -202,14 +205,15 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 .iter()
                 .filter(|p| is_provisionable(p))
                 .map(pod_key)
-                .filter(|k| !handled.contains(k))
+                .filter(|k| handled.get(k).is_none_or(|&t| since(now, t) >= self.settings.batch_max))
                 .collect();
             batcher.observe(now, pending);
             if batcher.is_due(now) || (now >= deadline && batcher.is_open()) {
                 let pods = batcher.take();
                 let batch = self.batch(region).await?;
                 self.log_batch(&batch);
-                handled.extend(pods);
+                let at = self.clock.now();
+                handled.extend(pods.into_iter().map(|p| (p, at)));
                 report.batches.push(batch);
                 let housekeeping = self.housekeeping(region).await?;
                 report.housekeeping.push(housekeeping);

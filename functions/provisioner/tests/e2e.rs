@@ -1,0 +1,600 @@
+//! End to end on the local stack: the provisioner's handler, invoked in-process, against
+//! the real apiserver and kube-scheduler, moto's EC2 and DynamoDB, with the harness
+//! playing the kubelet for the instances it launches.
+//!
+//! Each test has a cluster name of its own (so its EC2 tags, its harness and its
+//! DynamoDB partition are its own), a NodePool, an EC2NodeClass and a namespace; its pods
+//! select its NodePool. Tests run one at a time (they all watch the cluster's pending
+//! pods).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result, bail, ensure};
+use carpool::catalog::Catalog;
+use carpool::fakes::FakeClock;
+use carpool::model::EC2NodeClass;
+use carpool::ports::{
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, StateStore,
+    Timer, ZonalOffering,
+};
+use carpool::run::provision::{ProvisionerConfig, RunReport};
+use carpool_adapters::clock::TokioClock;
+use carpool_adapters::cluster_info::ClusterInfo;
+use carpool_adapters::dynamodb::DynamoStore;
+use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
+use carpool_adapters::kube_cluster::KubeCluster;
+use carpool_provisioner::handler::App;
+use carpool_tests::harness::Config as HarnessConfig;
+use carpool_tests::{Harness, Stack, exclusive, unique, wait};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(180);
+
+fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
+}
+
+fn nodepools() -> ApiResource {
+    resource("karpenter.sh", "NodePool", "nodepools")
+}
+
+fn nodeclasses() -> ApiResource {
+    resource("karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses")
+}
+
+/// What one test set up, torn down at the end whatever happened.
+struct Scene {
+    stack: Stack,
+    kube: kube::Client,
+    name: String,
+    table: String,
+}
+
+impl Scene {
+    async fn new(prefix: &str, limits: Option<serde_json::Value>) -> Result<Self> {
+        let stack = Stack::load()?;
+        let kube = stack.kube_client().await?;
+        let name = unique(prefix);
+        let scene = Scene {
+            table: format!("{name}-state"),
+            stack,
+            kube,
+            name,
+        };
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
+        Api::<Namespace>::all(scene.kube.clone())
+            .create(&PostParams::default(), &serde_json::from_value(ns)?)
+            .await?;
+        let mut pool = json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": scene.name},
+            "spec": {"template": {
+                "metadata": {"labels": {"e2e": scene.name}},
+                "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": scene.name},
+                "requirements": [
+                    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                    {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["4"]},
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}
+                ]}}}
+        });
+        if let Some(limits) = limits {
+            pool["spec"]["limits"] = limits;
+        }
+        let class = json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": scene.name},
+            "spec": {
+                "role": "CarpoolNodeRole",
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
+                "amiSelectorTerms": [{"alias": "al2023@latest"}]
+            }
+        });
+        for (r, object) in [(nodeclasses(), class), (nodepools(), pool)] {
+            Api::<DynamicObject>::all_with(scene.kube.clone(), &r)
+                .create(&PostParams::default(), &serde_json::from_value(object)?)
+                .await?;
+        }
+        Ok(scene)
+    }
+
+    fn config(&self, watch: Duration) -> Result<ProvisionerConfig> {
+        let mut config = ProvisionerConfig::from_vars(|k| match k {
+            "CARPOOL_CLUSTER_NAME" => Some(self.name.clone()),
+            "CARPOOL_TABLE_NAME" => Some(self.table.clone()),
+            "AWS_REGION" => Some("us-east-1".into()),
+            _ => None,
+        })?;
+        config.ami_ssm_parameter = self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string();
+        config.watch = watch;
+        // moto prices every spot offering at 0.00001 USD, which would make the biggest
+        // types look cheapest: plan on the embedded prices instead.
+        config.live_prices = false;
+        Ok(config)
+    }
+
+    async fn cloud(&self) -> Result<Ec2Cloud> {
+        let sdk = self.stack.aws_config().await?;
+        let info = ClusterInfo::new(
+            &self.name,
+            self.stack.get("CARPOOL_KUBE_APISERVER")?,
+            "Y2E=",
+            "10.100.0.0/16",
+        );
+        Ok(Ec2Cloud::new(
+            Ec2Clients::new(&sdk),
+            info,
+            self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
+        )
+        .with_node_role("CarpoolNodeRole", "CarpoolNodeProfile"))
+    }
+
+    async fn store(&self) -> Result<DynamoStore> {
+        let store = DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name);
+        store.create_table_if_missing().await?;
+        Ok(store)
+    }
+
+    async fn app<C: Cloud, T: Timer>(
+        &self,
+        cloud: C,
+        clock: T,
+        watch: Duration,
+    ) -> Result<App<C, KubeCluster, DynamoStore, T>> {
+        Ok(App::new(
+            cloud,
+            KubeCluster::new(self.kube.clone()),
+            self.store().await?,
+            clock,
+            self.config(watch)?,
+            Catalog::embedded()?.region("us-east-1")?,
+        ))
+    }
+
+    async fn harness(&self) -> Result<Harness> {
+        let mut config = HarnessConfig::from_stack(&self.stack)?;
+        config.cluster = self.name.clone();
+        Harness::start_on(&self.stack, config).await
+    }
+
+    /// A Deployment of `replicas` pods selecting this test's NodePool, spread over zones.
+    async fn deployment(&self, app: &str, replicas: i32, cpu: &str, memory: &str) -> Result<()> {
+        let d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": app, "namespace": self.name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+              "template": {"metadata": {"labels": {"app": app}}, "spec": {
+                "nodeSelector": {"karpenter.sh/nodepool": self.name},
+                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": app}}}],
+                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}
+        });
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.kube.clone(),
+            &self.name,
+            &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("apps", "v1", "Deployment"), "deployments"),
+        );
+        api.create(&PostParams::default(), &serde_json::from_value(d)?).await?;
+        Ok(())
+    }
+
+    async fn pods(&self) -> Result<Vec<Pod>> {
+        Ok(Api::<Pod>::namespaced(self.kube.clone(), &self.name)
+            .list(&ListParams::default())
+            .await?
+            .items)
+    }
+
+    async fn wait_unschedulable(&self, n: usize) -> Result<()> {
+        wait::until(&format!("{n} pods marked unschedulable"), WAIT, async || {
+            let pods = self.pods().await?;
+            let marked = pods
+                .iter()
+                .filter(|p| carpool::decide::pod::is_provisionable(p))
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+                })
+                .count();
+            if marked == n {
+                Ok(())
+            } else {
+                bail!("{marked} of {} marked", pods.len())
+            }
+        })
+        .await
+    }
+
+    async fn wait_running(&self, n: usize) -> Result<Vec<Pod>> {
+        wait::until(&format!("{n} pods Running"), WAIT, async || {
+            let pods = self.pods().await?;
+            let running = pods
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            if running == n {
+                Ok(pods)
+            } else {
+                bail!("{running} of {} Running", pods.len())
+            }
+        })
+        .await
+    }
+
+    async fn cleanup(&self) -> Result<()> {
+        let _ = Api::<Namespace>::all(self.kube.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        for r in [nodepools(), nodeclasses()] {
+            let _ = Api::<DynamicObject>::all_with(self.kube.clone(), &r)
+                .delete(&self.name, &DeleteParams::default())
+                .await;
+        }
+        let cloud = self.cloud().await?;
+        for i in cloud.list().await? {
+            cloud.terminate(&i.id).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish<T>(&self, harness: Option<Harness>, result: Result<T>) -> Result<T> {
+        let cleaned = self.cleanup().await;
+        if let Some(h) = harness {
+            // Give the harness a moment to delete the Nodes of the terminated instances.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = h.stop().await;
+        }
+        let value = result?;
+        cleaned?;
+        Ok(value)
+    }
+}
+
+fn deadline(from_now: Duration) -> SystemTime {
+    SystemTime::now() + from_now
+}
+
+fn instance_of(node: &Node) -> Option<String> {
+    let id = node.spec.as_ref()?.provider_id.as_deref()?.rsplit('/').next()?;
+    Some(id.to_string())
+}
+
+fn pod_key(p: &Pod) -> String {
+    carpool::decide::pod::pod_key(p)
+}
+
+#[tokio::test]
+async fn fifty_pending_pods_with_a_zone_spread_run_on_nodes_one_handler_run_launched() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-fifty", None).await?;
+    let harness = scene.harness().await?;
+    let result = fifty(&scene).await;
+    scene.finish(Some(harness), result).await
+}
+
+async fn fifty(scene: &Scene) -> Result<()> {
+    scene.deployment("small", 20, "250m", "512Mi").await?;
+    scene.deployment("medium", 20, "500m", "1Gi").await?;
+    scene.deployment("large", 10, "1", "2Gi").await?;
+    scene.wait_unschedulable(50).await?;
+
+    let app = scene
+        .app(scene.cloud().await?, TokioClock, Duration::from_secs(20))
+        .await?;
+    let report = app.handle("run-1", deadline(Duration::from_secs(60))).await?;
+    let launched: Vec<_> = report.launched().cloned().collect();
+    ensure!(!launched.is_empty(), "{report:?}");
+    let first = report.batches.first().context("a batch")?;
+    ensure!(
+        first.pods_on_new_nodes == 50,
+        "the first batch plans every pod onto a new node: {:?}",
+        report.batches
+    );
+    // kube-scheduler binds pods as Nodes register, one by one, so a few may find their
+    // planned room taken; the run re-checks pods still pending after the batch maximum,
+    // and launches for them, counting every node already there.
+    eprintln!(
+        "batches (pods seen, nodes launched, pods on them): {:?}",
+        report
+            .batches
+            .iter()
+            .map(|b| (b.pods_seen, b.launched.len(), b.pods_on_new_nodes))
+            .collect::<Vec<_>>()
+    );
+
+    let pods = scene.wait_running(50).await?;
+    let nodes: HashMap<String, Node> = Api::<Node>::all(scene.kube.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+        .collect();
+    let launched_ids: HashSet<&str> = launched.iter().map(|l| l.instance_id.as_str()).collect();
+    // Where the plan put each pod: the launch records name their pods.
+    let store = scene.store().await?;
+    let planned: HashMap<String, String> = store
+        .list_launches()
+        .await?
+        .into_iter()
+        .filter_map(|l| Some((l.instance_id?, l.pods)))
+        .flat_map(|(id, pods)| pods.into_iter().map(move |p| (p, id.clone())))
+        .collect();
+    let by_id: HashMap<&str, &carpool::run::provision::report::Launched> =
+        launched.iter().map(|l| (l.instance_id.as_str(), l)).collect();
+    let (mut exact, mut equivalent) = (0, 0);
+    for pod in &pods {
+        let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone()).context("bound")?;
+        let node = nodes.get(&node_name).context("the pod's node exists")?;
+        let id = instance_of(node).context("the node has a providerID")?;
+        ensure!(
+            launched_ids.contains(id.as_str()),
+            "{} is on {node_name}, which Carpool did not launch",
+            pod_key(pod)
+        );
+        let plan = planned.get(&pod_key(pod)).context("the pod is in a launch record")?;
+        if plan == &id {
+            exact += 1;
+        } else if let (Some(a), Some(b)) = (by_id.get(plan.as_str()), by_id.get(id.as_str()))
+            && a.zone == b.zone
+            && a.capacity_type == b.capacity_type
+        {
+            equivalent += 1;
+        }
+    }
+    eprintln!(
+        "fidelity: {exact}/50 pods on the node the plan chose, {equivalent}/50 on another node of the same zone and capacity type, {}/50 elsewhere on nodes launched for them",
+        50 - exact - equivalent
+    );
+    let latencies: Vec<u64> = report
+        .batches
+        .iter()
+        .flat_map(|b| b.pending_to_fleet_ms.iter().copied())
+        .collect();
+    eprintln!(
+        "pending -> CreateFleet: p50 {:?} ms, p99 {:?} ms over {} pods; {} nodes, {:.4} USD/h",
+        carpool::run::provision::report::quantile(&latencies, 0.5),
+        carpool::run::provision::report::quantile(&latencies, 0.99),
+        latencies.len(),
+        launched.len(),
+        report.batches.iter().map(|b| b.cost_per_hour_added).sum::<f64>()
+    );
+
+    // A run right after: every pod is provided for; nothing more is launched.
+    let again = app.handle("run-2", deadline(Duration::from_secs(30))).await?;
+    ensure!(again.launched().count() == 0, "{:?}", again.batches);
+
+    // Five more pods, and two runs at once: the lease lets one of them work.
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        scene.kube.clone(),
+        &scene.name,
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("apps", "v1", "Deployment"), "deployments"),
+    );
+    api.patch(
+        "large",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"replicas": 15}})),
+    )
+    .await?;
+    scene.wait_unschedulable(5).await?;
+    let (a, b) = tokio::join!(
+        app.handle("run-3", deadline(Duration::from_secs(30))),
+        app.handle("run-4", deadline(Duration::from_secs(30)))
+    );
+    let (a, b): (RunReport, RunReport) = (a?, b?);
+    ensure!(
+        a.lease_held_by.is_some() != b.lease_held_by.is_some(),
+        "exactly one run holds the lease: {:?} / {:?}",
+        a.lease_held_by,
+        b.lease_held_by
+    );
+    let worker = if a.lease_held_by.is_none() { &a } else { &b };
+    ensure!(
+        worker.batches.iter().map(|b| b.pods_on_new_nodes).sum::<usize>() == 5,
+        "{:?}",
+        worker.batches
+    );
+    scene.wait_running(55).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_nodepool_limit_stops_launches_at_the_limit_and_reports_the_pods_left_over() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-limit", Some(json!({"cpu": "8"}))).await?;
+    let result = async {
+        scene.deployment("big", 20, "1", "1Gi").await?;
+        scene.wait_unschedulable(20).await?;
+        let app = scene
+            .app(scene.cloud().await?, TokioClock, Duration::from_secs(3))
+            .await?;
+        let report = app.handle("run-1", deadline(Duration::from_secs(60))).await?;
+        let catalog = Catalog::embedded()?;
+        let cpus: i64 = report
+            .launched()
+            .map(|l| catalog.get(&l.instance_type).map_or(0, |t| t.capacity.cpu_millis))
+            .sum();
+        ensure!(
+            cpus > 0 && cpus <= 8000,
+            "{cpus}m launched under an 8-CPU limit: {:?}",
+            report.batches
+        );
+        let batch = report.batches.first().context("a batch")?;
+        let left: Vec<_> = batch
+            .unschedulable
+            .iter()
+            .filter(|u| u.reason.contains("limits"))
+            .collect();
+        ensure!(!left.is_empty(), "{:?}", batch.unschedulable);
+        ensure!(batch.pods_on_new_nodes + left.len() == 20, "{batch:?}");
+        eprintln!(
+            "limit: {} pods on {cpus}m of new CPU, {} left over, e.g. {:?}",
+            batch.pods_on_new_nodes,
+            left.len(),
+            left[0]
+        );
+        Ok(())
+    }
+    .await;
+    scene.finish(None, result).await
+}
+
+/// EC2 through the real adapter, except that the first launch finds its cheapest
+/// offering out of capacity, as CreateFleet reports it (moto never does).
+struct OutOfCapacityOnce<C> {
+    inner: C,
+    failed: std::sync::Mutex<Option<OfferingKey>>,
+}
+
+impl<C: Cloud> Cloud for OutOfCapacityOnce<C> {
+    async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
+        let offering = OfferingKey {
+            instance_type: request.instance_types[0].clone(),
+            zone: request.zone.clone(),
+            capacity_type: request.capacity_type,
+        };
+        {
+            let mut failed = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if failed.is_none() {
+                *failed = Some(offering.clone());
+                return Err(CloudError::InsufficientCapacity {
+                    offerings: vec![offering],
+                });
+            }
+        }
+        let mut rest = request.clone();
+        rest.instance_types.retain(|t| {
+            self.failed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .is_none_or(|f| {
+                    !(f.instance_type == *t && f.zone == request.zone && f.capacity_type == request.capacity_type)
+                })
+        });
+        self.inner.launch(&rest).await
+    }
+    async fn zones(&self, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
+        self.inner.zones(node_class).await
+    }
+    async fn get(&self, id: &str) -> Result<Instance, CloudError> {
+        self.inner.get(id).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        self.inner.list().await
+    }
+    async fn terminate(&self, id: &str) -> Result<(), CloudError> {
+        self.inner.terminate(id).await
+    }
+    async fn spot_prices(&self, types: &[String]) -> Result<Vec<SpotPrice>, CloudError> {
+        self.inner.spot_prices(types).await
+    }
+    async fn on_demand_prices(&self, types: &[String]) -> Result<Vec<OnDemandPrice>, CloudError> {
+        self.inner.on_demand_prices(types).await
+    }
+    async fn offerings(&self) -> Result<Vec<ZonalOffering>, CloudError> {
+        self.inner.offerings().await
+    }
+}
+
+#[tokio::test]
+async fn insufficient_capacity_on_the_cheapest_offering_launches_the_next_best_in_the_same_run() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-ice", None).await?;
+    let result = async {
+        scene.deployment("web", 4, "500m", "1Gi").await?;
+        scene.wait_unschedulable(4).await?;
+        let cloud = OutOfCapacityOnce {
+            inner: scene.cloud().await?,
+            failed: std::sync::Mutex::new(None),
+        };
+        let app = scene.app(cloud, TokioClock, Duration::from_secs(3)).await?;
+        let report = app.handle("run-1", deadline(Duration::from_secs(60))).await?;
+        let failed = app
+            .cloud
+            .failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let failed = failed.context("a launch was failed")?;
+        let batch = report.batches.first().context("a batch")?;
+        ensure!(batch.rounds >= 2, "{batch:?}");
+        ensure!(!batch.launch_errors.is_empty());
+        ensure!(!batch.launched.is_empty(), "{batch:?}");
+        for l in &batch.launched {
+            ensure!(
+                !(l.instance_type == failed.instance_type
+                    && l.zone == failed.zone
+                    && l.capacity_type == failed.capacity_type),
+                "{l:?} is the offering that failed"
+            );
+        }
+        ensure!(batch.pods_on_new_nodes == 4);
+        let unavailable = app.store.unavailable_offerings(SystemTime::now()).await?;
+        ensure!(
+            unavailable
+                .iter()
+                .any(|u| u.instance_type == failed.instance_type && u.zone == failed.zone)
+        );
+        eprintln!("after {failed:?} ran out: launched {:?}", batch.launched);
+        Ok(())
+    }
+    .await;
+    scene.finish(None, result).await
+}
+
+#[tokio::test]
+async fn an_instance_that_never_registers_is_terminated_after_the_registration_ttl() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-ttl", None).await?;
+    let result = async {
+        scene.deployment("web", 2, "250m", "256Mi").await?;
+        scene.wait_unschedulable(2).await?;
+        // No harness: the instance never becomes a Node. The test clock stands in for time.
+        let clock = FakeClock::at(SystemTime::now());
+        let app = scene.app(scene.cloud().await?, clock, Duration::from_secs(3)).await?;
+        let report = app.handle("run-1", SystemTime::now() + Duration::from_secs(60)).await?;
+        let id = report.launched().next().context("a launch")?.instance_id.clone();
+        // The pods go away; fifteen minutes later the next run cleans up.
+        Api::<DynamicObject>::namespaced_with(
+            scene.kube.clone(),
+            &scene.name,
+            &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("apps", "v1", "Deployment"), "deployments"),
+        )
+        .delete("web", &DeleteParams::default())
+        .await?;
+        app.clock.advance(Duration::from_secs(901));
+        let later = app
+            .handle(
+                "run-2",
+                carpool::ports::Clock::now(&app.clock) + Duration::from_secs(60),
+            )
+            .await?;
+        let terminated: Vec<&(String, String)> = later.housekeeping.iter().flat_map(|h| &h.terminated).collect();
+        ensure!(
+            terminated
+                .iter()
+                .any(|(i, why)| i == &id && why.contains("did not register")),
+            "{terminated:?}"
+        );
+        let state = app.cloud.get(&id).await.map(|i| i.state);
+        ensure!(
+            matches!(
+                state,
+                Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound(_))
+            ),
+            "{state:?}"
+        );
+        eprintln!("terminated {id}: {}", terminated[0].1);
+        Ok(())
+    }
+    .await;
+    scene.finish(None, result).await
+}
