@@ -4,11 +4,13 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use carpool::catalog::RegionCatalog;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::provision::metrics::batch_metrics;
 use carpool::run::provision::report::quantile;
 use carpool::run::provision::{ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings};
+use lambda_runtime::LambdaEvent;
 use serde_json::{Value, json};
 
 /// Time kept back from the function's deadline for the last batch and the summary.
@@ -145,8 +147,31 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
     }
 }
 
-/// The run's summary: what it launched, what it could not place, and the pending →
-/// CreateFleet latency.
+/// One Lambda invocation: the scheduled EventBridge event (any other payload, such as a
+/// manual test invoke, works the same: the schedule is only the trigger), one run, and
+/// its summary as the result. A failed run is an error of the invocation, so the
+/// function's Errors metric and its alarm see it.
+pub async fn invoke<C: Cloud, K: Cluster, S: StateStore, T: Timer>(
+    app: &App<C, K, S, T>,
+    event: LambdaEvent<Value>,
+) -> Result<Value, lambda_runtime::Error> {
+    let (payload, context) = event.into_parts();
+    match serde_json::from_value::<EventBridgeEvent<Value>>(payload) {
+        Ok(e) => tracing::info!(event_id = ?e.id, time = ?e.time, "scheduled run"),
+        Err(_) => tracing::info!("run invoked without a schedule event"),
+    }
+    let deadline = SystemTime::UNIX_EPOCH + Duration::from_millis(context.deadline);
+    match app.handle(&context.request_id, deadline).await {
+        Ok(report) => Ok(summary(&report)),
+        Err(e) => {
+            tracing::error!(error = %e, retryable = e.is_retryable(), "run failed");
+            Err(e.into())
+        }
+    }
+}
+
+/// The run's summary: the most pods seen pending at once, what it launched, what it
+/// could not place (as of the last batch), and the pending → CreateFleet latency.
 pub fn summary(report: &RunReport) -> Value {
     let latencies: Vec<u64> = report
         .batches
@@ -156,7 +181,7 @@ pub fn summary(report: &RunReport) -> Value {
     json!({
         "lease_held_by": report.lease_held_by,
         "batches": report.batches.len(),
-        "pods_seen": report.batches.iter().map(|b| b.pods_seen).sum::<usize>(),
+        "pods_seen": report.batches.iter().map(|b| b.pods_seen).max().unwrap_or(0),
         "nodes_launched": report.launched().count(),
         "launched": report.launched().collect::<Vec<_>>(),
         "unschedulable": report.batches.last().map(|b| b.unschedulable.clone()).unwrap_or_default(),

@@ -1,9 +1,7 @@
 //! The provisioner Lambda: pending pods become nodes. See the crate's `lib.rs`.
 
-use std::time::{Duration, SystemTime};
-
 use carpool::run::provision::ProvisionerConfig;
-use carpool_provisioner::{init, logging};
+use carpool_provisioner::{handler, init, logging};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
@@ -15,18 +13,5 @@ async fn main() -> Result<(), Error> {
     let app = init::app(config)
         .await
         .inspect_err(|e| tracing::error!(error = %e, "cold start"))?;
-    run(service_fn(|event: LambdaEvent<Value>| {
-        let app = &app;
-        async move {
-            let deadline = SystemTime::UNIX_EPOCH + Duration::from_millis(event.context.deadline);
-            match app.handle(&event.context.request_id, deadline).await {
-                Ok(report) => Ok::<Value, Error>(carpool_provisioner::handler::summary(&report)),
-                Err(e) => {
-                    tracing::error!(error = %e, retryable = e.is_retryable(), "run failed");
-                    Err(e.into())
-                }
-            }
-        }
-    }))
-    .await
+    run(service_fn(|event: LambdaEvent<Value>| handler::invoke(&app, event))).await
 }
