@@ -121,3 +121,18 @@ fn bench_schedule_reports_the_documented_figures() {
     assert_eq!(r["pods"], 100);
     assert_eq!(r["unschedulable"], 0);
 }
+
+#[test]
+fn bench_provision_runs_the_provisioner_over_the_fakes_and_reports_it() {
+    let out = carpool(&["bench", "provision", "--pods", "200", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["pods"], 200);
+    assert_eq!(r["batches"], 1);
+    assert_eq!(r["unschedulable"], 0);
+    assert!(r["nodes"].as_u64().unwrap() > 0);
+    assert!(r["cost_per_hour"].as_f64().unwrap() > 0.0);
+
+    let bad = carpool(&["bench", "provision", "--pods", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+}

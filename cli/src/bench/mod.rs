@@ -7,6 +7,7 @@
 //!   baseline's too, must pass the independent checker.
 
 mod ffd;
+mod provision;
 mod scenarios;
 
 use std::time::Instant;
@@ -42,6 +43,19 @@ enum BenchCommand {
         /// Runs; the median time is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One provisioner run, as the Lambda makes it, on in-memory ports: N pending pods of
+    /// the scheduling benchmark's mix are batched, planned, launched and recorded.
+    Provision {
+        /// Pending pods.
+        #[arg(long, default_value_t = 5000)]
+        pods: usize,
+        /// Instance types in the NodePool.
+        #[arg(long, default_value_t = 400)]
+        instance_types: usize,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -151,6 +165,31 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     r.cost_per_hour,
                     r.lower_bound_per_hour,
                     r.lower_bound_ms,
+                    r.peak_rss_mib.unwrap_or(0.0)
+                );
+            }
+        }
+        BenchCommand::Provision {
+            pods,
+            instance_types,
+            json,
+        } => {
+            if *pods == 0 || *instance_types == 0 {
+                return Err(UsageError("--pods and --instance-types must be at least 1".into()).into());
+            }
+            let r = provision::run(&region, *pods, *instance_types)?;
+            if *json {
+                say!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                say!(
+                    "pods {}  batches {}  nodes {}  unschedulable {}  plan {:.0} ms  run {:.0} ms  cost ${:.4}/h  peak RSS {:.0} MiB",
+                    r.pods,
+                    r.batches,
+                    r.nodes,
+                    r.unschedulable,
+                    r.plan_ms,
+                    r.run_ms,
+                    r.cost_per_hour,
                     r.peak_rss_mib.unwrap_or(0.0)
                 );
             }
