@@ -108,8 +108,15 @@ impl World {
 fn pending_pods_become_launched_instances_recorded_in_flight() {
     let w = World::new(30);
     let report = w.run("run-1");
-    assert_eq!(report.batches.len(), 1, "one batch for pods pending together");
     let batch = &report.batches[0];
+    // The pods stay pending here (no kubelet), so the run re-checks them every 10 s of
+    // its 50-s watch; with their capacity in flight, those batches launch nothing.
+    assert_eq!(report.batches.len(), 5);
+    assert!(
+        report.batches[1..]
+            .iter()
+            .all(|b| b.launched.is_empty() && b.pods_planned == 30)
+    );
     assert_eq!(batch.pods_seen, 30);
     assert_eq!(batch.pods_planned, 30, "unschedulable: {:?}", batch.unschedulable);
     assert!(!batch.launched.is_empty());
@@ -312,4 +319,49 @@ fn nodes_are_planned_only_in_zones_where_the_nodeclass_has_subnets() {
         "{:?}",
         report.batches
     );
+}
+
+#[test]
+fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_registers() {
+    let w = World::new(0);
+    // CreateFleet timed out as far as the run knew, but EC2 did start the instance.
+    let request = carpool::ports::LaunchRequest {
+        launch_id: "lost-1".into(),
+        nodepool: "general".into(),
+        node_class: carpool::model::EC2NodeClass::named("default"),
+        instance_types: vec!["m5.large".into()],
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+        labels: Default::default(),
+        taints: vec![],
+        startup_taints: vec![],
+    };
+    let instance = block_on(w.cloud.launch(&request)).unwrap();
+    let record = carpool::ports::LaunchRecord {
+        id: "lost-1".into(),
+        instance_id: None,
+        nodepool: "general".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+        pods: vec![],
+        launched_at: START as i64 * 1000,
+        state: LaunchState::Failed {
+            reason: "CreateFleet: timed out".into(),
+        },
+        version: 0,
+    };
+    block_on(w.store.create_launch(&record)).unwrap();
+    let early = w.run("run-1");
+    assert!(
+        early.housekeeping.iter().all(|h| h.terminated.is_empty()),
+        "not before the TTL"
+    );
+    w.clock.advance(Duration::from_secs(900));
+    w.cloud.set_now(START as i64 * 1000 + 900_000);
+    let later = w.run("run-2");
+    let terminated: Vec<_> = later.housekeeping.iter().flat_map(|h| h.terminated.clone()).collect();
+    assert_eq!(terminated.len(), 1, "{terminated:?}");
+    assert_eq!(terminated[0].0, instance.id);
+    assert!(block_on(w.cloud.list()).unwrap().is_empty());
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use futures_util::future::join_all;
+use futures_util::{StreamExt, stream};
 
 use super::report::{BatchReport, LaunchFailure, Launched};
 use super::{ProvisionError, Provisioner};
@@ -24,6 +24,10 @@ use crate::snapshot::Snapshot;
 
 /// How long an offering that ran out of capacity is left out (Karpenter's ICE cache TTL).
 pub const UNAVAILABLE_FOR: Duration = Duration::from_secs(180);
+
+/// CreateFleet calls in flight at once: every planned node is launched concurrently, in
+/// waves of this many, under EC2's request-rate limits for mutating calls.
+pub const LAUNCH_CONCURRENCY: usize = 16;
 
 /// Planning rounds per batch: the first, and re-plans after capacity errors. Each round
 /// leaves out the offerings that failed, so a spot outage across a region's six zones
@@ -157,11 +161,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
 
             let launch_start = self.clock.now();
             let fleet_at = epoch_millis(launch_start);
-            let outcomes = join_all(
+            let outcomes: Vec<_> = stream::iter(
                 plan.nodes
                     .iter()
                     .map(|node| self.launch_one(node, &snapshot, &region, launch_start)),
             )
+            .buffered(LAUNCH_CONCURRENCY)
+            .collect()
             .await;
             report.launch_ms += elapsed_ms(launch_start, self.clock.now());
 

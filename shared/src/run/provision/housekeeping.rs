@@ -218,6 +218,22 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     self.store.update_launch(&failed).await?;
                 }
             }
+            LaunchState::Failed { .. }
+                if instance_id.is_some_and(|id| instance_of.contains_key(id) && !node_of.contains_key(id)) =>
+            {
+                // A launch that failed as far as the run knew (a timeout, say) but did
+                // start an instance, which never became a Node: terminate it after the TTL.
+                if expired && let Some(id) = instance_id {
+                    self.cloud.terminate(id).await?;
+                    let reason = format!(
+                        "instance of failed launch {} did not register within {}s",
+                        launch.id,
+                        ttl_ms / 1000
+                    );
+                    tracing::warn!(launch_id = %launch.id, instance_id = %id, reason = %reason, "terminated an unregistered instance");
+                    report.terminated.push((id.to_string(), reason));
+                }
+            }
             LaunchState::Registered { .. } | LaunchState::Failed { .. } => {
                 let gone = instance_id.is_none_or(|id| !instance_of.contains_key(id));
                 if gone && (instance_id.is_some() || expired) {
