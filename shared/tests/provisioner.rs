@@ -365,3 +365,18 @@ fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_register
     assert_eq!(terminated[0].0, instance.id);
     assert!(block_on(w.cloud.list()).unwrap().is_empty());
 }
+
+#[test]
+fn a_nodepool_whose_ec2nodeclass_is_missing_is_skipped_with_the_reason() {
+    let w = World::new(3);
+    let mut orphan = nodepool("orphan", None);
+    orphan["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("gone");
+    orphan["spec"]["weight"] = json!(100);
+    w.cluster.add_nodepool(orphan);
+    let report = w.run("run-1");
+    let batch = &report.batches[0];
+    let skipped = batch.skipped.iter().find(|s| s.object == "NodePool/orphan").unwrap();
+    assert!(skipped.reason.contains("\"gone\" does not exist"), "{skipped:?}");
+    assert!(batch.launched.iter().all(|l| l.nodepool == "general"));
+    assert!(!batch.launched.is_empty());
+}

@@ -117,6 +117,22 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             ..BatchReport::default()
         };
         let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        // A NodePool whose EC2NodeClass is missing cannot launch: skip it with the reason,
+        // as Karpenter marks such a pool not ready, and let the others work.
+        let classes: Vec<String> = snapshot.nodeclasses.iter().map(|c| c.name().to_string()).collect();
+        let (pools, orphans): (Vec<NodePool>, Vec<NodePool>) = std::mem::take(&mut snapshot.nodepools)
+            .into_iter()
+            .partition(|p| classes.contains(&p.spec.template.spec.node_class_ref.name));
+        snapshot.nodepools = pools;
+        for p in orphans {
+            snapshot.skipped.push((
+                format!("NodePool/{}", p.name()),
+                format!(
+                    "its EC2NodeClass {:?} does not exist (or is invalid)",
+                    p.spec.template.spec.node_class_ref.name
+                ),
+            ));
+        }
         let mut zones_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
             zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
