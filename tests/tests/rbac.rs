@@ -1,0 +1,290 @@
+//! The ClusterRole in `infra/rbac/` on a real apiserver: the group of Carpool's EKS access
+//! entry (`carpool:controller`) may make every Kubernetes call Carpool makes, and nothing
+//! that would let it read secrets, run or remove workloads, or forge nodes.
+//!
+//! Each test applies `infra/rbac/*.yaml` to the local stack (`infra/local/up`) as its admin,
+//! then asks the apiserver with `kubectl auth can-i --as <user> --as-group
+//! carpool:controller`, which runs the real authorizer (a SubjectAccessReview). Run:
+//! `cargo test -p carpool-tests --test rbac`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result, bail, ensure};
+use carpool_tests::Stack;
+
+/// The Kubernetes group the SAM template's access entry puts the function's role in.
+const GROUP: &str = "carpool:controller";
+/// The user the checks impersonate (an IAM role's session shows up as some such name).
+const USER: &str = "carpool-rbac-test";
+
+/// Where a question is asked.
+#[derive(Clone, Copy)]
+enum Scope {
+    /// A namespaced resource, in every namespace (`--all-namespaces`).
+    AllNamespaces,
+    /// A namespaced resource, in `default`.
+    Namespace,
+    /// A cluster-scoped resource.
+    Cluster,
+}
+
+/// One `kubectl auth can-i` question: the verb, the resource (`plural.group` outside the
+/// core group), an optional subresource, and the scope.
+struct Ask {
+    verb: &'static str,
+    resource: &'static str,
+    subresource: Option<&'static str>,
+    scope: Scope,
+}
+
+const fn all(verb: &'static str, resource: &'static str) -> Ask {
+    Ask {
+        verb,
+        resource,
+        subresource: None,
+        scope: Scope::AllNamespaces,
+    }
+}
+
+const fn ns(verb: &'static str, resource: &'static str) -> Ask {
+    Ask {
+        verb,
+        resource,
+        subresource: None,
+        scope: Scope::Namespace,
+    }
+}
+
+const fn cluster(verb: &'static str, resource: &'static str) -> Ask {
+    Ask {
+        verb,
+        resource,
+        subresource: None,
+        scope: Scope::Cluster,
+    }
+}
+
+const fn sub(verb: &'static str, resource: &'static str, subresource: &'static str, scope: Scope) -> Ask {
+    Ask {
+        verb,
+        resource,
+        subresource: Some(subresource),
+        scope,
+    }
+}
+
+/// What Carpool calls (shared/adapters/src/kube_cluster.rs, and the provisioner's watch of
+/// pending pods).
+const NEEDED: &[Ask] = &[
+    all("get", "pods"),
+    all("list", "pods"),
+    all("watch", "pods"),
+    sub("create", "pods", "eviction", Scope::Namespace),
+    cluster("get", "nodes"),
+    cluster("list", "nodes"),
+    cluster("watch", "nodes"),
+    cluster("patch", "nodes"),
+    cluster("delete", "nodes"),
+    all("list", "daemonsets.apps"),
+    all("list", "poddisruptionbudgets.policy"),
+    cluster("get", "nodepools.karpenter.sh"),
+    cluster("list", "nodepools.karpenter.sh"),
+    cluster("watch", "nodepools.karpenter.sh"),
+    cluster("get", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("list", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("watch", "ec2nodeclasses.karpenter.k8s.aws"),
+];
+
+/// What Carpool must not be able to do.
+const FORBIDDEN: &[Ask] = &[
+    // No secrets or config: a compromised function must not read credentials.
+    all("get", "secrets"),
+    all("list", "secrets"),
+    ns("get", "secrets"),
+    all("get", "configmaps"),
+    all("list", "serviceaccounts"),
+    sub("create", "serviceaccounts", "token", Scope::Namespace),
+    // No workloads: pods leave only by eviction, which PDBs guard.
+    ns("create", "pods"),
+    ns("delete", "pods"),
+    ns("patch", "pods"),
+    sub("create", "pods", "exec", Scope::Namespace),
+    sub("get", "pods", "log", Scope::Namespace),
+    sub("update", "pods", "status", Scope::Namespace),
+    ns("patch", "daemonsets.apps"),
+    ns("delete", "daemonsets.apps"),
+    ns("patch", "deployments.apps"),
+    ns("delete", "poddisruptionbudgets.policy"),
+    // Nodes register themselves; Carpool patches them and never PUTs a whole Node.
+    cluster("create", "nodes"),
+    cluster("update", "nodes"),
+    sub("patch", "nodes", "status", Scope::Cluster),
+    cluster("deletecollection", "nodes"),
+    // Its configuration is the user's: read-only.
+    cluster("create", "nodepools.karpenter.sh"),
+    cluster("patch", "nodepools.karpenter.sh"),
+    cluster("delete", "nodepools.karpenter.sh"),
+    cluster("update", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("delete", "ec2nodeclasses.karpenter.k8s.aws"),
+    // No privilege escalation.
+    cluster("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+    cluster("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    cluster("impersonate", "users"),
+    cluster("*", "*"),
+    all("*", "*"),
+];
+
+/// The repository's `infra/rbac`.
+fn rbac_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/rbac")
+}
+
+/// kubectl against the stack, as its admin.
+struct Kubectl {
+    bin: String,
+    kubeconfig: String,
+}
+
+impl Kubectl {
+    fn for_stack() -> Result<Self> {
+        let stack = Stack::load()?;
+        Ok(Kubectl {
+            bin: stack.get("CARPOOL_KUBECTL")?.to_string(),
+            kubeconfig: stack.get("KUBECONFIG")?.to_string(),
+        })
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg("--kubeconfig").arg(&self.kubeconfig);
+        c
+    }
+
+    /// `kubectl apply -f infra/rbac/`, once per test binary (concurrent applies of one
+    /// object can conflict).
+    fn apply_rbac(&self) -> Result<()> {
+        static APPLIED: OnceLock<Result<(), String>> = OnceLock::new();
+        APPLIED
+            .get_or_init(|| {
+                let out = self
+                    .command()
+                    .arg("apply")
+                    .arg("-f")
+                    .arg(rbac_dir())
+                    .output()
+                    .map_err(|e| format!("running {}: {e}", self.bin))?;
+                if out.status.success() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "kubectl apply -f infra/rbac failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    ))
+                }
+            })
+            .clone()
+            .map_err(anyhow::Error::msg)
+    }
+
+    /// Whether `user`, in `groups`, may do `ask`: the apiserver's answer.
+    fn can_i(&self, ask: &Ask, user: &str, groups: &[&str]) -> Result<bool> {
+        let mut c = self.command();
+        c.args(["auth", "can-i", ask.verb, ask.resource, "--as", user]);
+        for group in groups {
+            c.args(["--as-group", group]);
+        }
+        if let Some(subresource) = ask.subresource {
+            c.arg(format!("--subresource={subresource}"));
+        }
+        match ask.scope {
+            Scope::AllNamespaces => c.arg("--all-namespaces"),
+            Scope::Namespace => c.args(["--namespace", "default"]),
+            Scope::Cluster => &mut c,
+        };
+        let out = c.output().with_context(|| format!("running {}", self.bin))?;
+        // Exit 0 with "yes", 1 with "no"; anything else is an error of the question.
+        match String::from_utf8_lossy(&out.stdout).trim() {
+            "yes" => Ok(true),
+            "no" => Ok(false),
+            other => bail!(
+                "kubectl auth can-i {} {}: stdout {other:?}, stderr {}",
+                ask.verb,
+                ask.resource,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        }
+    }
+}
+
+fn describe(ask: &Ask) -> String {
+    let resource = match ask.subresource {
+        Some(subresource) => format!("{}/{subresource}", ask.resource),
+        None => ask.resource.to_string(),
+    };
+    let scope = match ask.scope {
+        Scope::AllNamespaces => "in all namespaces",
+        Scope::Namespace => "in namespace default",
+        Scope::Cluster => "(cluster-scoped)",
+    };
+    format!("{} {resource} {scope}", ask.verb)
+}
+
+#[test]
+fn the_carpool_controller_group_may_make_every_kubernetes_call_carpool_makes() -> Result<()> {
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let mut denied = Vec::new();
+    for ask in NEEDED {
+        if !kubectl.can_i(ask, USER, &[GROUP])? {
+            denied.push(describe(ask));
+        }
+    }
+    ensure!(
+        denied.is_empty(),
+        "group {GROUP} is denied what Carpool needs: {}",
+        denied.join("; ")
+    );
+    println!("group {GROUP}: all {} needed calls allowed", NEEDED.len());
+    Ok(())
+}
+
+#[test]
+fn the_carpool_controller_group_cannot_read_secrets_touch_workloads_or_forge_nodes() -> Result<()> {
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let mut allowed = Vec::new();
+    for ask in FORBIDDEN {
+        if kubectl.can_i(ask, USER, &[GROUP])? {
+            allowed.push(describe(ask));
+        }
+    }
+    ensure!(
+        allowed.is_empty(),
+        "group {GROUP} is allowed what Carpool must not do: {}",
+        allowed.join("; ")
+    );
+    println!("group {GROUP}: all {} forbidden calls denied", FORBIDDEN.len());
+    Ok(())
+}
+
+#[test]
+fn carpool_permissions_come_from_the_group_binding_alone() -> Result<()> {
+    // The same user outside the group gets none of them: the binding grants them, not
+    // some broader default the checks above would not notice.
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let mut allowed = Vec::new();
+    for ask in NEEDED {
+        if kubectl.can_i(ask, USER, &[])? {
+            allowed.push(describe(ask));
+        }
+    }
+    ensure!(
+        allowed.is_empty(),
+        "user {USER} outside {GROUP} is allowed: {}",
+        allowed.join("; ")
+    );
+    Ok(())
+}
