@@ -180,7 +180,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let outcomes: Vec<_> = stream::iter(
                 plan.nodes
                     .iter()
-                    .map(|node| self.launch_one(node, &snapshot, &region, launch_start)),
+                    .map(|node| self.launch_one(node, &snapshot, &region, launch_start, &created)),
             )
             .buffered(LAUNCH_CONCURRENCY)
             .collect()
@@ -253,6 +253,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         snapshot: &Snapshot,
         region: &RegionCatalog<'_>,
         at: SystemTime,
+        created: &BTreeMap<String, EpochMillis>,
     ) -> Result<Outcome, ProvisionError> {
         let launch_id = self.next_launch_id();
         let pool = snapshot.nodepools.iter().find(|p| p.name() == node.nodepool);
@@ -293,11 +294,20 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     .find(|t| t.name == instance.instance_type)
                     .and_then(|it| region.prices().price(it, &instance.zone, instance.capacity_type))
                     .unwrap_or(node.price_per_hour);
+                // The longest any of its pods waited, from creation to this CreateFleet.
+                let max_pending_ms = node
+                    .pods
+                    .iter()
+                    .filter_map(|p| created.get(p))
+                    .map(|&t| epoch_millis(at).saturating_sub(t))
+                    .max()
+                    .unwrap_or(0);
                 tracing::info!(
                     launch_id = %launch_id, instance_id = %instance.id, nodepool = %node.nodepool,
                     instance_type = %instance.instance_type, zone = %instance.zone,
                     capacity_type = %instance.capacity_type.label(), price_per_hour = price,
-                    pods = node.pods.len(), "launched"
+                    pod_count = node.pods.len(), pods = %node.pods.join(","), max_pending_ms,
+                    "launched"
                 );
                 Ok(Outcome::Launched(Box::new((
                     Launched {
