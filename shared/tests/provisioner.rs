@@ -380,3 +380,18 @@ fn a_nodepool_whose_ec2nodeclass_is_missing_is_skipped_with_the_reason() {
     assert!(batch.launched.iter().all(|l| l.nodepool == "general"));
     assert!(!batch.launched.is_empty());
 }
+
+#[test]
+fn with_no_valid_nodepool_nothing_is_launched_and_every_pod_says_why() {
+    let w = World::new(3);
+    let mut broken = nodepool("general", None);
+    broken["spec"]["template"]["spec"]["requirements"][0]["operator"] = json!("Sometimes");
+    w.cluster.add_nodepool(broken);
+    let report = w.run("run-1");
+    let batch = &report.batches[0];
+    assert!(batch.launched.is_empty());
+    assert_eq!(batch.unschedulable.len(), 3);
+    assert!(batch.unschedulable[0].reason.contains("no valid NodePool"));
+    assert!(batch.skipped.iter().any(|s| s.object == "NodePool/general"));
+    assert!(block_on(w.cloud.list()).unwrap().is_empty());
+}

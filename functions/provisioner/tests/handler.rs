@@ -28,6 +28,13 @@ fn app() -> App<FakeCloud, FakeCluster, FakeStore, FakeClock> {
             "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
             "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}}}
     }));
+    cluster.add_ec2nodeclass(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"role": "KarpenterNodeRole",
+                 "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
+                 "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
+                 "amiSelectorTerms": [{"alias": "al2023@latest"}]}
+    }));
     for i in 0..8 {
         cluster.add_pod(
             serde_json::from_value(json!({

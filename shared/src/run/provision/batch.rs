@@ -63,6 +63,39 @@ fn capacity_message(offerings: &[UnavailableOffering]) -> String {
     )
 }
 
+/// The report of a batch with no valid NodePool: every pending pod unschedulable, the
+/// skipped objects with their reasons.
+fn no_nodepool(snapshot: &Snapshot, dry_run: bool) -> BatchReport {
+    let pending: Vec<String> = snapshot
+        .pods
+        .iter()
+        .filter(|p| crate::decide::pod::is_provisionable(p))
+        .map(crate::decide::pod::pod_key)
+        .collect();
+    tracing::warn!(skipped = ?snapshot.skipped, pods = pending.len(), "no valid NodePool: nothing to launch");
+    BatchReport {
+        pods_seen: pending.len(),
+        unschedulable: pending
+            .into_iter()
+            .map(|pod| Unschedulable {
+                pod,
+                reason: "no valid NodePool with an EC2NodeClass in the cluster".into(),
+            })
+            .collect(),
+        skipped: snapshot
+            .skipped
+            .iter()
+            .map(|(object, reason)| crate::decide::templates::Skipped {
+                object: object.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
+        rounds: 0,
+        dry_run,
+        ..BatchReport::default()
+    }
+}
+
 /// The pods' creation times, by `namespace/name`.
 fn created_at(snapshot: &Snapshot) -> BTreeMap<String, EpochMillis> {
     snapshot
@@ -132,6 +165,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     p.spec.template.spec.node_class_ref.name
                 ),
             ));
+        }
+        // The planner falls back to a default NodePool for cluster dumps that have none;
+        // in a cluster, no valid NodePool means Carpool launches nothing, as Karpenter.
+        if snapshot.nodepools.is_empty() {
+            return Ok(no_nodepool(&snapshot, self.settings.dry_run));
         }
         let mut zones_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
