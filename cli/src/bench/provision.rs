@@ -67,6 +67,14 @@ pub fn run(region: &RegionCatalog<'_>, pods: usize, instance_types: usize) -> Re
     for pool in &snapshot.nodepools {
         cluster.add_nodepool(serde_json::to_value(pool)?);
     }
+    // The EC2NodeClass the pools name: a pool without one launches nothing.
+    cluster.add_ec2nodeclass(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"role": "KarpenterNodeRole",
+                 "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
+                 "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
+                 "amiSelectorTerms": [{"alias": "al2023@latest"}]}
+    }));
     let (cloud, store) = (FakeCloud::new(), FakeStore::new());
     let clock = SkippingClock::default();
     let settings = Settings {
