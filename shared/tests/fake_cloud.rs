@@ -106,3 +106,11 @@ fn offerings_answer_what_was_set() {
     assert!(matches!(block_on(cloud.offerings()), Err(CloudError::Api(_))));
     assert_eq!(cloud.calls(), vec!["offerings", "offerings", "offerings"]);
 }
+
+#[test]
+fn the_fake_cloud_keeps_the_cloud_contract() {
+    block_on(carpool::fakes::cloud_contract(
+        &FakeCloud::new(),
+        &request(&["m5.large", "c5.large"]),
+    ));
+}

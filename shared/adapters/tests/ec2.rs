@@ -366,3 +366,13 @@ async fn offerings_on_moto_name_types_in_the_regions_zones() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_ec2_cloud_keeps_the_cloud_contract_on_moto() -> Result<()> {
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let cloud = cloud(&stack, &unique("contract")).await?;
+    let request = launch_request(&format!("{}a", stack.region()?), CapacityType::OnDemand)?;
+    carpool::fakes::cloud_contract(&cloud, &request).await;
+    Ok(())
+}

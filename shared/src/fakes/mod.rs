@@ -3,6 +3,7 @@
 
 mod clock;
 mod cloud;
+mod cloud_contract;
 mod cluster;
 mod cluster_contract;
 mod store;
@@ -10,6 +11,7 @@ mod store_contract;
 
 pub use clock::FakeClock;
 pub use cloud::{CloudFault, FakeCloud};
+pub use cloud_contract::{UNKNOWN_INSTANCE, cloud_contract};
 pub use cluster::{ClusterErrorKind, FakeCluster, PDB_BLOCKS, SEVERAL_PDBS};
 pub use cluster_contract::{ClusterScene, KEEP_LABEL, cluster_contract, disrupted_taint, keep_taint};
 pub use store::{FakeStore, StoreErrorKind};

@@ -1,0 +1,61 @@
+//! The Cloud contract, as one suite every implementation runs: the fake in this crate's
+//! tests, the EC2 adapter against moto.
+
+use crate::ports::{Cloud, CloudError, InstanceState, LaunchRequest};
+
+/// An instance id no cloud has.
+pub const UNKNOWN_INSTANCE: &str = "i-0123456789abcdef0";
+
+/// Runs the Cloud contract (see [`Cloud`]) against `cloud` with a request it can serve
+/// (its EC2NodeClass resolving in the cloud). Panics on the first breach, naming it. It
+/// launches one instance and terminates it.
+pub async fn cloud_contract<C: Cloud>(cloud: &C, request: &LaunchRequest) {
+    let zones = cloud.zones(&request.node_class).await;
+    assert!(
+        matches!(&zones, Ok(z) if z.contains(&request.zone)),
+        "zones lists the request's zone among the class's subnet zones: {zones:?}"
+    );
+
+    let launched = cloud.launch(request).await;
+    let instance = match launched {
+        Ok(i) => i,
+        Err(e) => panic!("a launch with capacity succeeds: {e}"),
+    };
+    assert!(
+        request.instance_types.contains(&instance.instance_type),
+        "the instance is of a requested type: {instance:?}"
+    );
+    assert_eq!(instance.zone, request.zone, "the instance is in the requested zone");
+    assert_eq!(
+        instance.capacity_type, request.capacity_type,
+        "and of the requested capacity type"
+    );
+    assert_eq!(instance.nodepool, request.nodepool, "it carries its NodePool");
+    assert_eq!(instance.launch_id, request.launch_id, "and its launch id");
+    assert_ne!(instance.state, InstanceState::Terminated);
+
+    let got = cloud.get(&instance.id).await;
+    assert!(matches!(&got, Ok(i) if i.id == instance.id), "get finds it: {got:?}");
+    let listed = cloud.list().await;
+    assert!(
+        matches!(&listed, Ok(l) if l.iter().any(|i| i.id == instance.id)),
+        "list has it: {listed:?}"
+    );
+
+    let first = cloud.terminate(&instance.id).await;
+    assert!(first.is_ok(), "terminate succeeds: {first:?}");
+    let again = cloud.terminate(&instance.id).await;
+    assert!(again.is_ok(), "terminating it again succeeds: {again:?}");
+    let unknown = cloud.terminate(UNKNOWN_INSTANCE).await;
+    assert!(unknown.is_ok(), "terminating an unknown instance succeeds: {unknown:?}");
+    let after = cloud.list().await;
+    assert!(
+        matches!(&after, Ok(l) if l.iter().all(|i| i.id != instance.id || i.state != InstanceState::Running)),
+        "a terminated instance is no longer running in the list: {after:?}"
+    );
+    let missing = cloud.get(UNKNOWN_INSTANCE).await;
+    assert!(
+        matches!(&missing, Err(CloudError::NotFound(id)) if id == UNKNOWN_INSTANCE),
+        "get of an unknown instance is NotFound: {missing:?}"
+    );
+}
