@@ -1,0 +1,527 @@
+//! The real `provisioner` binary, run as Lambda runs it, against the local stack.
+//!
+//! The test plays the Lambda Runtime API ([`runtime_api`]) and hands the binary one
+//! scheduled EventBridge event. The binary authenticates to the apiserver as Lambda's role
+//! would on EKS: with an EKS bearer token, which the stack's token webhook maps (like
+//! aws-auth) to the user `carpool` in the group `carpool:controller`, so the ClusterRole of
+//! `infra/rbac/` is what it may do. It finds the test's pending pods, launches instances in
+//! moto and answers with its run summary.
+//!
+//! It measures, and prints: the cold start (spawn to the first `/next`), the invocation
+//! (event handed out to response received) and the process's peak RSS (`VmHWM`, read just
+//! before the process is killed while it waits for its next event). Timing is printed,
+//! never asserted.
+
+mod runtime_api;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use aws_sdk_ec2::types::Filter;
+use carpool_adapters::dynamodb::DynamoStore;
+use carpool_tests::{Stack, exclusive, unique, wait};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use runtime_api::{Call, Invocation, RuntimeApi};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(120);
+const REPLICAS: usize = 3;
+const NODE_ROLE: &str = "CarpoolNodeRole";
+const NODE_PROFILE: &str = "CarpoolNodeProfile";
+const EVENT: &str = include_str!("fixtures/scheduled-event.json");
+const REQUEST_ID: &str = "8476a536-e9f4-11e8-9739-2dfe598c3fcd";
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn nodepools() -> ApiResource {
+    resource("karpenter.sh", "v1", "NodePool", "nodepools")
+}
+
+fn nodeclasses() -> ApiResource {
+    resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses")
+}
+
+/// What the test created: a cluster name of its own (its EKS cluster in moto, its EC2
+/// tags, its DynamoDB table and partition), a namespace, a NodePool and an EC2NodeClass.
+struct Scene {
+    stack: Stack,
+    kube: kube::Client,
+    name: String,
+    table: String,
+}
+
+impl Scene {
+    async fn new() -> Result<Self> {
+        let stack = Stack::load()?;
+        let kube = stack.kube_client().await?;
+        let name = unique("bin");
+        Ok(Scene {
+            table: format!("{name}-state"),
+            stack,
+            kube,
+            name,
+        })
+    }
+
+    /// The EKS cluster in moto (the token webhook accepts tokens for the clusters moto
+    /// knows), the DynamoDB table, the RBAC of `infra/rbac/`, and the Kubernetes objects.
+    async fn create(&self) -> Result<()> {
+        let sdk = self.stack.aws_config().await?;
+        let subnets = self.stack.subnet_ids()?;
+        let vpc = aws_sdk_eks::types::VpcConfigRequest::builder()
+            .set_subnet_ids(Some(subnets))
+            .security_group_ids(self.stack.get("CARPOOL_SECURITY_GROUP_ID")?)
+            .build();
+        aws_sdk_eks::Client::new(&sdk)
+            .create_cluster()
+            .name(&self.name)
+            .role_arn(format!("arn:aws:iam::123456789012:role/{}-cluster", self.name))
+            .resources_vpc_config(vpc)
+            .send()
+            .await
+            .context("CreateCluster in moto")?;
+        DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name)
+            .create_table_if_missing()
+            .await?;
+        self.apply_rbac()?;
+
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.name}});
+        Api::<Namespace>::all(self.kube.clone())
+            .create(&PostParams::default(), &serde_json::from_value(ns)?)
+            .await?;
+        let class = json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": self.name},
+            "spec": {
+                "role": NODE_ROLE,
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
+                "amiSelectorTerms": [{"alias": "al2023@latest"}]
+            }
+        });
+        let pool = json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": self.name},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": self.name},
+                "requirements": [
+                    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}
+                ]}}}
+        });
+        for (r, object) in [(nodeclasses(), class), (nodepools(), pool)] {
+            Api::<DynamicObject>::all_with(self.kube.clone(), &r)
+                .create(&PostParams::default(), &serde_json::from_value(object)?)
+                .await?;
+        }
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "app", "namespace": self.name},
+            "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "app"}},
+              "template": {"metadata": {"labels": {"app": "app"}}, "spec": {
+                "nodeSelector": {"karpenter.sh/nodepool": self.name},
+                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}}
+        });
+        Api::<DynamicObject>::namespaced_with(
+            self.kube.clone(),
+            &self.name,
+            &resource("apps", "v1", "Deployment", "deployments"),
+        )
+        .create(&PostParams::default(), &serde_json::from_value(deployment)?)
+        .await?;
+        Ok(())
+    }
+
+    /// `kubectl apply -f infra/rbac/`: the ClusterRole and binding for `carpool:controller`.
+    fn apply_rbac(&self) -> Result<()> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/rbac");
+        ensure!(
+            dir.is_dir(),
+            "{} is missing: it holds the ClusterRole of the group carpool:controller, which the \
+             binary's EKS identity is mapped to",
+            dir.display()
+        );
+        let out = Command::new(self.stack.get("CARPOOL_KUBECTL")?)
+            .env("KUBECONFIG", self.stack.get("KUBECONFIG")?)
+            .arg("apply")
+            .arg("-f")
+            .arg(&dir)
+            .output()
+            .context("running kubectl")?;
+        ensure!(
+            out.status.success(),
+            "kubectl apply -f {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+
+    async fn wait_unschedulable(&self) -> Result<()> {
+        let pods = Api::<Pod>::namespaced(self.kube.clone(), &self.name);
+        wait::until(&format!("{REPLICAS} pods marked unschedulable"), WAIT, async || {
+            let list = pods.list(&ListParams::default()).await?.items;
+            let marked = list
+                .iter()
+                .filter(|p| carpool::decide::pod::is_provisionable(p))
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+                })
+                .count();
+            if marked == REPLICAS {
+                Ok(())
+            } else {
+                bail!("{marked} of {} marked", list.len())
+            }
+        })
+        .await
+    }
+
+    /// The instances in moto tagged with this test's cluster, not yet terminated.
+    async fn instances(&self) -> Result<Vec<String>> {
+        let ec2 = self.stack.ec2().await?;
+        let out = ec2
+            .describe_instances()
+            .filters(
+                Filter::builder()
+                    .name("tag:carpool.sh/cluster")
+                    .values(&self.name)
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name("instance-state-name")
+                    .set_values(Some(vec!["pending".into(), "running".into()]))
+                    .build(),
+            )
+            .send()
+            .await?;
+        Ok(out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect())
+    }
+
+    /// Removes everything [`Scene::create`] made, and the instances the binary launched;
+    /// each step is tried whatever happened before it.
+    async fn cleanup(&self) -> Result<()> {
+        let mut failed = Vec::new();
+        if let Err(e) = Api::<Namespace>::all(self.kube.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await
+        {
+            failed.push(format!("namespace: {e}"));
+        }
+        for r in [nodepools(), nodeclasses()] {
+            if let Err(e) = Api::<DynamicObject>::all_with(self.kube.clone(), &r)
+                .delete(&self.name, &DeleteParams::default())
+                .await
+            {
+                failed.push(format!("{}: {e}", r.kind));
+            }
+        }
+        match self.instances().await {
+            Ok(ids) if !ids.is_empty() => {
+                let ec2 = self.stack.ec2().await?;
+                if let Err(e) = ec2.terminate_instances().set_instance_ids(Some(ids)).send().await {
+                    failed.push(format!("terminating instances: {e}"));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => failed.push(format!("listing instances: {e:#}")),
+        }
+        if let Err(e) = self
+            .stack
+            .dynamodb()
+            .await?
+            .delete_table()
+            .table_name(&self.table)
+            .send()
+            .await
+        {
+            failed.push(format!("table: {e}"));
+        }
+        let sdk = self.stack.aws_config().await?;
+        if let Err(e) = aws_sdk_eks::Client::new(&sdk)
+            .delete_cluster()
+            .name(&self.name)
+            .send()
+            .await
+        {
+            failed.push(format!("EKS cluster: {e}"));
+        }
+        ensure!(failed.is_empty(), "cleanup: {}", failed.join("; "));
+        Ok(())
+    }
+
+    /// The function's environment, as Lambda and the deployment would set it.
+    fn env(&self, runtime_api: &str) -> Result<Vec<(&'static str, String)>> {
+        let s = &self.stack;
+        let ca_file = match s.get("CARPOOL_KUBE_CA_FILE") {
+            Ok(f) => f.to_string(),
+            Err(_) => format!("{}/pki/ca.crt", s.get("CARPOOL_STACK_STATE")?),
+        };
+        Ok(vec![
+            ("AWS_LAMBDA_RUNTIME_API", runtime_api.to_string()),
+            ("AWS_LAMBDA_FUNCTION_NAME", "carpool-provisioner".into()),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512".into()),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".into()),
+            (
+                "AWS_LAMBDA_LOG_STREAM_NAME",
+                "2026/11/30/[$LATEST]0123456789abcdef".into(),
+            ),
+            ("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/carpool-provisioner".into()),
+            ("AWS_REGION", s.region()?.to_string()),
+            ("AWS_DEFAULT_REGION", s.region()?.to_string()),
+            ("AWS_ENDPOINT_URL", s.aws_endpoint()?.to_string()),
+            ("AWS_ACCESS_KEY_ID", s.get("AWS_ACCESS_KEY_ID")?.to_string()),
+            ("AWS_SECRET_ACCESS_KEY", s.get("AWS_SECRET_ACCESS_KEY")?.to_string()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+            ("CARPOOL_CLUSTER_NAME", self.name.clone()),
+            ("CARPOOL_TABLE_NAME", self.table.clone()),
+            (
+                "CARPOOL_AMI_SSM_PARAMETER",
+                s.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string(),
+            ),
+            ("CARPOOL_CLUSTER_ENDPOINT", s.get("CARPOOL_KUBE_APISERVER")?.to_string()),
+            ("CARPOOL_CLUSTER_CA_FILE", ca_file),
+            ("CARPOOL_WATCH_SECONDS", "5".into()),
+            // moto prices every spot offering at 0.00001 USD: plan on the embedded prices.
+            ("CARPOOL_LIVE_PRICES", "false".into()),
+            ("CARPOOL_NODE_ROLE", NODE_ROLE.into()),
+            ("CARPOOL_NODE_INSTANCE_PROFILE", NODE_PROFILE.into()),
+        ])
+    }
+}
+
+/// The binary, with its stdout and stderr read line by line as it runs.
+struct Function {
+    child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Function {
+    fn spawn(env: Vec<(&'static str, String)>) -> Result<Self> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_provisioner"))
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("spawning the provisioner binary")?;
+        let (stdout, stderr) = (Arc::default(), Arc::default());
+        let out = child.stdout.take().context("stdout")?;
+        let err = child.stderr.take().context("stderr")?;
+        let readers = vec![collect(out, &stdout), collect(err, &stderr)];
+        Ok(Function {
+            child,
+            stdout,
+            stderr,
+            readers,
+        })
+    }
+
+    /// The peak resident set size so far (`VmHWM`), in KiB.
+    fn peak_rss_kib(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM")?;
+        Ok(line.split_whitespace().nth(1).context("VmHWM value")?.parse()?)
+    }
+
+    /// Whether the process has exited, and how.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Kills the process and returns its stdout and stderr lines.
+    fn kill(mut self) -> (Vec<String>, Vec<String>) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let take = |lines: &Arc<Mutex<Vec<String>>>| {
+            std::mem::take(&mut *lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        };
+        (take(&self.stdout), take(&self.stderr))
+    }
+
+    fn output(&self) -> String {
+        let join = |lines: &Arc<Mutex<Vec<String>>>| {
+            lines
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .join("\n")
+        };
+        format!("stdout:\n{}\nstderr:\n{}", join(&self.stdout), join(&self.stderr))
+    }
+}
+
+fn collect(pipe: impl std::io::Read + Send + 'static, into: &Arc<Mutex<Vec<String>>>) -> std::thread::JoinHandle<()> {
+    let into = into.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(std::result::Result::ok) {
+            into.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(line);
+        }
+    })
+}
+
+/// Waits for the function's next call to the Runtime API, failing early if it exits.
+async fn next_call(api: &mut RuntimeApi, function: &mut Function, timeout: Duration) -> Result<Call> {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if let Some(call) = api.call(Duration::from_millis(200)).await {
+            return Ok(call);
+        }
+        if let Some(status) = function.exited() {
+            bail!("the binary exited ({status}) with\n{}", function.output());
+        }
+    }
+    bail!(
+        "no call to the Runtime API within {timeout:?}; the binary's output:\n{}",
+        function.output()
+    )
+}
+
+/// What one run measured.
+struct Measured {
+    cold_start: Duration,
+    invocation: Duration,
+    peak_rss_kib: u64,
+    summary: Value,
+    stdout: Vec<String>,
+}
+
+async fn run_binary(scene: &Scene) -> Result<Measured> {
+    let mut api = RuntimeApi::start(vec![Invocation {
+        request_id: REQUEST_ID.into(),
+        payload: EVENT.as_bytes().to_vec(),
+        timeout: Duration::from_secs(90),
+        function_arn: "arn:aws:lambda:us-east-1:123456789012:function:carpool-provisioner".into(),
+    }])
+    .await?;
+    let spawned = Instant::now();
+    let mut function = Function::spawn(scene.env(api.address())?)?;
+    let result = drive(&mut api, &mut function, spawned).await;
+    let (stdout, stderr) = function.kill();
+    let (cold_start, invocation, peak_rss_kib, summary) = result.with_context(|| {
+        format!(
+            "the binary's output:\nstdout:\n{}\nstderr:\n{}",
+            stdout.join("\n"),
+            stderr.join("\n")
+        )
+    })?;
+    ensure!(stderr.is_empty(), "the binary wrote to stderr:\n{}", stderr.join("\n"));
+    Ok(Measured {
+        cold_start,
+        invocation,
+        peak_rss_kib,
+        summary,
+        stdout,
+    })
+}
+
+/// One invocation, then the held `/next`: (cold start, invocation, peak RSS, the summary).
+async fn drive(
+    api: &mut RuntimeApi,
+    function: &mut Function,
+    spawned: Instant,
+) -> Result<(Duration, Duration, u64, Value)> {
+    let (served, cold_start) = match next_call(api, function, Duration::from_secs(60)).await? {
+        Call::Next { at, served: Some(_) } => (at, at - spawned),
+        other => bail!("the first call is {other:?}, not /next"),
+    };
+    let (summary, invocation) = match next_call(api, function, Duration::from_secs(90)).await? {
+        Call::Response { at, request_id, body } => {
+            ensure!(request_id == REQUEST_ID, "a response for {request_id}");
+            (serde_json::from_slice::<Value>(&body)?, at - served)
+        }
+        Call::Error { request_id, body } => {
+            bail!("invocation {request_id} failed: {}", String::from_utf8_lossy(&body))
+        }
+        Call::InitError { body } => bail!("init error: {}", String::from_utf8_lossy(&body)),
+        Call::Other { method, path } => bail!("unexpected request {method} {path}"),
+        Call::Next { .. } => bail!("a /next before the invocation's response"),
+    };
+    match next_call(api, function, Duration::from_secs(10)).await? {
+        Call::Next { served: None, .. } => {}
+        other => bail!("expected the second /next, got {other:?}"),
+    }
+    let peak = function.peak_rss_kib()?;
+    Ok((cold_start, invocation, peak, summary))
+}
+
+async fn check(scene: &Scene) -> Result<()> {
+    scene.create().await?;
+    scene.wait_unschedulable().await?;
+    let m = run_binary(scene).await?;
+    eprintln!(
+        "provisioner binary (debug build): cold start {} ms, invocation {} ms, peak RSS {:.1} MiB",
+        m.cold_start.as_millis(),
+        m.invocation.as_millis(),
+        m.peak_rss_kib as f64 / 1024.0
+    );
+    eprintln!("summary: {}", m.summary);
+
+    let launched = m.summary["nodes_launched"].as_u64().context("nodes_launched")?;
+    ensure!(launched >= 1, "the run launched nothing: {}", m.summary);
+    let instances = scene.instances().await?;
+    ensure!(
+        !instances.is_empty(),
+        "no instance in moto tagged carpool.sh/cluster={}",
+        scene.name
+    );
+    eprintln!("instances tagged carpool.sh/cluster={}: {instances:?}", scene.name);
+
+    // Every stdout line is one JSON object: a log event or an EMF document.
+    let mut logs = 0;
+    let mut emf = 0;
+    for line in &m.stdout {
+        let value: Value =
+            serde_json::from_str(line).with_context(|| format!("a stdout line is not one JSON object: {line}"))?;
+        ensure!(value.is_object(), "not an object: {line}");
+        if value.get("_aws").and_then(|a| a.get("CloudWatchMetrics")).is_some() {
+            emf += 1;
+        } else {
+            ensure!(
+                value.get("level").is_some() && value.get("message").is_some(),
+                "a log line without level or message: {line}"
+            );
+            logs += 1;
+        }
+    }
+    ensure!(emf >= 1, "no EMF line (_aws.CloudWatchMetrics) on stdout");
+    ensure!(
+        m.stdout.iter().any(|l| l.contains("\"message\":\"run\"")),
+        "no run summary log line"
+    );
+    eprintln!("stdout: {logs} JSON log lines, {emf} EMF lines");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_binary_answers_a_scheduled_event_with_launches_authenticated_by_an_eks_token() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new().await?;
+    let result = check(&scene).await;
+    let cleaned = scene.cleanup().await;
+    result?;
+    cleaned
+}
