@@ -55,6 +55,10 @@ struct Scene {
     kube: kube::Client,
     name: String,
     table: String,
+    /// Pending pods: the Deployment's replicas, or bare pods created directly.
+    pods: usize,
+    /// `CARPOOL_DRY_RUN`.
+    dry_run: bool,
 }
 
 impl Scene {
@@ -67,7 +71,51 @@ impl Scene {
             stack,
             kube,
             name,
+            pods: REPLICAS,
+            dry_run: false,
         })
+    }
+
+    /// `n` bare pending pods of five shapes, a fifth of them spread over zones, created
+    /// 64 at a time (the ReplicaSet controller would take minutes at its default QPS).
+    async fn create_pods(&self, n: usize) -> Result<()> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let api = Api::<Pod>::namespaced(self.kube.clone(), &self.name);
+        let shapes = [
+            ("250m", "512Mi"),
+            ("500m", "1Gi"),
+            ("1", "2Gi"),
+            ("2", "4Gi"),
+            ("100m", "128Mi"),
+        ];
+        futures_util::stream::iter(0..n)
+            .map(|i| {
+                let api = api.clone();
+                let (cpu, memory) = shapes[i % shapes.len()];
+                let app = format!("app-{}", i % 5);
+                let mut pod = json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("p-{i}"), "labels": {"app": app}},
+                    "spec": {
+                        "nodeSelector": {"karpenter.sh/nodepool": self.name},
+                        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
+                });
+                if i % 5 == 1 {
+                    pod["spec"]["topologySpreadConstraints"] = json!([{"maxSkew": 1,
+                        "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"app": app}}}]);
+                }
+                async move {
+                    let pod: Pod = serde_json::from_value(pod)?;
+                    api.create(&PostParams::default(), &pod).await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(64)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
     }
 
     /// The EKS cluster in moto (the token webhook accepts tokens for the clusters moto
@@ -120,6 +168,9 @@ impl Scene {
                 .create(&PostParams::default(), &serde_json::from_value(object)?)
                 .await?;
         }
+        if self.pods != REPLICAS {
+            return self.create_pods(self.pods).await;
+        }
         let deployment = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "app", "namespace": self.name},
@@ -166,7 +217,7 @@ impl Scene {
 
     async fn wait_unschedulable(&self) -> Result<()> {
         let pods = Api::<Pod>::namespaced(self.kube.clone(), &self.name);
-        wait::until(&format!("{REPLICAS} pods marked unschedulable"), WAIT, async || {
+        wait::until(&format!("{} pods marked unschedulable", self.pods), WAIT, async || {
             let list = pods.list(&ListParams::default()).await?.items;
             let marked = list
                 .iter()
@@ -178,7 +229,7 @@ impl Scene {
                         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
                 })
                 .count();
-            if marked == REPLICAS {
+            if marked == self.pods {
                 Ok(())
             } else {
                 bail!("{marked} of {} marked", list.len())
@@ -300,6 +351,7 @@ impl Scene {
             ("CARPOOL_WATCH_SECONDS", "5".into()),
             // moto prices every spot offering at 0.00001 USD: plan on the embedded prices.
             ("CARPOOL_LIVE_PRICES", "false".into()),
+            ("CARPOOL_DRY_RUN", self.dry_run.to_string()),
             ("CARPOOL_NODE_ROLE", NODE_ROLE.into()),
             ("CARPOOL_NODE_INSTANCE_PROFILE", NODE_PROFILE.into()),
         ])
@@ -521,6 +573,47 @@ async fn the_binary_answers_a_scheduled_event_with_launches_authenticated_by_an_
     let _stack = exclusive().await;
     let scene = Scene::new().await?;
     let result = check(&scene).await;
+    let cleaned = scene.cleanup().await;
+    result?;
+    cleaned
+}
+
+/// The peak memory of the function binary planning 5,000 pending pods read from the real
+/// apiserver, in dry-run mode (it plans and logs, launches nothing). A measurement, not a
+/// check of a figure: run it by hand with
+/// `cargo test -p carpool-provisioner --test binary -- --ignored --nocapture`
+/// (add `--release` to measure the release build).
+#[tokio::test]
+#[ignore = "a measurement: creates 5,000 pods; run by hand"]
+async fn the_binary_plans_five_thousand_pending_pods() -> Result<()> {
+    let _stack = exclusive().await;
+    let mut scene = Scene::new().await?;
+    scene.pods = 5000;
+    scene.dry_run = true;
+    let result = async {
+        scene.create().await?;
+        scene.wait_unschedulable().await?;
+        let m = run_binary(&scene).await?;
+        eprintln!(
+            "provisioner binary, 5000 pending pods, dry run: cold start {} ms, invocation {} ms, peak RSS {:.1} MiB",
+            m.cold_start.as_millis(),
+            m.invocation.as_millis(),
+            m.peak_rss_kib as f64 / 1024.0
+        );
+        let batch = m
+            .stdout
+            .iter()
+            .find(|l| l.contains("\"message\":\"batch\""))
+            .context("a batch line")?;
+        let batch: Value = serde_json::from_str(batch)?;
+        eprintln!(
+            "batch: pods_seen {} plan_ms {} cost_per_hour_added {}",
+            batch["pods_seen"], batch["plan_ms"], batch["cost_per_hour_added"]
+        );
+        ensure!(batch["pods_seen"] == 5000, "{batch}");
+        Ok(())
+    }
+    .await;
     let cleaned = scene.cleanup().await;
     result?;
     cleaned
