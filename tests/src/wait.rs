@@ -55,6 +55,31 @@ pub async fn pdb_status(
     .await
 }
 
+/// Waits until `n` pods of `namespace` are pending and marked
+/// `PodScheduled=False` by kube-scheduler, as the provisioner wants them.
+pub async fn unschedulable(kube: &kube::Client, namespace: &str, n: usize, timeout: Duration) -> Result<()> {
+    let api = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(kube.clone(), namespace);
+    until(&format!("{n} pods marked unschedulable"), timeout, async || {
+        let pods = api.list(&kube::api::ListParams::default()).await?.items;
+        let marked = pods
+            .iter()
+            .filter(|p| carpool::decide::pod::is_provisionable(p))
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+            })
+            .count();
+        if marked == n {
+            Ok(())
+        } else {
+            Err(anyhow!("{marked} of {} marked", pods.len()))
+        }
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use anyhow::bail;

@@ -25,7 +25,7 @@ use aws_sdk_ec2::types::Filter;
 use carpool_adapters::dynamodb::DynamoStore;
 use carpool_tests::{Stack, exclusive, unique, wait};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use runtime_api::{Call, Invocation, RuntimeApi};
 use serde_json::{Value, json};
 
@@ -216,26 +216,7 @@ impl Scene {
     }
 
     async fn wait_unschedulable(&self) -> Result<()> {
-        let pods = Api::<Pod>::namespaced(self.kube.clone(), &self.name);
-        wait::until(&format!("{} pods marked unschedulable", self.pods), WAIT, async || {
-            let list = pods.list(&ListParams::default()).await?.items;
-            let marked = list
-                .iter()
-                .filter(|p| carpool::decide::pod::is_provisionable(p))
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
-                })
-                .count();
-            if marked == self.pods {
-                Ok(())
-            } else {
-                bail!("{marked} of {} marked", list.len())
-            }
-        })
-        .await
+        wait::unschedulable(&self.kube, &self.name, self.pods, WAIT).await
     }
 
     /// The instances in moto tagged with this test's cluster, not yet terminated.

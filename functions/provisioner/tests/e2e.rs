@@ -191,25 +191,7 @@ impl Scene {
     }
 
     async fn wait_unschedulable(&self, n: usize) -> Result<()> {
-        wait::until(&format!("{n} pods marked unschedulable"), WAIT, async || {
-            let pods = self.pods().await?;
-            let marked = pods
-                .iter()
-                .filter(|p| carpool::decide::pod::is_provisionable(p))
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
-                })
-                .count();
-            if marked == n {
-                Ok(())
-            } else {
-                bail!("{marked} of {} marked", pods.len())
-            }
-        })
-        .await
+        wait::unschedulable(&self.kube, &self.name, n, WAIT).await
     }
 
     async fn wait_running(&self, n: usize) -> Result<Vec<Pod>> {

@@ -30,54 +30,62 @@ pub fn term_filters(tags: &BTreeMap<String, String>, fields: &[(&str, Option<&St
     filters
 }
 
+/// The subnets the class's terms select (terms ORed, each term's fields ANDed), in `zone`
+/// when one is given, as (subnet id, zone) pairs, sorted and without repeats.
+async fn selected_subnets(
+    ec2: &aws_sdk_ec2::Client,
+    node_class: &EC2NodeClass,
+    zone: Option<&str>,
+) -> Result<BTreeSet<(String, String)>, CloudError> {
+    let mut found = BTreeSet::new();
+    for term in &node_class.spec.subnet_selector_terms {
+        let mut filters = term_filters(&term.tags, &[("subnet-id", term.id.as_ref())]);
+        if filters.is_empty() {
+            continue;
+        }
+        if let Some(zone) = zone {
+            filters.push(Filter::builder().name("availability-zone").values(zone).build());
+        }
+        let mut pages = ec2
+            .describe_subnets()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_err("DescribeSubnets", e))?;
+            found.extend(page.subnets().iter().filter_map(|s| {
+                Some((
+                    s.subnet_id()?.to_string(),
+                    s.availability_zone().unwrap_or_default().to_string(),
+                ))
+            }));
+        }
+    }
+    Ok(found)
+}
+
 /// The ids of the subnets of the class in `zone`, sorted.
 pub async fn subnets(
     ec2: &aws_sdk_ec2::Client,
     node_class: &EC2NodeClass,
     zone: &str,
 ) -> Result<Vec<String>, CloudError> {
-    let mut ids = BTreeSet::new();
-    for term in &node_class.spec.subnet_selector_terms {
-        let mut filters = term_filters(&term.tags, &[("subnet-id", term.id.as_ref())]);
-        if filters.is_empty() {
-            continue;
-        }
-        filters.push(Filter::builder().name("availability-zone").values(zone).build());
-        let mut pages = ec2
-            .describe_subnets()
-            .set_filters(Some(filters))
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| map_sdk_err("DescribeSubnets", e))?;
-            ids.extend(page.subnets().iter().filter_map(|s| s.subnet_id().map(str::to_string)));
-        }
-    }
+    let ids: BTreeSet<String> = selected_subnets(ec2, node_class, Some(zone))
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     Ok(ids.into_iter().collect())
 }
 
 /// The zones the class's subnets are in, sorted: where it can launch.
 pub async fn subnet_zones(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
-    let mut zones = BTreeSet::new();
-    for term in &node_class.spec.subnet_selector_terms {
-        let filters = term_filters(&term.tags, &[("subnet-id", term.id.as_ref())]);
-        if filters.is_empty() {
-            continue;
-        }
-        let mut pages = ec2
-            .describe_subnets()
-            .set_filters(Some(filters))
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| map_sdk_err("DescribeSubnets", e))?;
-            zones.extend(
-                page.subnets()
-                    .iter()
-                    .filter_map(|s| s.availability_zone().map(str::to_string)),
-            );
-        }
-    }
+    let zones: BTreeSet<String> = selected_subnets(ec2, node_class, None)
+        .await?
+        .into_iter()
+        .map(|(_, zone)| zone)
+        .filter(|z| !z.is_empty())
+        .collect();
     Ok(zones.into_iter().collect())
 }
 
