@@ -1,0 +1,265 @@
+//! Pod classes: pods with identical scheduling constraints (a Deployment's pods form one)
+//! are scheduled as one, with what the class needs precomputed once: its relaxation
+//! levels, its requirement branches and eligible zones at each, its topology groups and
+//! the hard zonal spreads that count it.
+
+use std::collections::HashMap;
+
+use super::Scheduler;
+use super::index::{ClassId, IdVec, NewNodeId, PodId, TemplateId};
+use super::relaxation::{Level, branches_at, levels};
+use crate::decide::pod::PodInfo;
+use crate::decide::taints::untolerated;
+use crate::decide::templates::Template;
+use crate::decide::topology::{PodGroups, Topology};
+use crate::model::well_known as wk;
+use crate::model::{Requirements, Resources};
+
+/// A class that owns a hard zonal spread on a topology group.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SpreadOwner {
+    /// The owning class.
+    pub(super) class: ClassId,
+    /// The spread's maxSkew.
+    pub(super) max_skew: i32,
+}
+
+/// What a class is: fixed for the run.
+pub(super) struct Class {
+    /// Its first pod, which stands for all of them.
+    pub(super) rep: PodId,
+    /// One pod's requests.
+    pub(super) requests: Resources,
+    /// At most this many of its pods on one node.
+    pub(super) per_node_cap: u32,
+    /// Its relaxation levels, strictest first; never empty.
+    pub(super) levels: Vec<Level>,
+    /// Per level: its requirement branches.
+    pub(super) branches: Vec<Vec<Requirements>>,
+    /// Per level: the zones its pods may go to (existing nodes' and the NodePools').
+    pub(super) zones: Vec<Vec<String>>,
+    /// The topology groups its constraints refer to.
+    pub(super) groups: PodGroups,
+    /// The zonal spread groups its pods count in, with the classes that own a hard spread
+    /// on each.
+    pub(super) counted_in_zone_spreads: Vec<(usize, Vec<SpreadOwner>)>,
+}
+
+/// Where a class stands during the run.
+pub(super) struct ClassState {
+    /// The relaxation level it has reached (an index into [`Class::levels`]).
+    pub(super) level: usize,
+    /// Per zone, the position in that zone's planned nodes before which every node has
+    /// refused the class for good.
+    pub(super) cursors: HashMap<String, usize>,
+    /// Pods not yet placed.
+    pub(super) remaining: u32,
+    /// Slots reserved for the class on planned nodes and not yet filled.
+    pub(super) reserved: u32,
+    /// Planned nodes holding such slots, in the order they were opened.
+    pub(super) quota_nodes: Vec<NewNodeId>,
+}
+
+impl ClassState {
+    /// Pods neither placed nor already provided for by a reserved slot.
+    pub(super) fn unreserved(&self) -> u32 {
+        self.remaining.saturating_sub(self.reserved)
+    }
+}
+
+/// The pending pods sorted into classes.
+pub(super) struct Classes {
+    /// Each class.
+    pub(super) classes: IdVec<ClassId, Class>,
+    /// Each class's state, all pods unplaced.
+    pub(super) progress: IdVec<ClassId, ClassState>,
+    /// Each pod's class.
+    pub(super) class_of: IdVec<PodId, ClassId>,
+}
+
+/// Sorts the pods into classes and precomputes each class. The topology must have every
+/// pending pod registered and every bound pod recorded; `existing_zones` are the zones of
+/// the usable existing nodes.
+pub(super) fn classes(
+    pods: &IdVec<PodId, PodInfo>,
+    templates: &IdVec<TemplateId, Template>,
+    existing_zones: &[String],
+    topology: &Topology,
+) -> Classes {
+    let mut keys: HashMap<u64, Vec<ClassId>> = HashMap::new();
+    let mut reps: IdVec<ClassId, PodId> = IdVec::new();
+    let mut progress: IdVec<ClassId, ClassState> = IdVec::new();
+    let mut class_of = IdVec::new();
+    for (i, p) in pods.enumerate() {
+        let same = keys.entry(class_hash(p)).or_default();
+        let c = match same.iter().copied().find(|&c| same_class(&pods[reps[c]], p)) {
+            Some(c) => c,
+            None => {
+                let c = reps.push(i);
+                progress.push(ClassState {
+                    level: 0,
+                    cursors: HashMap::new(),
+                    remaining: 0,
+                    reserved: 0,
+                    quota_nodes: Vec::new(),
+                });
+                same.push(c);
+                c
+            }
+        };
+        progress[c].remaining += 1;
+        class_of.push(c);
+    }
+
+    let template_zones: Vec<Vec<String>> = templates
+        .iter()
+        .map(|t| {
+            let mut z: Vec<String> = t
+                .types
+                .iter()
+                .flat_map(|o| o.offers.iter().map(|o| o.zone.clone()))
+                .collect();
+            z.sort();
+            z.dedup();
+            z
+        })
+        .collect();
+    let mut classes: IdVec<ClassId, Class> = reps
+        .iter()
+        .map(|&rep| {
+            let pod = &pods[rep];
+            let levels = levels(pod);
+            let branches: Vec<Vec<Requirements>> = levels.iter().map(|l| branches_at(pod, *l)).collect();
+            let zones = branches
+                .iter()
+                .map(|b| eligible_zones(pod, b, templates, &template_zones, existing_zones))
+                .collect();
+            Class {
+                rep,
+                requests: pod.requests.clone(),
+                per_node_cap: pod.per_node_cap(),
+                levels,
+                branches,
+                zones,
+                groups: topology.groups_of(pod),
+                counted_in_zone_spreads: Vec::new(),
+            }
+        })
+        .collect();
+
+    // Owners of hard zonal spreads, by group.
+    let mut owners: HashMap<usize, Vec<SpreadOwner>> = HashMap::new();
+    for (c, class) in classes.enumerate() {
+        for (i, sp) in pods[class.rep].spreads.iter().enumerate() {
+            if sp.hard
+                && sp.key == wk::ZONE
+                && let Some(g) = Topology::spread_group(&class.groups, i)
+            {
+                owners.entry(g).or_default().push(SpreadOwner {
+                    class: c,
+                    max_skew: sp.max_skew,
+                });
+            }
+        }
+    }
+    for class in classes.iter_mut() {
+        let p = &pods[class.rep];
+        class.counted_in_zone_spreads = topology
+            .groups_counting(&p.namespace, &p.labels)
+            .into_iter()
+            .filter_map(|g| owners.get(&g).map(|o| (g, o.clone())))
+            .collect();
+    }
+    Classes {
+        classes,
+        progress,
+        class_of,
+    }
+}
+
+/// The zones a pod with these branches may go to: the existing nodes', and those of every
+/// NodePool whose taints it tolerates and whose requirements and the pod's allow the zone.
+fn eligible_zones(
+    pod: &PodInfo,
+    branches: &[Requirements],
+    templates: &IdVec<TemplateId, Template>,
+    template_zones: &[Vec<String>],
+    existing_zones: &[String],
+) -> Vec<String> {
+    let mut out = existing_zones.to_vec();
+    for (t, zones) in templates.iter().zip(template_zones) {
+        if untolerated(&pod.tolerations, &t.taints).is_some() {
+            continue;
+        }
+        for z in zones {
+            let allowed = |r: &Requirements| r.get(wk::ZONE).is_none_or(|r| r.has(z));
+            if branches.iter().any(allowed) && allowed(&t.requirements) {
+                out.push(z.clone());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// How many of a class's unreserved pods one node in one zone can expect: all of them,
+/// or for a class spread across zones its share of one zone.
+pub(super) fn per_zone_share(unreserved: u32, pod: &PodInfo, zones: usize) -> u32 {
+    if pod.spreads.iter().any(|s| s.hard && s.key == wk::ZONE) && zones > 1 {
+        unreserved.div_ceil(zones as u32)
+    } else {
+        unreserved
+    }
+}
+
+impl Scheduler {
+    /// The level a class has reached, as an index into its levels.
+    pub(super) fn current_level(&self, class: ClassId) -> usize {
+        self.progress[class]
+            .level
+            .min(self.classes[class].levels.len().saturating_sub(1))
+    }
+}
+
+/// A hash of everything that makes two pods schedule alike (all but the name); pods
+/// with equal hashes are then compared field by field.
+fn class_hash(p: &PodInfo) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        &p.namespace,
+        &p.labels,
+        &p.requests,
+        &p.branches,
+        &p.preferred,
+        &p.spreads,
+    )
+        .hash(&mut h);
+    (
+        &p.affinity,
+        &p.anti_affinity,
+        &p.preferred_affinity,
+        &p.preferred_anti_affinity,
+        &p.host_ports,
+    )
+        .hash(&mut h);
+    p.tolerations.len().hash(&mut h);
+    h.finish()
+}
+
+/// Whether two pods schedule alike.
+fn same_class(a: &PodInfo, b: &PodInfo) -> bool {
+    a.namespace == b.namespace
+        && a.labels == b.labels
+        && a.requests == b.requests
+        && a.branches == b.branches
+        && a.preferred == b.preferred
+        && a.tolerations == b.tolerations
+        && a.spreads == b.spreads
+        && a.affinity == b.affinity
+        && a.anti_affinity == b.anti_affinity
+        && a.preferred_affinity == b.preferred_affinity
+        && a.preferred_anti_affinity == b.preferred_anti_affinity
+        && a.host_ports == b.host_ports
+}

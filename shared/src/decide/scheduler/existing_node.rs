@@ -1,0 +1,127 @@
+//! Placement on nodes that exist (Karpenter's `existingnode.go`): the Ready, schedulable
+//! nodes with room, as kube-scheduler would place a pod on them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Pod, Taint};
+
+use super::Scheduler;
+use super::index::PodId;
+use crate::decide::pod::{HostPort, PodInfo, Volumes};
+use crate::decide::taints::untolerated;
+use crate::decide::topology::Topology;
+use crate::model::pod_requests::effective_requests;
+use crate::model::well_known as wk;
+use crate::model::{Node, Resources};
+use crate::snapshot::Snapshot;
+
+/// A usable existing node.
+pub(super) struct ExistingNode {
+    /// The node name.
+    pub(super) name: String,
+    /// Its labels, with a hostname.
+    pub(super) labels: BTreeMap<String, String>,
+    /// Its taints.
+    pub(super) taints: Vec<Taint>,
+    /// Allocatable less what its pods request.
+    pub(super) free: Resources,
+    /// Host ports in use.
+    pub(super) ports: Vec<HostPort>,
+    /// Pending pods planned onto it.
+    pub(super) placed: Vec<PodId>,
+}
+
+/// The usable (Ready, schedulable, not terminating) nodes of the snapshot, with what is
+/// bound to them taken off their room. Pods bound to any node, usable or not, are recorded
+/// in `topology`.
+pub(super) fn existing_nodes(snapshot: &Snapshot, volumes: &Volumes<'_>, topology: &mut Topology) -> Vec<ExistingNode> {
+    let mut all_nodes = Vec::new();
+    let mut by_name = HashMap::new();
+    for n in &snapshot.nodes {
+        let Ok(node) = Node::from_k8s(n) else { continue };
+        let mut labels = node.labels.clone();
+        labels
+            .entry(wk::HOSTNAME.to_string())
+            .or_insert_with(|| node.name.clone());
+        let usable = node.ready && !node.unschedulable && !node.terminating;
+        by_name.insert(node.name.clone(), all_nodes.len());
+        all_nodes.push((
+            usable,
+            ExistingNode {
+                name: node.name.clone(),
+                labels,
+                taints: node.taints.clone(),
+                free: node.allocatable.clone(),
+                ports: Vec::new(),
+                placed: Vec::new(),
+            },
+        ));
+    }
+    for p in snapshot.pods.iter().filter(|p| is_live(p)) {
+        let Some(name) = p.spec.as_ref().and_then(|s| s.node_name.as_ref()) else {
+            continue;
+        };
+        let Some(&i) = by_name.get(name) else { continue };
+        let node: &mut ExistingNode = &mut all_nodes[i].1;
+        if let Some(spec) = &p.spec
+            && let Ok(mut r) = effective_requests(spec)
+        {
+            r.pods += 1;
+            node.free = node.free.minus(&r);
+        }
+        if let Ok(info) = PodInfo::from_pod(p, volumes) {
+            node.ports.extend(info.host_ports.iter().cloned());
+            topology.record(&info.namespace, &info.labels, &info.anti_affinity, &node.labels);
+        }
+    }
+    all_nodes.into_iter().filter(|(u, _)| *u).map(|(_, n)| n).collect()
+}
+
+/// Whether a pod still holds its node's resources (not Succeeded nor Failed).
+fn is_live(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_none_or(|p| p != "Succeeded" && p != "Failed")
+}
+
+impl Scheduler {
+    /// Places a pod on the first existing node that takes it at level `li`.
+    pub(super) fn try_existing(&mut self, pod: PodId, li: usize) -> bool {
+        let p = &self.pods[pod];
+        let class = self.class_of[pod];
+        let branches = &self.classes[class].branches[li];
+        for i in 0..self.existing.len() {
+            let n = &self.existing[i];
+            if p.requests.fits_in(&n.free).is_err()
+                || untolerated(&p.tolerations, &n.taints).is_some()
+                || !branches.iter().any(|b| b.matches_labels(&n.labels).is_ok())
+                || p.host_ports.iter().any(|a| n.ports.iter().any(|b| a.conflicts(b)))
+                || self.check_topology(pod, li, &n.labels).is_err()
+            {
+                continue;
+            }
+            let n = &mut self.existing[i];
+            n.free = n.free.minus(&p.requests);
+            n.ports.extend(p.host_ports.iter().cloned());
+            n.placed.push(pod);
+            self.topology
+                .record(&p.namespace, &p.labels, &p.anti_affinity, &n.labels);
+            let state = &mut self.progress[class];
+            state.remaining = state.remaining.saturating_sub(1);
+            return true;
+        }
+        false
+    }
+
+    /// What the existing nodes have left, summed (negative room counted as none).
+    pub(super) fn existing_free(&self) -> Resources {
+        self.existing.iter().fold(Resources::default(), |acc, n| {
+            let mut f = n.free.clone();
+            for name in f.names().map(str::to_string).collect::<Vec<_>>() {
+                f.set(&name, f.get(&name).max(0));
+            }
+            acc.plus(&f)
+        })
+    }
+}

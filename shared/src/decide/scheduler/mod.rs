@@ -1,0 +1,311 @@
+//! The scheduling simulation: places pending pods on existing nodes, then on new nodes,
+//! honouring every constraint kube-scheduler checks.
+//!
+//! Pods are grouped into classes of identical scheduling constraints (a Deployment's pods
+//! form one) and taken first-fit-decreasing by CPU then memory, as Karpenter does; pods
+//! with required pod affinity come last, so that the pods they follow are placed first.
+//! Each pod tries, in order:
+//!
+//! 1. existing nodes (Ready, schedulable) with room, as kube-scheduler would;
+//! 2. new nodes already planned, first fit, within each node's reserved mix (see
+//!    [`super::packer`]); a per-class cursor skips nodes that already refused the class
+//!    for lack of room, which keeps this step amortised O(nodes + pods);
+//! 3. a new node from the heaviest NodePool that can take it: the zone and capacity type
+//!    that keep its spreads balanced at the lowest price, and the instance type that
+//!    [`super::packer`] finds most cost-effective for the pods still waiting.
+//!
+//! A pod no node takes is retried with its preferences relaxed, one level at a time:
+//! preferred pod (anti-)affinity, then preferred node affinity terms (lightest first),
+//! then `ScheduleAnyway` spreads. When every level fails, the reasons of the failures are
+//! reported, the most relaxed level's last.
+//!
+//! At the end each new node takes the cheapest instance type that holds its pods, with up
+//! to 60 alternatives that also do, for CreateFleet.
+//!
+//! Complexity: O(P log P) to sort, O(P·(E + C)) for existing nodes and cursors (E existing
+//! nodes, C classes), and O(T·C²) per node opened (T candidate types).
+//!
+//! One concept per file, after Karpenter's `scheduling` package: this file holds the run
+//! and its main loop; [`class`] the pod classes, [`relaxation`] the relaxation levels,
+//! [`labels`] the label views, [`topology_check`] the topology checks, [`existing_node`]
+//! placement on existing nodes, [`new_node`] planned and new nodes, [`offer_key`] the
+//! zones and capacity types a NodePool offers, [`target`] the choice of a new node's type,
+//! [`finish`] the final types and alternatives, and [`index`] the typed indices.
+
+mod class;
+mod existing_node;
+mod finish;
+mod index;
+mod labels;
+mod new_node;
+mod offer_key;
+mod relaxation;
+mod target;
+mod topology_check;
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use self::class::{Class, ClassState, Classes};
+use self::existing_node::{ExistingNode, existing_nodes};
+use self::index::{ClassId, IdVec, NewNodeId, OfferKeyId, PodId, TemplateId};
+use self::new_node::{NewNode, Refusal};
+use self::offer_key::{Candidates, FitKey, OfferKey, offer_keys};
+use self::relaxation::soft_only;
+use self::target::{MatchKey, Planned, Shortlist, ShortlistKey, resource_prices};
+use super::daemonsets::DaemonSetInfo;
+use super::packer::ResourcePrices;
+use super::plan::{ProvisioningPlan, Unschedulable};
+use super::pod::{PodInfo, Volumes, is_provisionable, pod_key};
+use super::templates::{self, Template};
+use super::topology::Topology;
+use crate::catalog::RegionCatalog;
+use crate::model::Resources;
+use crate::model::well_known as wk;
+use crate::snapshot::Snapshot;
+
+/// Why a pod could not be placed, most specific last.
+#[derive(Default)]
+struct Why {
+    reasons: Vec<String>,
+}
+
+impl Why {
+    fn add(&mut self, r: String) {
+        if !self.reasons.contains(&r) {
+            self.reasons.push(r);
+        }
+    }
+    fn text(&self) -> String {
+        if self.reasons.is_empty() {
+            "no NodePool can launch a node for it".into()
+        } else {
+            self.reasons.join("; ")
+        }
+    }
+}
+
+/// What a scheduler run decided, with what the lower bound needs.
+pub struct SchedulerOutcome {
+    /// The plan (without its lower bound).
+    pub plan: ProvisioningPlan,
+    bound: BoundInput,
+}
+
+struct BoundInput {
+    templates: Vec<Template>,
+    pods: Vec<PodInfo>,
+    existing_free: Resources,
+}
+
+impl SchedulerOutcome {
+    /// The lower bound on the cost of placing the same pods (see [`super::lower_bound`]).
+    pub fn lower_bound(&self) -> f64 {
+        let pods: Vec<&PodInfo> = self.bound.pods.iter().collect();
+        super::lower_bound::lower_bound(&self.bound.templates, &pods, &self.bound.existing_free)
+    }
+}
+
+/// The state of one planning run.
+pub struct Scheduler {
+    templates: IdVec<TemplateId, Template>,
+    /// Per template: its offer keys.
+    offer_keys: IdVec<TemplateId, IdVec<OfferKeyId, OfferKey>>,
+    /// Per template: resource prices for the packer (None: the cover LP failed).
+    prices: IdVec<TemplateId, Option<ResourcePrices>>,
+    /// Per template: what is planned under its limits.
+    planned: IdVec<TemplateId, Planned>,
+    pods: IdVec<PodId, PodInfo>,
+    class_of: IdVec<PodId, ClassId>,
+    classes: IdVec<ClassId, Class>,
+    progress: IdVec<ClassId, ClassState>,
+    existing: Vec<ExistingNode>,
+    new_nodes: IdVec<NewNodeId, NewNode>,
+    /// Planned nodes per zone, in the order they were opened.
+    zone_nodes: BTreeMap<String, Vec<NewNodeId>>,
+    topology: Topology,
+    /// Per class, level and template: the offer keys and types that take the pod alone;
+    /// `Err` holds why none does.
+    offer_cache: HashMap<FitKey, Rc<Result<Candidates, String>>>,
+    /// Per class, level, template and offer key: the types worth evaluating for the class.
+    pareto_cache: HashMap<ShortlistKey, Rc<Shortlist>>,
+    /// Per class, level, template, type and offer key: whether the class's branches match.
+    match_cache: HashMap<MatchKey, bool>,
+    plan: ProvisioningPlan,
+}
+
+impl Scheduler {
+    /// Reads the snapshot and prepares the run.
+    pub fn new(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> Self {
+        let mut plan = ProvisioningPlan::default();
+        for (object, reason) in &snapshot.skipped {
+            plan.skipped.push(templates::Skipped {
+                object: object.clone(),
+                reason: reason.clone(),
+            });
+        }
+        for (pod, reason) in &snapshot.bad_pods {
+            plan.unschedulable.push(Unschedulable {
+                pod: pod.clone(),
+                reason: format!("invalid pod: {reason}"),
+            });
+        }
+        let mut daemonsets = Vec::new();
+        for ds in &snapshot.daemonsets {
+            match DaemonSetInfo::from_k8s(ds) {
+                Ok(d) => daemonsets.push(d),
+                Err(reason) => plan.skipped.push(templates::Skipped {
+                    object: "DaemonSet".into(),
+                    reason,
+                }),
+            }
+        }
+        let (templates, skipped) = templates::build(
+            &snapshot.nodepools,
+            &snapshot.nodeclasses,
+            region,
+            &daemonsets,
+            &snapshot.nodes,
+        );
+        plan.skipped.extend(skipped);
+        let templates: IdVec<TemplateId, Template> = templates.into_iter().collect();
+        let offer_keys = templates.iter().map(|t| offer_keys(t, region.region())).collect();
+
+        let volumes = Volumes::new(&snapshot.pvcs, &snapshot.pvs);
+        let mut pods = IdVec::new();
+        for p in snapshot.pods.iter().filter(|p| is_provisionable(p)) {
+            match PodInfo::from_pod(p, &volumes) {
+                Ok(info) => {
+                    pods.push(info);
+                }
+                Err(reason) => plan.unschedulable.push(Unschedulable {
+                    pod: pod_key(p),
+                    reason: format!("invalid pod: {reason}"),
+                }),
+            }
+        }
+
+        let mut topology = Topology::default();
+        for p in pods.iter() {
+            topology.register(p);
+        }
+        let existing = existing_nodes(snapshot, &volumes, &mut topology);
+        let existing_zones: Vec<String> = existing
+            .iter()
+            .filter_map(|n| n.labels.get(wk::ZONE).cloned())
+            .collect();
+        let Classes {
+            classes,
+            progress,
+            class_of,
+        } = class::classes(&pods, &templates, &existing_zones, &topology);
+        let prices = resource_prices(&templates, &pods);
+        let planned = templates.iter().map(|_| Planned::default()).collect();
+
+        Scheduler {
+            templates,
+            offer_keys,
+            prices,
+            planned,
+            pods,
+            class_of,
+            classes,
+            progress,
+            existing,
+            new_nodes: IdVec::new(),
+            zone_nodes: BTreeMap::new(),
+            topology,
+            offer_cache: HashMap::new(),
+            pareto_cache: HashMap::new(),
+            match_cache: HashMap::new(),
+            plan,
+        }
+    }
+
+    /// Places one pod: at each relaxation level from the one its class has reached, on an
+    /// existing node, then in a slot reserved for its class, then on a planned node (first
+    /// fit, zone by zone), then on a new node. `Err` says why every level failed.
+    fn schedule(&mut self, pod: PodId) -> Result<(), String> {
+        let class = self.class_of[pod];
+        let mut why = Why::default();
+        for li in self.progress[class].level..self.classes[class].levels.len() {
+            if self.try_existing(pod, li) {
+                self.progress[class].level = li;
+                return Ok(());
+            }
+            // Slots reserved for this class first, in the order the nodes were opened.
+            let mut q = 0;
+            while q < self.progress[class].quota_nodes.len() {
+                let n = self.progress[class].quota_nodes[q];
+                let open = self.new_nodes[n].quota.get(&class).copied().unwrap_or(0) > 0;
+                if open && self.try_new_node(pod, n, li).is_ok() {
+                    self.progress[class].level = li;
+                    return Ok(());
+                }
+                if open {
+                    q += 1;
+                } else {
+                    self.progress[class].quota_nodes.remove(q);
+                }
+            }
+            // Then first fit, zone by zone, over the zones the pod's zonal constraints allow.
+            let zones: Vec<String> = self.zone_nodes.keys().cloned().collect();
+            for zone in zones {
+                if !self.zone_allows(pod, li, &zone) {
+                    continue;
+                }
+                let mut pos = self.progress[class].cursors.get(&zone).copied().unwrap_or(0);
+                let mut advancing = true;
+                while let Some(&n) = self.zone_nodes.get(&zone).and_then(|l| l.get(pos)) {
+                    match self.try_new_node(pod, n, li) {
+                        Ok(()) => {
+                            self.progress[class].level = li;
+                            return Ok(());
+                        }
+                        Err(refusal) => {
+                            if advancing && refusal == Refusal::ForGood {
+                                self.progress[class].cursors.insert(zone.clone(), pos + 1);
+                            } else {
+                                advancing = false;
+                            }
+                        }
+                    }
+                    pos += 1;
+                }
+            }
+            // Preferred pod (anti-)affinity and ScheduleAnyway spreads steer the choice
+            // among nodes that exist or are planned, but never open a node of their own.
+            let level = self.classes[class].levels[li];
+            if !soft_only(&self.pods[pod], level) && self.open_node(pod, li, &mut why) {
+                self.progress[class].level = li;
+                return Ok(());
+            }
+        }
+        Err(why.text())
+    }
+
+    /// Runs the simulation.
+    pub fn run(mut self) -> SchedulerOutcome {
+        let mut order: Vec<PodId> = self.pods.ids().collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&self.pods[a], &self.pods[b]);
+            (!pa.affinity.is_empty())
+                .cmp(&!pb.affinity.is_empty())
+                .then(pb.requests.cpu_millis.cmp(&pa.requests.cpu_millis))
+                .then(pb.requests.memory.cmp(&pa.requests.memory))
+                .then(self.class_of[a].cmp(&self.class_of[b]))
+                .then(pa.key.cmp(&pb.key))
+        });
+        for pod in order {
+            if let Err(reason) = self.schedule(pod) {
+                let state = &mut self.progress[self.class_of[pod]];
+                state.remaining = state.remaining.saturating_sub(1);
+                self.plan.unschedulable.push(Unschedulable {
+                    pod: self.pods[pod].key.clone(),
+                    reason,
+                });
+            }
+        }
+        self.finish()
+    }
+}

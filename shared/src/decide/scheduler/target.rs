@@ -1,0 +1,268 @@
+//! The target type of a node being opened: among the types of one offer key that take the
+//! opening pod, the one [`crate::decide::packer`] finds most cost-effective for the pods
+//! still waiting, with the mix of classes it reserves slots for; and the NodePool limits
+//! that bound it.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::Scheduler;
+use super::class::per_zone_share;
+use super::index::{ClassId, Id, IdVec, OfferKeyId, PodId, TemplateId, TypeId, Types};
+use super::labels::{Split, matches_split};
+use crate::decide::packer::{self, ClassDemand, ResourcePrices, Supply};
+use crate::decide::pod::PodInfo;
+use crate::decide::taints::untolerated;
+use crate::decide::templates::Template;
+use crate::model::Resources;
+use crate::model::well_known as wk;
+
+/// Types worth evaluating, with their prices.
+pub(super) type Shortlist = Vec<(TypeId, f64)>;
+
+/// A class at a relaxation level, against one offer key of a template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ShortlistKey {
+    /// The class.
+    pub(super) class: ClassId,
+    /// The level (an index into the class's levels).
+    pub(super) level: usize,
+    /// The template.
+    pub(super) template: TemplateId,
+    /// The offer key.
+    pub(super) offer: OfferKeyId,
+}
+
+/// A class at a relaxation level, against one type under one offer key of a template.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct MatchKey {
+    /// The class.
+    pub(super) class: ClassId,
+    /// The level (an index into the class's levels).
+    pub(super) level: usize,
+    /// The template.
+    pub(super) template: TemplateId,
+    /// The type.
+    pub(super) ty: TypeId,
+    /// The offer key.
+    pub(super) offer: OfferKeyId,
+}
+
+/// Capacity and node count of a template's planned nodes, for its limits.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Planned {
+    /// The capacity of their target types.
+    pub(super) capacity: Resources,
+    /// How many.
+    pub(super) nodes: i64,
+}
+
+/// Resource prices per template, from the cover LP of all pending demand.
+pub(super) fn resource_prices(
+    templates: &IdVec<TemplateId, Template>,
+    pods: &IdVec<PodId, PodInfo>,
+) -> IdVec<TemplateId, Option<ResourcePrices>> {
+    let demand = pods.iter().fold(Resources::default(), |acc, p| acc.plus(&p.requests));
+    templates
+        .iter()
+        .map(|t| {
+            let supplies: Vec<Supply> = t
+                .types
+                .iter()
+                .map(|o| Supply {
+                    cpu: o.net.cpu_millis as f64,
+                    memory: o.net.memory as f64,
+                    price: o.min_price(),
+                })
+                .collect();
+            packer::cover_lp(&supplies, demand.cpu_millis as f64, demand.memory as f64).map(|(_, y)| y)
+        })
+        .collect()
+}
+
+impl Scheduler {
+    /// Whether the template's limits leave room for one more node of `capacity`.
+    pub(super) fn limits_allow(&self, t: TemplateId, capacity: &Resources) -> bool {
+        let tmpl = &self.templates[t];
+        let planned = &self.planned[t];
+        tmpl.limits.iter().all(|(name, limit)| {
+            let used = tmpl.used.get(name).copied().unwrap_or(0);
+            if name == "nodes" {
+                used + planned.nodes < *limit
+            } else {
+                used + planned.capacity.get(name) + capacity.get(name) <= *limit
+            }
+        })
+    }
+
+    /// Whether a pod of `class`, at the level it has reached, matches type `ty` under
+    /// offer key `k`.
+    fn class_matches(&mut self, class: ClassId, ti: TemplateId, ty: TypeId, k: OfferKeyId) -> bool {
+        let li = self.current_level(class);
+        let cache_key = MatchKey {
+            class,
+            level: li,
+            template: ti,
+            ty,
+            offer: k,
+        };
+        if let Some(&m) = self.match_cache.get(&cache_key) {
+            return m;
+        }
+        let key = &self.offer_keys[ti][k];
+        let o = self.templates[ti].ty(ty);
+        let split = Split {
+            node: &key.labels,
+            instance: &o.labels,
+        };
+        let m = self.classes[class].branches[li]
+            .iter()
+            .any(|b| matches_split(b, &split));
+        self.match_cache.insert(cache_key, m);
+        m
+    }
+
+    /// The most cost-effective type among `types` for a node opened by `class`, with the
+    /// mix of classes it should hold.
+    pub(super) fn choose_target(
+        &mut self,
+        ti: TemplateId,
+        types: &[TypeId],
+        k: OfferKeyId,
+        class: ClassId,
+        li: usize,
+    ) -> Option<(TypeId, HashMap<ClassId, u32>)> {
+        let prices = self.prices[ti].unwrap_or(ResourcePrices {
+            cpu: 1e-5,
+            memory: 1e-12,
+        });
+        let shares: IdVec<ClassId, u32> = self
+            .classes
+            .enumerate()
+            .map(|(c, cl)| {
+                let zones = cl.zones.get(self.current_level(c)).map_or(1, Vec::len);
+                per_zone_share(self.progress[c].unreserved(), &self.pods[cl.rep], zones)
+            })
+            .collect();
+        let share = |c: ClassId| shares[c];
+        let opening = ClassDemand {
+            class: class.index(),
+            requests: self.classes[class].requests.clone(),
+            remaining: share(class).max(1),
+            per_node_cap: self.classes[class].per_node_cap,
+        };
+        let rep = self.pods[self.classes[class].rep].clone();
+        let tmpl = &self.templates[ti];
+        // Classes that may share the node: tolerated, no pod affinity, no mutual hostname
+        // anti-affinity with the opening class.
+        let others: Vec<ClassId> = self
+            .classes
+            .ids()
+            .filter(|&c| c != class && self.progress[c].unreserved() > 0)
+            .filter(|&c| {
+                let q = &self.pods[self.classes[c].rep];
+                untolerated(&q.tolerations, &tmpl.taints).is_none()
+                    && q.affinity.is_empty()
+                    && !q
+                        .anti_affinity
+                        .iter()
+                        .any(|a| a.key == wk::HOSTNAME && a.matches(&rep.namespace, &rep.labels))
+                    && !rep
+                        .anti_affinity
+                        .iter()
+                        .any(|a| a.key == wk::HOSTNAME && a.matches(&q.namespace, &q.labels))
+            })
+            .collect();
+        let remaining_value: f64 = std::iter::once(class)
+            .chain(others.iter().copied())
+            .map(|c| prices.value(&self.classes[c].requests) * f64::from(share(c).max(1)))
+            .sum();
+        // Evaluate the most promising types first; stop once no type can beat the best.
+        let shortlist_key = ShortlistKey {
+            class,
+            level: li,
+            template: ti,
+            offer: k,
+        };
+        let shortlist = match self.pareto_cache.get(&shortlist_key) {
+            Some(list) => Rc::clone(list),
+            None => {
+                let list = Rc::new(pareto(tmpl, types, &self.offer_keys[ti][k].prices));
+                self.pareto_cache.insert(shortlist_key, Rc::clone(&list));
+                list
+            }
+        };
+        let tmpl = &self.templates[ti];
+        let mut ranked: Vec<(TypeId, f64, f64)> = shortlist
+            .iter()
+            .map(|&(i, price)| {
+                let cap_value = prices.value(&tmpl.ty(i).net).min(remaining_value);
+                (i, price, cap_value / price)
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.1.total_cmp(&b.1)));
+        let mut best: Option<(f64, f64, TypeId, HashMap<ClassId, u32>)> = None;
+        for (i, price, upper) in ranked {
+            if let Some((s, _, _, _)) = &best
+                && upper < *s * (1.0 - 1e-9)
+            {
+                break;
+            }
+            let capacity = self.templates[ti].ty(i).instance_type.capacity.clone();
+            if !self.limits_allow(ti, &capacity) {
+                continue;
+            }
+            let matching: Vec<ClassId> = others
+                .clone()
+                .into_iter()
+                .filter(|&c| self.class_matches(c, ti, i, k))
+                .collect();
+            let demands: Vec<ClassDemand> = matching
+                .iter()
+                .map(|&c| ClassDemand {
+                    class: c.index(),
+                    requests: self.classes[c].requests.clone(),
+                    remaining: share(c),
+                    per_node_cap: self.classes[c].per_node_cap,
+                })
+                .collect();
+            let net = &self.templates[ti].ty(i).net;
+            let Some(pattern) = packer::fill(net, &opening, &demands, &prices) else {
+                continue;
+            };
+            let score = pattern.value / price;
+            let better = best
+                .as_ref()
+                .is_none_or(|(s, p, _, _)| score > *s * (1.0 + 1e-9) || (score >= *s * (1.0 - 1e-9) && price < *p));
+            if better {
+                let quota = pattern
+                    .counts
+                    .iter()
+                    .map(|&(c, n)| (ClassId::from_index(c), n))
+                    .collect();
+                best = Some((score, price, i, quota));
+            }
+        }
+        best.map(|(_, _, i, quota)| (i, quota))
+    }
+}
+
+/// The types worth evaluating, cheapest first: a type is dropped when a type of the same
+/// family is as cheap or cheaper and holds at least as much (same family: same labels that
+/// pods may select on, but size).
+fn pareto(t: &Template, types: &[TypeId], prices: &IdVec<TypeId, Option<f64>>) -> Shortlist {
+    let mut sorted: Shortlist = types.iter().filter_map(|&i| prices[i].map(|p| (i, p))).collect();
+    sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let mut kept: Shortlist = Vec::new();
+    for (i, p) in sorted {
+        let o = t.ty(i);
+        let dominated = kept.iter().any(|(k, _)| {
+            let other = t.ty(*k);
+            other.instance_type.family == o.instance_type.family && o.net.fits_in(&other.net).is_ok()
+        });
+        if !dominated {
+            kept.push((i, p));
+        }
+    }
+    kept
+}
