@@ -161,7 +161,7 @@ fn print_text(plan: &ProvisioningPlan, elapsed_ms: f64, estimated: bool) {
     if !plan.unschedulable.is_empty() {
         say!("\nunschedulable:");
         for u in &plan.unschedulable {
-            say!("  {}: {}", u.pod, u.reason);
+            say!("  {}: {}", u.pod, u.reason());
         }
     }
     if !plan.skipped.is_empty() {

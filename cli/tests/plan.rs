@@ -136,3 +136,30 @@ fn bench_provision_runs_the_provisioner_over_the_fakes_and_reports_it() {
     let bad = carpool(&["bench", "provision", "--pods", "0"]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn plan_json_gives_each_unschedulable_pod_a_kind_next_to_its_reason() {
+    let dir = std::env::temp_dir().join(format!("carpool-kind-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dump = dir.join("tainted.yaml");
+    std::fs::write(
+        &dump,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n      taints: [{key: nvidia.com/gpu, value: 'true', effect: NoSchedule}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
+    )
+    .unwrap();
+    let out = carpool(&["plan", dump.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let u = &plan["unschedulable"][0];
+    assert_eq!(u["pod"], "default/web", "{u}");
+    assert_eq!(u["kind"], "taints", "{u}");
+    assert!(
+        u["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("taints: NodePool gpu has taint nvidia.com/gpu=true:NoSchedule"),
+        "{u}"
+    );
+    assert_eq!(u["reasons"][0]["kind"], "taints", "{u}");
+    assert_eq!(u["reasons"][0]["nodepool"], "gpu", "{u}");
+}

@@ -3,7 +3,8 @@
 
 use carpool::catalog::Catalog;
 use carpool::decide::checker::check;
-use carpool::decide::{ProvisioningPlan, provisioning_plan_with_bound};
+use carpool::decide::unschedulable::Kind;
+use carpool::decide::{ProvisioningPlan, Unschedulable, provisioning_plan_with_bound};
 use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
 
@@ -75,12 +76,11 @@ fn plan(items: Vec<Value>) -> Planned {
     Planned { snapshot, plan }
 }
 
-fn reason<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a str {
-    &p.unschedulable
+fn unschedulable<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a Unschedulable {
+    p.unschedulable
         .iter()
         .find(|u| u.pod == format!("default/{pod}"))
         .unwrap_or_else(|| panic!("{pod} is not unschedulable"))
-        .reason
 }
 
 fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a carpool::decide::PlannedNode {
@@ -130,8 +130,11 @@ fn a_pod_that_tolerates_no_pool_taint_is_unschedulable_naming_the_taint() {
         json!([{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]),
     );
     let p = plan(vec![pool, pod("web-0", "1", "1Gi")]).plan;
-    let r = reason(&p, "web-0");
-    assert!(r.starts_with("taints:") && r.contains("nvidia.com/gpu"), "{r}");
+    let u = unschedulable(&p, "web-0");
+    assert!(
+        u.kind() == Kind::Taints && u.reason().contains("nvidia.com/gpu"),
+        "{u:?}"
+    );
 }
 
 #[test]
@@ -142,25 +145,23 @@ fn a_node_selector_on_a_label_no_pool_defines_is_unschedulable() {
         json!({"team": "payments"}),
     )])
     .plan;
-    let r = reason(&p, "web-0");
-    assert!(r.starts_with("requirements:") && r.contains("team"), "{r}");
+    let u = unschedulable(&p, "web-0");
+    assert!(u.kind() == Kind::Requirements && u.reason().contains("team"), "{u:?}");
 }
 
 #[test]
 fn a_pod_larger_than_any_instance_type_is_unschedulable_for_resources() {
     let p = plan(vec![pod("huge-0", "900", "64Gi"), pod("ok-0", "1", "1Gi")]).plan;
-    assert!(
-        reason(&p, "huge-0").starts_with("resources:"),
-        "{}",
-        reason(&p, "huge-0")
-    );
+    let u = unschedulable(&p, "huge-0");
+    assert_eq!(u.kind(), Kind::Resources, "{u:?}");
     assert_eq!(p.nodes.len(), 1, "one bad pod does not spoil the rest");
 }
 
 #[test]
 fn a_bad_pod_is_reported_and_the_others_are_planned() {
     let p = plan(vec![pod("bad-0", "lots", "1Gi"), pod("good-0", "1", "1Gi")]).plan;
-    assert!(reason(&p, "bad-0").contains("invalid pod"), "{}", reason(&p, "bad-0"));
+    let u = unschedulable(&p, "bad-0");
+    assert_eq!(u.kind(), Kind::InvalidPod, "{u:?}");
     assert_eq!(p.nodes.len(), 1);
 }
 
@@ -277,7 +278,7 @@ fn nodepool_limits_stop_launches_and_report_the_rest() {
     assert_eq!(p.nodes.len(), 2, "8 cpu of m5.xlarge is two nodes");
     assert_eq!(p.unschedulable.len(), 4);
     assert!(
-        p.unschedulable.iter().all(|u| u.reason.contains("limits")),
+        p.unschedulable.iter().all(|u| u.has(Kind::Limits)),
         "{:?}",
         p.unschedulable
     );

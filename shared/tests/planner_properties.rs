@@ -4,6 +4,7 @@
 use carpool::catalog::Catalog;
 use carpool::decide::checker::check;
 use carpool::decide::provisioning_plan;
+use carpool::decide::unschedulable::Kind;
 use carpool::snapshot::Snapshot;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -117,14 +118,14 @@ proptest! {
 
         // A pod unschedulable for its own sake (not limits or other pods) stays so alone.
         for u in &plan.unschedulable {
-            if u.reason.contains("limits") || u.reason.contains("topology") || u.reason.contains("affinity") {
+            if u.has(Kind::Limits) || u.has(Kind::Topology) {
                 continue;
             }
             let i: usize = u.pod.trim_start_matches("default/p").parse().unwrap();
             let mut alone = pool_items.clone();
             alone.push(pod_json(i, &pods[i]));
             let alone_plan = provisioning_plan(&snapshot(alone), &region);
-            prop_assert_eq!(alone_plan.unschedulable.len(), 1, "{} was unschedulable ({}) but plans alone", u.pod, u.reason);
+            prop_assert_eq!(alone_plan.unschedulable.len(), 1, "{} was unschedulable ({}) but plans alone", u.pod, u.reason());
         }
     }
 }

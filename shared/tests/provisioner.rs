@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
+use carpool::decide::unschedulable::Kind;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::model::CapacityType;
 use carpool::ports::{Cloud, LaunchState, OfferingKey, StateStore};
@@ -253,7 +254,7 @@ fn a_nodepool_limit_stops_launches_and_reports_the_pods_left_over() {
     );
     assert!(!batch.unschedulable.is_empty());
     assert!(
-        batch.unschedulable.iter().all(|u| u.reason.contains("limits")),
+        batch.unschedulable.iter().all(|u| u.has(Kind::Limits)),
         "{:?}",
         batch.unschedulable
     );
@@ -391,7 +392,7 @@ fn with_no_valid_nodepool_nothing_is_launched_and_every_pod_says_why() {
     let batch = &report.batches[0];
     assert!(batch.launched.is_empty());
     assert_eq!(batch.unschedulable.len(), 3);
-    assert!(batch.unschedulable[0].reason.contains("no valid NodePool"));
+    assert_eq!(batch.unschedulable[0].kind(), Kind::NoValidNodePool);
     assert!(batch.skipped.iter().any(|s| s.object == "NodePool/general"));
     assert!(block_on(w.cloud.list()).unwrap().is_empty());
 }

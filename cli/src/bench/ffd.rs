@@ -24,6 +24,7 @@ use carpool::decide::plan::MAX_ALTERNATIVES;
 use carpool::decide::pod::{PodInfo, Volumes, is_provisionable};
 use carpool::decide::taints::untolerated;
 use carpool::decide::templates::{self, Template};
+use carpool::decide::unschedulable::Reason;
 use carpool::decide::{PlannedNode, ProvisioningPlan, Unschedulable};
 use carpool::model::well_known as wk;
 use carpool::model::{CapacityType, Resources};
@@ -193,10 +194,8 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
             }
         }
         if !placed {
-            plan.unschedulable.push(Unschedulable {
-                pod: p.key.clone(),
-                reason: "no NodePool can launch a node for it".into(),
-            });
+            plan.unschedulable
+                .push(Unschedulable::new(p.key.clone(), Reason::NoNodePool));
             continue;
         }
         let Some(c) = claims.iter().find(|c| c.pods.last() == Some(&i)) else {

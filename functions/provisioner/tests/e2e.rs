@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail, ensure};
 use carpool::catalog::Catalog;
+use carpool::decide::unschedulable::Kind;
 use carpool::fakes::FakeClock;
 use carpool::model::EC2NodeClass;
 use carpool::ports::{
@@ -412,7 +413,7 @@ async fn a_nodepool_limit_stops_launches_at_the_limit_and_reports_the_pods_left_
         let left: Vec<_> = batch
             .unschedulable
             .iter()
-            .filter(|u| u.reason.contains("limits"))
+            .filter(|u| u.has(Kind::Limits))
             .collect();
         ensure!(!left.is_empty(), "{:?}", batch.unschedulable);
         ensure!(batch.pods_on_new_nodes + left.len() == 20, "{batch:?}");

@@ -89,7 +89,7 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         }
     }
     for u in &plan.unschedulable {
-        if u.reason.trim().is_empty() {
+        if u.reasons.is_empty() {
             v.push(format!("pod {} is unschedulable without a reason", u.pod));
         }
     }

@@ -22,6 +22,7 @@ pub mod subnet_zones;
 pub mod taints;
 pub mod templates;
 pub mod topology;
+pub mod unschedulable;
 
 pub use plan::{ExistingPlacement, PlannedNode, ProvisioningPlan, Unschedulable};
 

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::templates::Skipped;
+use super::unschedulable::{Kind, Reason};
 use crate::model::{CapacityType, Resources};
 
 /// Alternatives carried per node for CreateFleet flexibility.
@@ -44,12 +45,56 @@ pub struct ExistingPlacement {
 }
 
 /// A pod no node can take, and why.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// In JSON: `pod`, `kind` (the last reason's, see [`Unschedulable::kind`]), `reason` (the
+/// message, [`Unschedulable::reason`]) and `reasons` (each with its `kind` and data). Only
+/// `pod` and `reasons` are read back; the rest follows from them.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct Unschedulable {
     /// `namespace/name`.
     pub pod: String,
-    /// The constraint that failed, then the details.
-    pub reason: String,
+    /// Why: one reason per NodePool and relaxation level that refused the pod, the most
+    /// relaxed level's last; never empty.
+    pub reasons: Vec<Reason>,
+}
+
+impl Unschedulable {
+    /// A pod unschedulable for one reason.
+    pub fn new(pod: impl Into<String>, reason: Reason) -> Self {
+        Unschedulable {
+            pod: pod.into(),
+            reasons: vec![reason],
+        }
+    }
+
+    /// The kind of the last reason: the constraint that failed at the most relaxed level
+    /// tried.
+    pub fn kind(&self) -> Kind {
+        self.reasons.last().map_or(Kind::NoNodePool, Reason::kind)
+    }
+
+    /// Whether any reason is of `kind`.
+    pub fn has(&self, kind: Kind) -> bool {
+        self.reasons.iter().any(|r| r.kind() == kind)
+    }
+
+    /// The message: the reasons, separated by `; `.
+    pub fn reason(&self) -> String {
+        let texts: Vec<String> = self.reasons.iter().map(Reason::to_string).collect();
+        texts.join("; ")
+    }
+}
+
+impl Serialize for Unschedulable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("Unschedulable", 4)?;
+        s.serialize_field("pod", &self.pod)?;
+        s.serialize_field("kind", &self.kind())?;
+        s.serialize_field("reason", &self.reason())?;
+        s.serialize_field("reasons", &self.reasons)?;
+        s.end()
+    }
 }
 
 /// What to launch for the pending pods.
@@ -69,4 +114,37 @@ pub struct ProvisioningPlan {
     /// nodes, when computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound_per_hour: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decide::unschedulable::Shortfall;
+
+    #[test]
+    fn an_unschedulable_pod_round_trips_with_its_kind_and_message_beside_its_reasons() {
+        let plan = ProvisioningPlan {
+            unschedulable: vec![Unschedulable {
+                pod: "default/web-0".into(),
+                reasons: vec![
+                    Reason::Limits { nodepool: "a".into() },
+                    Reason::Resources {
+                        nodepool: "b".into(),
+                        shortfall: Shortfall::NotPlaced,
+                    },
+                ],
+            }],
+            ..ProvisioningPlan::default()
+        };
+        let json = serde_json::to_value(&plan).unwrap();
+        let u = &json["unschedulable"][0];
+        assert_eq!(u["kind"], "resources");
+        assert_eq!(
+            u["reason"],
+            "limits: NodePool a has no room for another node under its limits; \
+             resources: NodePool b could not place the pod on a new node"
+        );
+        assert_eq!(u["reasons"][0]["kind"], "limits");
+        assert_eq!(serde_json::from_value::<ProvisioningPlan>(json).unwrap(), plan);
+    }
 }

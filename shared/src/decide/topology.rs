@@ -35,7 +35,8 @@ impl Domains for BTreeMap<String, String> {
 }
 
 /// Why a pod's topology constraints reject a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Rejection {
     /// A spread constraint's skew would exceed maxSkew.
     Spread(String),

@@ -9,6 +9,7 @@ use super::index::{TypeId, Types};
 use super::{BoundInput, Scheduler, SchedulerOutcome};
 use crate::decide::plan::{ExistingPlacement, MAX_ALTERNATIVES, PlannedNode, Unschedulable};
 use crate::decide::templates::Template;
+use crate::decide::unschedulable::{Reason, Shortfall};
 
 impl Scheduler {
     /// Turns the simulation's state into the plan.
@@ -42,23 +43,26 @@ impl Scheduler {
             let labels: Vec<&BTreeMap<String, String>> = fitting.iter().map(|&i| &t.ty(i).labels).collect();
             if let Err(e) = t.requirements.check_min_values(labels.iter().copied()) {
                 for &p in &node.pods {
-                    self.plan.unschedulable.push(Unschedulable {
-                        pod: self.pods[p].key.clone(),
-                        reason: format!("minValues: NodePool {}: {e}", t.name),
-                    });
+                    self.plan.unschedulable.push(Unschedulable::new(
+                        self.pods[p].key.clone(),
+                        Reason::MinValues {
+                            nodepool: t.name.clone(),
+                            detail: e.to_string(),
+                        },
+                    ));
                 }
                 continue;
             }
             let chosen = with_min_values(t, &fitting);
             let Some(&first) = chosen.first() else {
                 for &p in &node.pods {
-                    self.plan.unschedulable.push(Unschedulable {
-                        pod: self.pods[p].key.clone(),
-                        reason: format!(
-                            "resources: no instance type in NodePool {} holds the pods planned together",
-                            t.name
-                        ),
-                    });
+                    self.plan.unschedulable.push(Unschedulable::new(
+                        self.pods[p].key.clone(),
+                        Reason::Resources {
+                            nodepool: t.name.clone(),
+                            shortfall: Shortfall::NotHeldTogether,
+                        },
+                    ));
                 }
                 continue;
             };

@@ -59,28 +59,32 @@ use super::plan::{ProvisioningPlan, Unschedulable};
 use super::pod::{PodInfo, Volumes, is_provisionable, pod_key};
 use super::templates::{self, Template};
 use super::topology::Topology;
+use super::unschedulable::Reason;
 use crate::catalog::RegionCatalog;
 use crate::model::Resources;
 use crate::model::well_known as wk;
 use crate::snapshot::Snapshot;
 
-/// Why a pod could not be placed, most specific last.
+/// Why a pod could not be placed, the most relaxed level's reasons last.
 #[derive(Default)]
 struct Why {
-    reasons: Vec<String>,
+    reasons: Vec<Reason>,
 }
 
 impl Why {
-    fn add(&mut self, r: String) {
+    /// Adds a reason, once.
+    fn add(&mut self, r: Reason) {
         if !self.reasons.contains(&r) {
             self.reasons.push(r);
         }
     }
-    fn text(&self) -> String {
+
+    /// The reasons; when no NodePool could be tried, that.
+    fn into_reasons(self) -> Vec<Reason> {
         if self.reasons.is_empty() {
-            "no NodePool can launch a node for it".into()
+            vec![Reason::NoNodePool]
         } else {
-            self.reasons.join("; ")
+            self.reasons
         }
     }
 }
@@ -126,7 +130,7 @@ pub struct Scheduler {
     topology: Topology,
     /// Per class, level and template: the offer keys and types that take the pod alone;
     /// `Err` holds why none does.
-    offer_cache: HashMap<FitKey, Rc<Result<Candidates, String>>>,
+    offer_cache: HashMap<FitKey, Rc<Result<Candidates, Reason>>>,
     /// Per class, level, template and offer key: the types worth evaluating for the class.
     pareto_cache: HashMap<ShortlistKey, Rc<Shortlist>>,
     /// Per class, level, template, type and offer key: whether the class's branches match.
@@ -145,10 +149,10 @@ impl Scheduler {
             });
         }
         for (pod, reason) in &snapshot.bad_pods {
-            plan.unschedulable.push(Unschedulable {
-                pod: pod.clone(),
-                reason: format!("invalid pod: {reason}"),
-            });
+            plan.unschedulable.push(Unschedulable::new(
+                pod.clone(),
+                Reason::InvalidPod { detail: reason.clone() },
+            ));
         }
         let mut daemonsets = Vec::new();
         for ds in &snapshot.daemonsets {
@@ -178,10 +182,9 @@ impl Scheduler {
                 Ok(info) => {
                     pods.push(info);
                 }
-                Err(reason) => plan.unschedulable.push(Unschedulable {
-                    pod: pod_key(p),
-                    reason: format!("invalid pod: {reason}"),
-                }),
+                Err(reason) => plan
+                    .unschedulable
+                    .push(Unschedulable::new(pod_key(p), Reason::InvalidPod { detail: reason })),
             }
         }
 
@@ -225,7 +228,7 @@ impl Scheduler {
     /// Places one pod: at each relaxation level from the one its class has reached, on an
     /// existing node, then in a slot reserved for its class, then on a planned node (first
     /// fit, zone by zone), then on a new node. `Err` says why every level failed.
-    fn schedule(&mut self, pod: PodId) -> Result<(), String> {
+    fn schedule(&mut self, pod: PodId) -> Result<(), Vec<Reason>> {
         let class = self.class_of[pod];
         let mut why = Why::default();
         for li in self.progress[class].level..self.classes[class].levels.len() {
@@ -281,7 +284,7 @@ impl Scheduler {
                 return Ok(());
             }
         }
-        Err(why.text())
+        Err(why.into_reasons())
     }
 
     /// Runs the simulation.
@@ -297,12 +300,12 @@ impl Scheduler {
                 .then(pa.key.cmp(&pb.key))
         });
         for pod in order {
-            if let Err(reason) = self.schedule(pod) {
+            if let Err(reasons) = self.schedule(pod) {
                 let state = &mut self.progress[self.class_of[pod]];
                 state.remaining = state.remaining.saturating_sub(1);
                 self.plan.unschedulable.push(Unschedulable {
                     pod: self.pods[pod].key.clone(),
-                    reason,
+                    reasons,
                 });
             }
         }

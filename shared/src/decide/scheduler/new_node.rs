@@ -11,6 +11,7 @@ use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
 use crate::decide::taints::untolerated;
 use crate::decide::topology::Domains;
+use crate::decide::unschedulable::{Reason, Shortfall};
 use crate::model::well_known as wk;
 use crate::model::{CapacityType, Resources};
 
@@ -189,16 +190,15 @@ impl Scheduler {
                     .then(a.3.cmp(&b.3))
             });
             let Some(&(_, _, _, k)) = choices.first() else {
-                if let Some(e) = topo_err {
-                    why.add(e.to_string());
+                if let Some(rejection) = topo_err {
+                    why.add(Reason::Topology { rejection });
                 }
                 continue;
             };
             let Some((target, quota)) = self.choose_target(ti, &by_offer[&k], k, class, li) else {
-                why.add(format!(
-                    "limits: NodePool {} has no room for another node under its limits",
-                    self.templates[ti].name
-                ));
+                why.add(Reason::Limits {
+                    nodepool: self.templates[ti].name.clone(),
+                });
                 continue;
             };
             let t = &self.templates[ti];
@@ -254,10 +254,10 @@ impl Scheduler {
                     state.quota_nodes.retain(|&x| x != n);
                 }
             }
-            why.add(format!(
-                "resources: NodePool {} could not place the pod on a new node",
-                self.templates[ti].name
-            ));
+            why.add(Reason::Resources {
+                nodepool: self.templates[ti].name.clone(),
+                shortfall: Shortfall::NotPlaced,
+            });
         }
         false
     }

@@ -10,6 +10,7 @@ use super::index::{ClassId, IdVec, OfferKeyId, TemplateId, TypeId, Types, type_i
 use super::labels::{Split, matches_split};
 use crate::decide::taints::untolerated;
 use crate::decide::templates::Template;
+use crate::decide::unschedulable::{Mismatch, Reason, Shortfall};
 use crate::model::well_known as wk;
 use crate::model::{CapacityType, Requirements};
 
@@ -81,7 +82,7 @@ impl Scheduler {
         class: ClassId,
         li: usize,
         ti: TemplateId,
-    ) -> Rc<Result<Candidates, String>> {
+    ) -> Rc<Result<Candidates, Reason>> {
         let fit = FitKey {
             class,
             level: li,
@@ -95,13 +96,12 @@ impl Scheduler {
         let branches = &self.classes[class].branches[li];
         let result = (|| {
             if let Some(taint) = untolerated(&p.tolerations, &t.taints) {
-                return Err(format!(
-                    "taints: NodePool {} has taint {}={}:{} that the pod does not tolerate",
-                    t.name,
-                    taint.key,
-                    taint.value.as_deref().unwrap_or_default(),
-                    taint.effect
-                ));
+                return Err(Reason::Taints {
+                    nodepool: t.name.clone(),
+                    key: taint.key.clone(),
+                    value: taint.value.clone().unwrap_or_default(),
+                    effect: taint.effect.clone(),
+                });
             }
             let compatible: Vec<&Requirements> = branches
                 .iter()
@@ -115,7 +115,10 @@ impl Scheduler {
                         || "no node selector term can match any node".to_string(),
                         |e| e.to_string(),
                     );
-                return Err(format!("requirements: NodePool {}: {detail}", t.name));
+                return Err(Reason::Requirements {
+                    nodepool: t.name.clone(),
+                    mismatch: Mismatch::Conflict { detail },
+                });
             }
             let mut out = Candidates::new();
             let mut any_label_match = false;
@@ -140,15 +143,17 @@ impl Scheduler {
             }
             if out.is_empty() {
                 return Err(if any_label_match {
-                    format!(
-                        "resources: no instance type in NodePool {} fits requests {}",
-                        t.name, p.requests
-                    )
+                    Reason::Resources {
+                        nodepool: t.name.clone(),
+                        shortfall: Shortfall::TooLarge {
+                            requests: p.requests.clone(),
+                        },
+                    }
                 } else {
-                    format!(
-                        "requirements: no instance type offered by NodePool {} matches the pod's node requirements",
-                        t.name
-                    )
+                    Reason::Requirements {
+                        nodepool: t.name.clone(),
+                        mismatch: Mismatch::NoOfferedType,
+                    }
                 });
             }
             Ok(out)

@@ -13,6 +13,7 @@ use crate::decide::Unschedulable;
 use crate::decide::in_flight::capacity_view;
 use crate::decide::subnet_zones::narrow_to_subnet_zones;
 use crate::decide::templates::pool_labels;
+use crate::decide::unschedulable::Reason;
 use crate::decide::{PlannedNode, provisioning_plan};
 use crate::model::NodePool;
 use crate::model::well_known as wk;
@@ -77,10 +78,7 @@ fn no_nodepool(snapshot: &Snapshot, dry_run: bool) -> BatchReport {
         pods_seen: pending.len(),
         unschedulable: pending
             .into_iter()
-            .map(|pod| Unschedulable {
-                pod,
-                reason: "no valid NodePool with an EC2NodeClass in the cluster".into(),
-            })
+            .map(|pod| Unschedulable::new(pod, Reason::NoValidNodePool))
             .collect(),
         skipped: snapshot
             .skipped
@@ -243,9 +241,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     }
                     Outcome::OutOfCapacity(offerings, failure) => {
                         out_of_capacity = true;
-                        not_launched.extend(node.pods.iter().map(|p| Unschedulable {
-                            pod: p.clone(),
-                            reason: format!("launch: {}", failure.error),
+                        not_launched.extend(node.pods.iter().map(|p| {
+                            Unschedulable::new(
+                                p.clone(),
+                                Reason::Launch {
+                                    error: failure.error.clone(),
+                                },
+                            )
                         }));
                         for o in offerings {
                             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
@@ -255,9 +257,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         report.launch_errors.push(failure);
                     }
                     Outcome::Failed(failure) => {
-                        not_launched.extend(node.pods.iter().map(|p| Unschedulable {
-                            pod: p.clone(),
-                            reason: format!("launch: {}", failure.error),
+                        not_launched.extend(node.pods.iter().map(|p| {
+                            Unschedulable::new(
+                                p.clone(),
+                                Reason::Launch {
+                                    error: failure.error.clone(),
+                                },
+                            )
                         }));
                         report.launch_errors.push(failure);
                     }

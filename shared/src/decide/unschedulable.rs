@@ -1,0 +1,325 @@
+//! Why a pod cannot be placed, as types: a [`Reason`] per NodePool or relaxation level that
+//! refused it, each with its data, and its [`Kind`]. A reason's `Display` is the message
+//! the plan shows (`taints: NodePool gpu has taint ...`).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::topology::Rejection;
+use crate::model::Resources;
+
+/// The kind of a [`Reason`]: the constraint that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A NodePool's taint the pod does not tolerate.
+    Taints,
+    /// The pod's node requirements (selector, affinity, volume zones) against a NodePool's.
+    Requirements,
+    /// The pod's or its node's requests against the instance types.
+    Resources,
+    /// A NodePool's limits.
+    Limits,
+    /// A topology spread or pod (anti-)affinity.
+    Topology,
+    /// A NodePool's `minValues`.
+    MinValues,
+    /// A pod that cannot be read.
+    InvalidPod,
+    /// The launch of the pod's node failed.
+    Launch,
+    /// No NodePool in the cluster is valid.
+    #[serde(rename = "no_valid_nodepool")]
+    NoValidNodePool,
+    /// No NodePool could be tried.
+    #[serde(rename = "no_nodepool")]
+    NoNodePool,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 10] = [
+        Kind::Taints,
+        Kind::Requirements,
+        Kind::Resources,
+        Kind::Limits,
+        Kind::Topology,
+        Kind::MinValues,
+        Kind::InvalidPod,
+        Kind::Launch,
+        Kind::NoValidNodePool,
+        Kind::NoNodePool,
+    ];
+
+    /// The kind's snake_case name, as in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Taints => "taints",
+            Kind::Requirements => "requirements",
+            Kind::Resources => "resources",
+            Kind::Limits => "limits",
+            Kind::Topology => "topology",
+            Kind::MinValues => "min_values",
+            Kind::InvalidPod => "invalid_pod",
+            Kind::Launch => "launch",
+            Kind::NoValidNodePool => "no_valid_nodepool",
+            Kind::NoNodePool => "no_nodepool",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a NodePool's node requirements fail a pod.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mismatch {
+    /// The NodePool's requirements conflict with every branch of the pod's.
+    Conflict {
+        /// The first branch's conflict.
+        detail: String,
+    },
+    /// No instance type the NodePool offers has the labels the pod requires.
+    NoOfferedType,
+}
+
+/// How the instance types fall short of the requests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shortfall {
+    /// No instance type fits the pod alone.
+    TooLarge {
+        /// The pod's requests.
+        requests: Resources,
+    },
+    /// A node opened for the pod did not take it.
+    NotPlaced,
+    /// No instance type holds the pods planned together on its node.
+    NotHeldTogether,
+}
+
+/// One reason a pod cannot be placed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reason {
+    /// The NodePool has a taint the pod does not tolerate.
+    Taints {
+        /// The NodePool.
+        nodepool: String,
+        /// The taint's key.
+        key: String,
+        /// The taint's value (empty if none).
+        value: String,
+        /// The taint's effect.
+        effect: String,
+    },
+    /// The NodePool's nodes cannot satisfy the pod's node requirements.
+    Requirements {
+        /// The NodePool.
+        nodepool: String,
+        /// How.
+        mismatch: Mismatch,
+    },
+    /// The NodePool's instance types cannot hold the requests.
+    Resources {
+        /// The NodePool.
+        nodepool: String,
+        /// How.
+        shortfall: Shortfall,
+    },
+    /// The NodePool's limits leave no room for another node.
+    Limits {
+        /// The NodePool.
+        nodepool: String,
+    },
+    /// A topology spread or pod (anti-)affinity rejects every node tried.
+    Topology {
+        /// The constraint.
+        rejection: Rejection,
+    },
+    /// The types that hold the node's pods have too few distinct values for `minValues`.
+    MinValues {
+        /// The NodePool.
+        nodepool: String,
+        /// The requirement short of values.
+        detail: String,
+    },
+    /// The pod cannot be read.
+    InvalidPod {
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The launch of the pod's node failed.
+    Launch {
+        /// The launch error.
+        error: String,
+    },
+    /// No NodePool in the cluster is valid with its EC2NodeClass.
+    #[serde(rename = "no_valid_nodepool")]
+    NoValidNodePool,
+    /// No NodePool could be tried for the pod.
+    #[serde(rename = "no_nodepool")]
+    NoNodePool,
+}
+
+impl Reason {
+    /// The constraint that failed.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Reason::Taints { .. } => Kind::Taints,
+            Reason::Requirements { .. } => Kind::Requirements,
+            Reason::Resources { .. } => Kind::Resources,
+            Reason::Limits { .. } => Kind::Limits,
+            Reason::Topology { .. } => Kind::Topology,
+            Reason::MinValues { .. } => Kind::MinValues,
+            Reason::InvalidPod { .. } => Kind::InvalidPod,
+            Reason::Launch { .. } => Kind::Launch,
+            Reason::NoValidNodePool => Kind::NoValidNodePool,
+            Reason::NoNodePool => Kind::NoNodePool,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Taints {
+                nodepool,
+                key,
+                value,
+                effect,
+            } => write!(
+                f,
+                "taints: NodePool {nodepool} has taint {key}={value}:{effect} that the pod does not tolerate"
+            ),
+            Reason::Requirements { nodepool, mismatch } => match mismatch {
+                Mismatch::Conflict { detail } => write!(f, "requirements: NodePool {nodepool}: {detail}"),
+                Mismatch::NoOfferedType => write!(
+                    f,
+                    "requirements: no instance type offered by NodePool {nodepool} matches the pod's node requirements"
+                ),
+            },
+            Reason::Resources { nodepool, shortfall } => match shortfall {
+                Shortfall::TooLarge { requests } => write!(
+                    f,
+                    "resources: no instance type in NodePool {nodepool} fits requests {requests}"
+                ),
+                Shortfall::NotPlaced => write!(
+                    f,
+                    "resources: NodePool {nodepool} could not place the pod on a new node"
+                ),
+                Shortfall::NotHeldTogether => write!(
+                    f,
+                    "resources: no instance type in NodePool {nodepool} holds the pods planned together"
+                ),
+            },
+            Reason::Limits { nodepool } => write!(
+                f,
+                "limits: NodePool {nodepool} has no room for another node under its limits"
+            ),
+            Reason::Topology { rejection } => write!(f, "{rejection}"),
+            Reason::MinValues { nodepool, detail } => write!(f, "minValues: NodePool {nodepool}: {detail}"),
+            Reason::InvalidPod { detail } => write!(f, "invalid pod: {detail}"),
+            Reason::Launch { error } => write!(f, "launch: {error}"),
+            Reason::NoValidNodePool => f.write_str("no valid NodePool with an EC2NodeClass in the cluster"),
+            Reason::NoNodePool => f.write_str("no NodePool can launch a node for it"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::well_known as wk;
+
+    fn every_reason() -> Vec<Reason> {
+        vec![
+            Reason::Taints {
+                nodepool: "gpu".into(),
+                key: "nvidia.com/gpu".into(),
+                value: "true".into(),
+                effect: "NoSchedule".into(),
+            },
+            Reason::Requirements {
+                nodepool: "a".into(),
+                mismatch: Mismatch::Conflict {
+                    detail: "no node selector term can match any node".into(),
+                },
+            },
+            Reason::Requirements {
+                nodepool: "a".into(),
+                mismatch: Mismatch::NoOfferedType,
+            },
+            Reason::Resources {
+                nodepool: "a".into(),
+                shortfall: Shortfall::TooLarge {
+                    requests: Resources {
+                        cpu_millis: 900_000,
+                        ..Resources::default()
+                    },
+                },
+            },
+            Reason::Resources {
+                nodepool: "a".into(),
+                shortfall: Shortfall::NotPlaced,
+            },
+            Reason::Resources {
+                nodepool: "a".into(),
+                shortfall: Shortfall::NotHeldTogether,
+            },
+            Reason::Limits { nodepool: "a".into() },
+            Reason::Topology {
+                rejection: Rejection::Spread(wk::ZONE.into()),
+            },
+            Reason::MinValues {
+                nodepool: "a".into(),
+                detail: "x".into(),
+            },
+            Reason::InvalidPod { detail: "x".into() },
+            Reason::Launch { error: "x".into() },
+            Reason::NoValidNodePool,
+            Reason::NoNodePool,
+        ]
+    }
+
+    #[test]
+    fn every_reason_round_trips_through_json_with_its_kind_as_tag() {
+        for r in every_reason() {
+            let json = serde_json::to_value(&r).unwrap();
+            assert_eq!(json["kind"], r.kind().name(), "{json}");
+            assert_eq!(serde_json::from_value::<Reason>(json).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn a_message_starts_with_its_constraint() {
+        for r in every_reason() {
+            let text = r.to_string();
+            let prefix = match r.kind() {
+                Kind::Taints => "taints: ",
+                Kind::Requirements => "requirements: ",
+                Kind::Resources => "resources: ",
+                Kind::Limits => "limits: ",
+                Kind::Topology => "topology spread on ",
+                Kind::MinValues => "minValues: ",
+                Kind::InvalidPod => "invalid pod: ",
+                Kind::Launch => "launch: ",
+                Kind::NoValidNodePool => "no valid NodePool",
+                Kind::NoNodePool => "no NodePool",
+            };
+            assert!(text.starts_with(prefix), "{text}");
+        }
+    }
+
+    #[test]
+    fn kind_names_are_their_json() {
+        for k in Kind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.name());
+        }
+    }
+}
