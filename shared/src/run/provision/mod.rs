@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub use config::{ConfigError, ProvisionerConfig};
+pub use config::{ConfigError, ConfigRead, ProvisionerConfig};
 pub use report::{BatchReport, HousekeepingReport, RunReport};
 
 use self::batcher::Batcher;
