@@ -20,14 +20,18 @@
 //! - [`snapshot`]: a cluster dump (`kubectl get ... -o json|yaml`) read into typed objects.
 //! - [`decide`]: pure decisions. The scheduling simulation and cost-aware packer that
 //!   turn a snapshot into a [`decide::ProvisioningPlan`], its lower bound, and an
-//!   independent [plan checker](decide::checker).
+//!   independent [plan checker](decide::checker); the NodePools that can launch
+//!   ([`decide::nodepools`]); and the [housekeeping plan](decide::housekeeping): what to
+//!   mark registered, label, terminate (and why) and forget.
 //!
 //! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`],
 //!   [`ports::Cloud`], [`ports::Cluster`] and [`ports::StateStore`].
 //! - `fakes` (feature `test-util`): stateful in-memory ports and the contract suites.
 //!
 //! - [`run`]: one step of each job over the ports (the provisioner's watch, batches,
-//!   launches and housekeeping), returning a report. The Lambda handlers call it.
+//!   launches and housekeeping), carrying out the plans [`decide`] makes and returning a
+//!   report; and the region's catalog with live prices ([`run::price_refresh`]). The
+//!   Lambda handlers call it.
 //!
 //! Nothing here performs I/O or reads the clock except through the ports.
 #![deny(missing_docs)]

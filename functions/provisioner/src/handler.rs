@@ -1,26 +1,23 @@
 //! One invocation: refresh live prices when stale, run the provisioner for what is left of
 //! the function's time, print one EMF metrics line per batch and a run summary.
 
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use carpool::catalog::RegionCatalog;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use carpool::run::price_refresh::LiveCatalog;
 use carpool::run::provision::metrics::batch_metrics;
 use carpool::run::provision::report::quantile;
 use carpool::run::provision::{ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings};
-use lambda_runtime::LambdaEvent;
+use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
 
 /// Time kept back from the function's deadline for the last batch and the summary.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
 
-/// How long live spot prices are trusted before they are read again.
-pub const PRICES_TTL: Duration = Duration::from_secs(3600);
-
 /// What lives across invocations of a warm function: the ports, the settings and the
-/// region's catalog with its live prices.
+/// region's catalog with its live prices ([`LiveCatalog`]).
 pub struct App<C, K, S, T> {
     /// EC2.
     pub cloud: C,
@@ -32,9 +29,8 @@ pub struct App<C, K, S, T> {
     pub clock: T,
     /// The configuration.
     pub config: ProvisionerConfig,
-    /// The region's catalog; prices refreshed in place.
-    pub region: Mutex<RegionCatalog<'static>>,
-    prices_read_at: Mutex<Option<SystemTime>>,
+    /// The region's catalog; live prices and offerings refreshed in place.
+    pub catalog: LiveCatalog<'static>,
 }
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
@@ -52,81 +48,20 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             cluster,
             store,
             clock,
+            catalog: LiveCatalog::new(region, config.live_prices),
             config,
-            region: Mutex::new(region),
-            prices_read_at: Mutex::new(None),
         }
-    }
-
-    fn region(&self) -> RegionCatalog<'static> {
-        self.region
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Reads live prices and offerings when the last read is older than [`PRICES_TTL`]:
-    /// spot prices (DescribeSpotPriceHistory), on-demand prices (the Pricing API) and the
-    /// types offered per zone (DescribeInstanceTypeOfferings). Each that fails leaves the
-    /// embedded data in place, with a warning.
-    async fn refresh_prices(&self) {
-        let now = self.clock.now();
-        let stale = self
-            .prices_read_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_none_or(|t| now.duration_since(t).unwrap_or_default() >= PRICES_TTL);
-        if !stale || !self.config.live_prices {
-            return;
-        }
-        let types: Vec<String> = self.region().types().iter().map(|t| t.name.clone()).collect();
-        let (spot, on_demand, offerings) = futures_util::join!(
-            self.cloud.spot_prices(&types),
-            self.cloud.on_demand_prices(&types),
-            self.cloud.offerings()
-        );
-        let mut region = self.region.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match spot {
-            Ok(prices) => {
-                for p in &prices {
-                    region.prices_mut().set_spot(&p.instance_type, &p.zone, p.price);
-                }
-                tracing::info!(spot_prices = prices.len(), "read live spot prices");
-            }
-            Err(e) => tracing::warn!(error = %e, "could not read spot prices; using the embedded spot model"),
-        }
-        match on_demand {
-            Ok(prices) => {
-                for p in &prices {
-                    region.prices_mut().set_on_demand(&p.instance_type, p.price);
-                }
-                tracing::info!(on_demand_prices = prices.len(), "read live on-demand prices");
-            }
-            Err(e) => tracing::warn!(error = %e, "could not read on-demand prices; using the embedded table"),
-        }
-        match offerings {
-            Ok(offered) if !offered.is_empty() => {
-                tracing::info!(offerings = offered.len(), "read the types offered per zone");
-                region.restrict_to_offered(offered.into_iter().map(|o| (o.instance_type, o.zone)));
-            }
-            Ok(_) => tracing::warn!("EC2 listed no offerings; using the embedded ones"),
-            Err(e) => tracing::warn!(error = %e, "could not read offerings; using the embedded ones"),
-        }
-        *self
-            .prices_read_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
     }
 
     /// One invocation by `request_id`, which must end by `deadline`.
     pub async fn handle(&self, request_id: &str, deadline: SystemTime) -> Result<RunReport, ProvisionError> {
-        self.refresh_prices().await;
+        self.catalog.refresh(&self.cloud, &self.clock).await;
         let left = deadline
             .duration_since(self.clock.now())
             .unwrap_or_default()
             .saturating_sub(DEADLINE_MARGIN);
         let settings = Settings::from_config(&self.config, left);
-        let region = self.region();
+        let region = self.catalog.region();
         let mut provisioner = Provisioner::new(
             &self.cloud,
             &self.cluster,
@@ -147,14 +82,52 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
     }
 }
 
+/// What kind of failure an invocation's error is, as its `errorType` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorType {
+    /// Running again later may succeed (throttling, a lost race).
+    Retryable,
+    /// It will fail again until something changes (permissions, configuration, a bug).
+    NonRetryable,
+}
+
+impl ErrorType {
+    /// The type of a failed run, from [`ProvisionError::is_retryable`].
+    pub fn of(error: &ProvisionError) -> Self {
+        if error.is_retryable() {
+            ErrorType::Retryable
+        } else {
+            ErrorType::NonRetryable
+        }
+    }
+
+    /// `Retryable` or `NonRetryable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::Retryable => "Retryable",
+            ErrorType::NonRetryable => "NonRetryable",
+        }
+    }
+}
+
+/// The error a failed run returns to Lambda: its message, and whether running again may
+/// succeed as its `error_type`.
+pub fn diagnostic(error: &ProvisionError) -> Diagnostic {
+    Diagnostic {
+        error_type: ErrorType::of(error).as_str().to_string(),
+        error_message: error.to_string(),
+    }
+}
+
 /// One Lambda invocation: the scheduled EventBridge event (any other payload, such as a
 /// manual test invoke, works the same: the schedule is only the trigger), one run, and
 /// its summary as the result. A failed run is an error of the invocation, so the
-/// function's Errors metric and its alarm see it.
+/// function's Errors metric and its alarm see it; its [`diagnostic`] says whether it is
+/// retryable.
 pub async fn invoke<C: Cloud, K: Cluster, S: StateStore, T: Timer>(
     app: &App<C, K, S, T>,
     event: LambdaEvent<Value>,
-) -> Result<Value, lambda_runtime::Error> {
+) -> Result<Value, Diagnostic> {
     let (payload, context) = event.into_parts();
     match serde_json::from_value::<EventBridgeEvent<Value>>(payload) {
         Ok(e) => tracing::info!(event_id = ?e.id, time = ?e.time, "scheduled run"),
@@ -165,7 +138,7 @@ pub async fn invoke<C: Cloud, K: Cluster, S: StateStore, T: Timer>(
         Ok(report) => Ok(summary(&report)),
         Err(e) => {
             tracing::error!(error = %e, retryable = e.is_retryable(), "run failed");
-            Err(e.into())
+            Err(diagnostic(&e))
         }
     }
 }

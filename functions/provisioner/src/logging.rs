@@ -3,18 +3,10 @@
 
 use tracing_subscriber::EnvFilter;
 
-/// Starts tracing at `level` (`RUST_LOG` syntax; `AWS_LAMBDA_LOG_LEVEL` is used when the
-/// function sets no level of its own).
+/// Starts tracing at `level` (`RUST_LOG` syntax, as the configuration read it: see
+/// `ProvisionerConfig::log_level`); a level that does not parse logs at `info`.
 pub fn init(level: &str) {
-    let level = std::env::var("CARPOOL_LOG_LEVEL")
-        .ok()
-        .or_else(|| {
-            std::env::var("AWS_LAMBDA_LOG_LEVEL")
-                .ok()
-                .map(|l| l.to_ascii_lowercase())
-        })
-        .unwrap_or_else(|| level.to_string());
-    let filter = EnvFilter::try_new(&level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let text = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("text"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

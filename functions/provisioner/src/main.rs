@@ -7,9 +7,11 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let config = ProvisionerConfig::from_vars(|k| std::env::var(k).ok());
-    logging::init(config.as_ref().map_or("info", |c| c.log_level.as_str()));
-    let config = config.inspect_err(|e| tracing::error!(error = %e, "configuration"))?;
+    let read = ProvisionerConfig::read(|k| std::env::var(k).ok());
+    logging::init(&read.log_level);
+    let config = read
+        .config
+        .inspect_err(|e| tracing::error!(error = %e, "configuration"))?;
     let app = init::app(config)
         .await
         .inspect_err(|e| tracing::error!(error = %e, "cold start"))?;

@@ -410,11 +410,7 @@ async fn a_nodepool_limit_stops_launches_at_the_limit_and_reports_the_pods_left_
             report.batches
         );
         let batch = report.batches.first().context("a batch")?;
-        let left: Vec<_> = batch
-            .unschedulable
-            .iter()
-            .filter(|u| u.has(Kind::Limits))
-            .collect();
+        let left: Vec<_> = batch.unschedulable.iter().filter(|u| u.has(Kind::Limits)).collect();
         ensure!(!left.is_empty(), "{:?}", batch.unschedulable);
         ensure!(batch.pods_on_new_nodes + left.len() == 20, "{batch:?}");
         eprintln!(

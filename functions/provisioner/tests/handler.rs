@@ -5,9 +5,10 @@ use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKind};
-use carpool::ports::Cloud;
+use carpool::model::CapacityType;
+use carpool::ports::{Cloud, SpotPrice};
 use carpool::run::provision::ProvisionerConfig;
-use carpool_provisioner::handler::{App, invoke};
+use carpool_provisioner::handler::{App, ErrorType, invoke};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -92,4 +93,44 @@ async fn a_state_store_failure_fails_the_invocation_so_the_errors_alarm_sees_it(
     let result = invoke(&app, event(scheduled_event(), "req-1")).await;
     assert!(result.is_err());
     assert!(app.cloud.list().await.unwrap().is_empty(), "nothing launched");
+}
+
+#[tokio::test]
+async fn a_failed_run_says_whether_it_is_retryable_in_its_error_type() {
+    let app = app();
+    app.store.fail_next(StoreErrorKind::Throttled);
+    let error = invoke(&app, event(scheduled_event(), "req-1")).await.unwrap_err();
+    assert_eq!(error.error_type, "Retryable", "{error:?}");
+    assert_eq!(error.error_type, ErrorType::Retryable.as_str());
+
+    let app = self::app();
+    app.store.fail_next(StoreErrorKind::Api);
+    let error = invoke(&app, event(scheduled_event(), "req-2")).await.unwrap_err();
+    assert_eq!(error.error_type, "NonRetryable", "{error:?}");
+    assert!(error.error_message.contains("injected"), "{error:?}");
+}
+
+#[tokio::test]
+async fn an_invocation_plans_on_live_spot_prices_read_once_an_hour() {
+    let app = app();
+    app.cloud.set_spot_prices(vec![SpotPrice {
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        price: 0.0123,
+    }]);
+    invoke(&app, event(scheduled_event(), "req-1")).await.unwrap();
+    let region = app.catalog.region();
+    let m5 = region.types().iter().find(|t| t.name == "m5.large").unwrap();
+    assert_eq!(
+        region.prices().price(m5, "us-east-1a", CapacityType::Spot),
+        Some(0.0123)
+    );
+    invoke(&app, event(scheduled_event(), "req-2")).await.unwrap();
+    let reads = app
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("spot_prices"))
+        .count();
+    assert_eq!(reads, 1, "the second invocation, within the hour, does not read again");
 }

@@ -3,7 +3,12 @@
 //! - [`provisioning_plan`] turns a [`Snapshot`] and a region's catalog into a
 //!   [`ProvisioningPlan`]: which new nodes to launch (type, alternatives, zone, capacity
 //!   type, pods), which pods go on existing nodes, and which cannot be placed and why.
+//! - [`nodepools`] drops the NodePools whose EC2NodeClass is missing, and says what
+//!   becomes of the pods when no NodePool is left.
 //! - [`checker`] re-checks a plan against the input, independently of the planner.
+//! - [`housekeeping`] turns the Nodes, instances and records of a cluster into a
+//!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,
+//!   instances to terminate (with the reason), records to forget.
 //!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
@@ -11,8 +16,10 @@
 
 pub mod checker;
 pub mod daemonsets;
+pub mod housekeeping;
 pub mod in_flight;
 pub mod lower_bound;
+pub mod nodepools;
 pub mod packer;
 pub mod plan;
 pub mod pod;

@@ -43,7 +43,8 @@ pub struct ProvisionerConfig {
     /// `CARPOOL_LIVE_PRICES` (default true): read spot and on-demand prices and the
     /// offerings per zone from AWS (hourly); false keeps the embedded catalog's.
     pub live_prices: bool,
-    /// `CARPOOL_LOG_LEVEL` (default `info`), in `RUST_LOG` syntax.
+    /// `CARPOOL_LOG_LEVEL`, in `RUST_LOG` syntax; when unset, `AWS_LAMBDA_LOG_LEVEL` (the
+    /// function's log level in Lambda's logging settings) lower-cased, else `info`.
     pub log_level: String,
     /// `CARPOOL_CLUSTER_ENDPOINT`: the API server URL, instead of DescribeCluster's (tests).
     pub cluster_endpoint: Option<String>,
@@ -104,9 +105,40 @@ fn flag(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result
     }
 }
 
+/// The log level, read on its own so that logging starts at it even when the rest of the
+/// configuration is invalid (see [`ProvisionerConfig::log_level`]).
+fn log_level(get: &impl Fn(&str) -> Option<String>) -> String {
+    optional(get, "CARPOOL_LOG_LEVEL")
+        .or_else(|| optional(get, "AWS_LAMBDA_LOG_LEVEL").map(|l| l.to_ascii_lowercase()))
+        .unwrap_or_else(|| "info".into())
+}
+
+/// The configuration as a cold start reads it: the log level in any case, and the rest or
+/// what is wrong with it (to be logged at that level).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigRead {
+    /// The log level ([`ProvisionerConfig::log_level`]).
+    pub log_level: String,
+    /// The configuration, with the same log level.
+    pub config: Result<ProvisionerConfig, ConfigError>,
+}
+
 impl ProvisionerConfig {
     /// Reads the settings through `get` (the environment, in the function).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Self::read(get).config
+    }
+
+    /// Reads the log level, then the other settings, through `get`: each variable once.
+    pub fn read(get: impl Fn(&str) -> Option<String>) -> ConfigRead {
+        let log_level = log_level(&get);
+        ConfigRead {
+            config: Self::with_log_level(&get, log_level.clone()),
+            log_level,
+        }
+    }
+
+    fn with_log_level(get: &impl Fn(&str) -> Option<String>, log_level: String) -> Result<Self, ConfigError> {
         let config = ProvisionerConfig {
             cluster: required(&get, "CARPOOL_CLUSTER_NAME")?,
             table: required(&get, "CARPOOL_TABLE_NAME")?,
@@ -121,7 +153,7 @@ impl ProvisionerConfig {
             registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,
             dry_run: flag(&get, "CARPOOL_DRY_RUN")?,
             live_prices: optional(&get, "CARPOOL_LIVE_PRICES").is_none() || flag(&get, "CARPOOL_LIVE_PRICES")?,
-            log_level: optional(&get, "CARPOOL_LOG_LEVEL").unwrap_or_else(|| "info".into()),
+            log_level,
             cluster_endpoint: optional(&get, "CARPOOL_CLUSTER_ENDPOINT"),
             cluster_ca_file: optional(&get, "CARPOOL_CLUSTER_CA_FILE"),
             service_cidr: optional(&get, "CARPOOL_SERVICE_CIDR"),
@@ -178,6 +210,21 @@ mod tests {
         assert!(!c.dry_run);
         assert!(c.live_prices);
         assert_eq!(c.ami_ssm_parameter, DEFAULT_AMI_SSM_PARAMETER);
+    }
+
+    #[test]
+    fn the_log_level_is_read_even_when_the_rest_is_invalid() {
+        let read = ProvisionerConfig::read(vars(&[("CARPOOL_LOG_LEVEL", "debug")]));
+        assert_eq!(read.log_level, "debug");
+        assert_eq!(read.config.unwrap_err().variable, "CARPOOL_CLUSTER_NAME");
+        let read = ProvisionerConfig::read(vars(&[("AWS_LAMBDA_LOG_LEVEL", "WARN")]));
+        assert_eq!(read.log_level, "warn");
+        let mut both = BASE.to_vec();
+        both.extend([("CARPOOL_LOG_LEVEL", "carpool=trace"), ("AWS_LAMBDA_LOG_LEVEL", "WARN")]);
+        let read = ProvisionerConfig::read(vars(&both));
+        assert_eq!(read.log_level, "carpool=trace");
+        assert_eq!(read.config.unwrap().log_level, "carpool=trace");
+        assert_eq!(ProvisionerConfig::from_vars(vars(BASE)).unwrap().log_level, "info");
     }
 
     #[test]

@@ -5,13 +5,15 @@
 //!
 //! 1. It takes the `provisioner` lease; a run that cannot returns at once, saying who
 //!    holds it. Two overlapping runs therefore never launch for the same pods.
-//! 2. [Housekeeping](Provisioner::housekeeping): launches whose node registered, instances
+//! 2. [Housekeeping](Provisioner::housekeeping) carries out the plan
+//!    [`crate::decide::housekeeping`] makes: launches whose node registered, instances
 //!    that never did (terminated after the registration TTL), records of instances gone.
 //! 3. It polls the pods kube-scheduler left pending and [batches](batcher) them: a batch
 //!    closes after 1 s without a new pod, or after 10 s.
-//! 4. Each [batch](Provisioner::batch) takes a snapshot, counts the launches in flight as
-//!    capacity ([`crate::decide::in_flight`]), plans with [`crate::decide`] (NodePool
-//!    limits included), launches every planned node at once, and after capacity errors
+//! 4. Each [batch](Provisioner::batch) takes a snapshot, keeps the NodePools that can
+//!    launch ([`crate::decide::nodepools`]), counts the launches in flight as capacity
+//!    ([`crate::decide::in_flight`]), plans with [`crate::decide`] (NodePool limits
+//!    included), [launches](launch) every planned node at once, and after capacity errors
 //!    marks those offerings unavailable for 3 minutes and re-plans, so spot falls back
 //!    to other offerings and to on-demand where the pool allows it.
 //! 5. It releases the lease.
@@ -22,6 +24,7 @@ pub mod batch;
 pub mod batcher;
 pub mod config;
 pub mod housekeeping;
+pub mod launch;
 pub mod metrics;
 pub mod observe;
 pub mod report;
@@ -30,7 +33,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub use config::{ConfigError, ProvisionerConfig};
+pub use config::{ConfigError, ConfigRead, ProvisionerConfig};
 pub use report::{BatchReport, HousekeepingReport, RunReport};
 
 use self::batcher::Batcher;

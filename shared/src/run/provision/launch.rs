@@ -1,0 +1,230 @@
+//! One planned node's launch: recorded in the state store before CreateFleet (so a crash
+//! after the call leaves a record, and the instance its launch-id tag, for housekeeping),
+//! CreateFleet, then the record updated with the instance or marked failed, and the
+//! outcome the batch acts on.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use futures_util::{StreamExt, stream};
+
+use super::report::{LaunchFailure, Launched};
+use super::{ProvisionError, Provisioner};
+use crate::catalog::RegionCatalog;
+use crate::decide::PlannedNode;
+use crate::decide::templates::pool_labels;
+use crate::model::well_known as wk;
+use crate::model::{EC2NodeClass, NodePool};
+use crate::ports::{
+    Cloud, CloudError, Cluster, EpochMillis, LaunchRecord, LaunchRequest, LaunchState, StateStore, Timer,
+    UnavailableOffering, epoch_millis,
+};
+use crate::snapshot::Snapshot;
+
+/// How long an offering that ran out of capacity is left out (Karpenter's ICE cache TTL).
+pub const UNAVAILABLE_FOR: Duration = Duration::from_secs(180);
+
+/// CreateFleet calls in flight at once: every planned node is launched concurrently, in
+/// waves of this many, under EC2's request-rate limits for mutating calls.
+pub const LAUNCH_CONCURRENCY: usize = 16;
+
+/// `insufficient capacity for m5.large, c5.large and 58 more in us-east-1a (spot)`.
+fn capacity_message(offerings: &[UnavailableOffering]) -> String {
+    let Some(first) = offerings.first() else {
+        return "insufficient capacity".into();
+    };
+    let names: Vec<&str> = offerings.iter().take(3).map(|o| o.instance_type.as_str()).collect();
+    let more = offerings.len().saturating_sub(3);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "insufficient capacity for {}{more} in {} ({})",
+        names.join(", "),
+        first.zone,
+        first.capacity_type.label()
+    )
+}
+
+/// The launch request for a planned node.
+fn request(launch_id: &str, node: &PlannedNode, pool: Option<&NodePool>, snapshot: &Snapshot) -> LaunchRequest {
+    let mut labels = pool.map(pool_labels).unwrap_or_default();
+    labels.insert(wk::NODEPOOL.into(), node.nodepool.clone());
+    labels.insert(wk::CAPACITY_TYPE.into(), node.capacity_type.label().to_string());
+    let class_name = pool.map(|p| p.spec.template.spec.node_class_ref.name.clone());
+    if let Some(class) = &class_name {
+        labels.insert(wk::EC2NODECLASS.into(), class.clone());
+    }
+    let node_class = class_name
+        .and_then(|name| snapshot.nodeclasses.iter().find(|c| c.name() == name).cloned())
+        .unwrap_or_else(|| EC2NodeClass::named("default"));
+    LaunchRequest {
+        launch_id: launch_id.to_string(),
+        nodepool: node.nodepool.clone(),
+        node_class,
+        instance_types: node.instance_types.clone(),
+        zone: node.zone.clone(),
+        capacity_type: node.capacity_type,
+        labels,
+        taints: pool.map(|p| p.spec.template.spec.taints.clone()).unwrap_or_default(),
+        startup_taints: pool
+            .map(|p| p.spec.template.spec.startup_taints.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// The outcome of one planned node's launch.
+pub(super) enum LaunchOutcome {
+    /// Launched: what the report says, and the record as stored.
+    Launched(Box<(Launched, LaunchRecord)>),
+    /// No capacity: the offerings to leave out, and the failure to report. The record is
+    /// removed, as the node is re-planned.
+    OutOfCapacity(Vec<UnavailableOffering>, LaunchFailure),
+    /// Any other failure; the record is marked failed.
+    Failed(LaunchFailure),
+}
+
+impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
+    /// Launches every planned node, [`LAUNCH_CONCURRENCY`] at a time, at `at`; the
+    /// outcomes in the nodes' order.
+    pub(super) async fn launch_all(
+        &self,
+        nodes: &[PlannedNode],
+        snapshot: &Snapshot,
+        region: &RegionCatalog<'_>,
+        at: SystemTime,
+        created: &BTreeMap<String, EpochMillis>,
+    ) -> Vec<Result<LaunchOutcome, ProvisionError>> {
+        stream::iter(
+            nodes
+                .iter()
+                .map(|node| self.launch(node, snapshot, region, at, created)),
+        )
+        .buffered(LAUNCH_CONCURRENCY)
+        .collect()
+        .await
+    }
+
+    /// Records, launches and records again one planned node, at `at`. Store errors end
+    /// the batch; cloud errors are outcomes.
+    pub(super) async fn launch(
+        &self,
+        node: &PlannedNode,
+        snapshot: &Snapshot,
+        region: &RegionCatalog<'_>,
+        at: SystemTime,
+        created: &BTreeMap<String, EpochMillis>,
+    ) -> Result<LaunchOutcome, ProvisionError> {
+        let launch_id = self.next_launch_id();
+        let pool = snapshot.nodepools.iter().find(|p| p.name() == node.nodepool);
+        let request = request(&launch_id, node, pool, snapshot);
+        let failure = |error: String| LaunchFailure {
+            nodepool: node.nodepool.clone(),
+            instance_type: node.instance_type.clone(),
+            zone: node.zone.clone(),
+            capacity_type: node.capacity_type,
+            error,
+        };
+        // Recorded before CreateFleet: a crash after the call leaves a record (and the
+        // instance its launch-id tag) for housekeeping to follow up.
+        let record = LaunchRecord {
+            id: launch_id.clone(),
+            instance_id: None,
+            nodepool: node.nodepool.clone(),
+            instance_type: node.instance_type.clone(),
+            zone: node.zone.clone(),
+            capacity_type: node.capacity_type,
+            pods: node.pods.clone(),
+            launched_at: epoch_millis(at),
+            state: LaunchState::InFlight,
+            version: 0,
+        };
+        let record = self.store.create_launch(&record).await?;
+        match self.cloud.launch(&request).await {
+            Ok(instance) => {
+                let mut updated = record.clone();
+                updated.instance_id = Some(instance.id.clone());
+                updated.instance_type.clone_from(&instance.instance_type);
+                updated.zone.clone_from(&instance.zone);
+                updated.capacity_type = instance.capacity_type;
+                let updated = self.store.update_launch(&updated).await?;
+                let price = region
+                    .types()
+                    .iter()
+                    .find(|t| t.name == instance.instance_type)
+                    .and_then(|it| region.prices().price(it, &instance.zone, instance.capacity_type))
+                    .unwrap_or(node.price_per_hour);
+                // The longest any of its pods waited, from creation to this CreateFleet.
+                let max_pending_ms = node
+                    .pods
+                    .iter()
+                    .filter_map(|p| created.get(p))
+                    .map(|&t| epoch_millis(at).saturating_sub(t))
+                    .max()
+                    .unwrap_or(0);
+                tracing::info!(
+                    launch_id = %launch_id, instance_id = %instance.id, nodepool = %node.nodepool,
+                    instance_type = %instance.instance_type, zone = %instance.zone,
+                    capacity_type = %instance.capacity_type.label(), price_per_hour = price,
+                    pod_count = node.pods.len(), pods = %node.pods.join(","), max_pending_ms,
+                    "launched"
+                );
+                Ok(LaunchOutcome::Launched(Box::new((
+                    Launched {
+                        launch_id,
+                        instance_id: instance.id,
+                        nodepool: node.nodepool.clone(),
+                        instance_type: instance.instance_type,
+                        zone: instance.zone,
+                        capacity_type: instance.capacity_type,
+                        price_per_hour: price,
+                        pods: node.pods.len(),
+                    },
+                    updated,
+                ))))
+            }
+            Err(CloudError::InsufficientCapacity { offerings }) => {
+                self.store.delete_launch(&launch_id).await?;
+                let until = epoch_millis(at + UNAVAILABLE_FOR);
+                let mut unavailable: Vec<UnavailableOffering> = offerings
+                    .iter()
+                    .map(|o| UnavailableOffering {
+                        instance_type: o.instance_type.clone(),
+                        zone: o.zone.clone(),
+                        capacity_type: o.capacity_type,
+                        until,
+                    })
+                    .collect();
+                if unavailable.is_empty() {
+                    // The cloud named no offering: every one tried is out.
+                    unavailable = node
+                        .instance_types
+                        .iter()
+                        .map(|t| UnavailableOffering {
+                            instance_type: t.clone(),
+                            zone: node.zone.clone(),
+                            capacity_type: node.capacity_type,
+                            until,
+                        })
+                        .collect();
+                }
+                let message = capacity_message(&unavailable);
+                tracing::warn!(launch_id = %launch_id, nodepool = %node.nodepool, zone = %node.zone,
+                    capacity_type = %node.capacity_type.label(), error = %message, "launch: insufficient capacity; re-planning");
+                Ok(LaunchOutcome::OutOfCapacity(unavailable, failure(message)))
+            }
+            Err(e) => {
+                let message = e.to_string();
+                tracing::error!(launch_id = %launch_id, nodepool = %node.nodepool, error = %message, "launch failed");
+                let mut failed = record;
+                failed.state = LaunchState::Failed {
+                    reason: message.clone(),
+                };
+                self.store.update_launch(&failed).await?;
+                Ok(LaunchOutcome::Failed(failure(message)))
+            }
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! Housekeeping as a pure decision: a situation (Nodes, instances, launch and node
+//! records, now) in, the plan out ([`carpool::decide::housekeeping`]).
+
+use std::time::Duration;
+
+use carpool::catalog::{Catalog, RegionCatalog};
+use carpool::decide::housekeeping::{
+    Forget, HousekeepingPlan, Labelling, Observed, Registration, Termination, TerminationReason, plan,
+};
+use carpool::model::CapacityType;
+use carpool::model::well_known as wk;
+use carpool::ports::{EpochMillis, Instance, InstanceState, LaunchRecord, LaunchState, NodeRecord};
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+
+const NOW: EpochMillis = 10_000_000;
+const TTL: Duration = Duration::from_secs(900);
+/// Launched within the TTL.
+const RECENT: EpochMillis = NOW - 60_000;
+/// Launched longer ago than the TTL.
+const OLD: EpochMillis = NOW - 901_000;
+
+fn node(name: &str, instance: &str, labels: serde_json::Value) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": format!("aws:///us-east-1a/{instance}")}
+    }))
+    .unwrap()
+}
+
+fn instance(id: &str, launch_id: &str, launched_at: EpochMillis) -> Instance {
+    Instance {
+        id: id.into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+        nodepool: "default".into(),
+        launch_id: launch_id.into(),
+        state: InstanceState::Running,
+        launched_at,
+    }
+}
+
+fn launch(id: &str, instance: Option<&str>, launched_at: EpochMillis, state: LaunchState) -> LaunchRecord {
+    LaunchRecord {
+        id: id.into(),
+        instance_id: instance.map(str::to_string),
+        nodepool: "default".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+        pods: vec!["shop/api-0".into()],
+        launched_at,
+        state,
+        version: 1,
+    }
+}
+
+fn record(instance: &str) -> NodeRecord {
+    NodeRecord {
+        instance_id: instance.into(),
+        node: format!("node-{instance}"),
+        nodepool: "default".into(),
+        instance_type: "m5.large".into(),
+        capacity_type: CapacityType::OnDemand,
+        price_per_hour: 0.096,
+        launched_at: OLD,
+        version: 1,
+    }
+}
+
+fn m5_large_price(region: &RegionCatalog<'_>) -> f64 {
+    let it = region.types().iter().find(|t| t.name == "m5.large").unwrap();
+    region.prices().price(it, "us-east-1a", CapacityType::OnDemand).unwrap()
+}
+
+fn registration(region: &RegionCatalog<'_>, launch_id: &str, instance: &str, then_forget: bool) -> Registration {
+    let mut registered = launch(
+        launch_id,
+        Some(instance),
+        RECENT,
+        LaunchState::Registered { node: "n1".into() },
+    );
+    registered.version = 1;
+    Registration {
+        launch: registered,
+        node: NodeRecord {
+            instance_id: instance.into(),
+            node: "n1".into(),
+            nodepool: "default".into(),
+            instance_type: "m5.large".into(),
+            capacity_type: CapacityType::OnDemand,
+            price_per_hour: m5_large_price(region),
+            launched_at: RECENT,
+            version: 0,
+        },
+        then_forget,
+    }
+}
+
+fn failed(id: &str, instance: Option<&str>, launched_at: EpochMillis) -> LaunchRecord {
+    launch(
+        id,
+        instance,
+        launched_at,
+        LaunchState::Failed {
+            reason: "the node did not register within 900s".into(),
+        },
+    )
+}
+
+/// A situation: what is listed.
+#[derive(Default)]
+struct World {
+    nodes: Vec<Node>,
+    instances: Vec<Instance>,
+    launches: Vec<LaunchRecord>,
+    node_records: Option<Vec<NodeRecord>>,
+}
+
+impl World {
+    fn plan(&self, region: &RegionCatalog<'_>) -> HousekeepingPlan {
+        let observed = Observed {
+            nodes: &self.nodes,
+            instances: &self.instances,
+            launches: &self.launches,
+            node_records: self.node_records.as_deref(),
+            now: NOW,
+            registration_ttl: TTL,
+        };
+        plan(&observed, region)
+    }
+}
+
+#[test]
+fn each_situation_gets_its_plan() {
+    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+    let in_flight = LaunchState::InFlight;
+    let gone_failed = LaunchState::Failed {
+        reason: "timeout".into(),
+    };
+    let registered = LaunchState::Registered { node: "n1".into() };
+    let full_labels: serde_json::Map<String, serde_json::Value> = region
+        .types()
+        .iter()
+        .find(|t| t.name == "m5.large")
+        .unwrap()
+        .labels()
+        .into_iter()
+        .map(|(k, v)| (k, json!(v)))
+        .chain([(wk::CARPOOL_MANAGED.to_string(), json!("true"))])
+        .collect();
+    let cases: Vec<(&str, World, HousekeepingPlan)> = vec![
+        (
+            "nothing listed: nothing to do",
+            World::default(),
+            HousekeepingPlan::default(),
+        ),
+        (
+            "a launch in flight whose Node appeared is registered, with a node record at the catalog's price",
+            World {
+                nodes: vec![node("n1", "i-1", json!({}))],
+                instances: vec![instance("i-1", "l1", RECENT)],
+                launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
+                node_records: Some(vec![]),
+            },
+            HousekeepingPlan {
+                register: vec![registration(&region, "l1", "i-1", false)],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch interrupted before its instance id was recorded finds its instance by tag",
+            World {
+                nodes: vec![node("n1", "i-1", json!({}))],
+                instances: vec![instance("i-1", "l1", RECENT)],
+                launches: vec![launch("l1", None, RECENT, in_flight.clone())],
+                node_records: Some(vec![]),
+            },
+            HousekeepingPlan {
+                register: vec![registration(&region, "l1", "i-1", false)],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a Node that outlived its instance registers the launch, and its record is forgotten at once",
+            World {
+                nodes: vec![node("n1", "i-1", json!({}))],
+                instances: vec![],
+                launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
+                node_records: Some(vec![]),
+            },
+            HousekeepingPlan {
+                register: vec![registration(&region, "l1", "i-1", true)],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch in flight within the TTL is left alone",
+            World {
+                instances: vec![instance("i-1", "l1", RECENT)],
+                launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan::default(),
+        ),
+        (
+            "an instance whose Node did not register within the TTL is terminated, then its launch failed",
+            World {
+                instances: vec![instance("i-1", "l1", OLD)],
+                launches: vec![launch("l1", Some("i-1"), OLD, in_flight.clone())],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                terminate: vec![Termination {
+                    instance_id: "i-1".into(),
+                    launch_id: Some("l1".into()),
+                    reason: TerminationReason::NotRegistered { ttl_seconds: 900 },
+                    then_write: Some(failed("l1", Some("i-1"), OLD)),
+                }],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch in flight past the TTL with no instance at all is only marked failed",
+            World {
+                launches: vec![launch("l1", None, OLD, in_flight.clone())],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                fail: vec![failed("l1", None, OLD)],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "the instance of a failed launch that never registered is terminated after the TTL",
+            World {
+                instances: vec![instance("i-1", "l1", OLD)],
+                launches: vec![launch("l1", Some("i-1"), OLD, gone_failed.clone())],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                terminate: vec![Termination {
+                    instance_id: "i-1".into(),
+                    launch_id: Some("l1".into()),
+                    reason: TerminationReason::FailedLaunchNotRegistered {
+                        launch_id: "l1".into(),
+                        ttl_seconds: 900,
+                    },
+                    then_write: None,
+                }],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "the instance of a failed launch is left alone within the TTL",
+            World {
+                instances: vec![instance("i-1", "l1", RECENT)],
+                launches: vec![launch("l1", Some("i-1"), RECENT, gone_failed.clone())],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan::default(),
+        ),
+        (
+            "records of launches whose instance is gone are forgotten; a failed launch with no instance after the TTL",
+            World {
+                launches: vec![
+                    launch("l1", Some("i-1"), RECENT, registered.clone()),
+                    launch("l2", Some("i-2"), RECENT, gone_failed.clone()),
+                    launch("l3", None, OLD, gone_failed.clone()),
+                    launch("l4", None, RECENT, gone_failed.clone()),
+                ],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                forget: vec![
+                    Forget::Launch("l1".into()),
+                    Forget::Launch("l2".into()),
+                    Forget::Launch("l3".into()),
+                ],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a registered launch whose instance runs is kept",
+            World {
+                nodes: vec![node("n1", "i-1", json!({}))],
+                instances: vec![instance("i-1", "l1", OLD)],
+                launches: vec![launch("l1", Some("i-1"), OLD, registered.clone())],
+                node_records: Some(vec![record("i-1")]),
+            },
+            HousekeepingPlan::default(),
+        ),
+        (
+            "an instance no record knows and with no Node is terminated after the TTL only",
+            World {
+                nodes: vec![node("n3", "i-3", json!({}))],
+                instances: vec![
+                    instance("i-1", "lost", OLD),
+                    instance("i-2", "", RECENT),
+                    instance("i-3", "", OLD),
+                ],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                terminate: vec![Termination {
+                    instance_id: "i-1".into(),
+                    launch_id: None,
+                    reason: TerminationReason::NoLaunchRecord {
+                        launch_id: "lost".into(),
+                        ttl_seconds: 900,
+                    },
+                    then_write: None,
+                }],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "node records of instances gone are forgotten, after the launch records",
+            World {
+                instances: vec![instance("i-1", "", OLD)],
+                launches: vec![launch("l2", Some("i-2"), OLD, registered.clone())],
+                node_records: Some(vec![record("i-1"), record("i-2")]),
+                nodes: vec![node("n1", "i-1", json!({}))],
+            },
+            HousekeepingPlan {
+                forget: vec![Forget::Launch("l2".into()), Forget::NodeRecord("i-2".into())],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "no node record is forgotten when they could not be listed",
+            World {
+                nodes: vec![node("n1", "i-1", json!({}))],
+                launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
+                node_records: None,
+                ..World::default()
+            },
+            HousekeepingPlan {
+                register: vec![registration(&region, "l1", "i-1", false)],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a Carpool node lacking its type's labels gets them; other nodes and complete ones do not",
+            World {
+                nodes: vec![
+                    node(
+                        "managed",
+                        "i-1",
+                        json!({wk::CARPOOL_MANAGED: "true", wk::INSTANCE_TYPE: "m5.large", wk::ARCH: "amd64"}),
+                    ),
+                    node("foreign", "i-2", json!({wk::INSTANCE_TYPE: "m5.large"})),
+                    node("complete", "i-3", serde_json::Value::Object(full_labels.clone())),
+                    node(
+                        "unknown-type",
+                        "i-4",
+                        json!({wk::CARPOOL_MANAGED: "true", wk::INSTANCE_TYPE: "x9.huge"}),
+                    ),
+                ],
+                node_records: Some(vec![]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                label: vec![Labelling {
+                    node: "managed".into(),
+                    labels: full_labels
+                        .iter()
+                        .filter(|(k, _)| ![wk::CARPOOL_MANAGED, wk::INSTANCE_TYPE, wk::ARCH].contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string)))
+                        .collect(),
+                }],
+                ..HousekeepingPlan::default()
+            },
+        ),
+    ];
+    for (name, world, expected) in cases {
+        let plan = world.plan(&region);
+        assert_eq!(plan, expected, "{name}");
+        assert_eq!(plan.is_empty(), expected == HousekeepingPlan::default(), "{name}");
+    }
+}
+
+#[test]
+fn a_plan_is_a_serde_value_with_typed_reasons() {
+    let plan = HousekeepingPlan {
+        terminate: vec![Termination {
+            instance_id: "i-1".into(),
+            launch_id: None,
+            reason: TerminationReason::NoLaunchRecord {
+                launch_id: "l9".into(),
+                ttl_seconds: 900,
+            },
+            then_write: None,
+        }],
+        forget: vec![Forget::NodeRecord("i-2".into())],
+        ..HousekeepingPlan::default()
+    };
+    let value = serde_json::to_value(&plan).unwrap();
+    assert_eq!(value["terminate"][0]["reason"]["kind"], "no_launch_record");
+    assert_eq!(value["forget"][0], json!({"kind": "node_record", "id": "i-2"}));
+    assert_eq!(serde_json::from_value::<HousekeepingPlan>(value).unwrap(), plan);
+}
+
+#[test]
+fn reasons_read_as_the_reports_and_records_always_said() {
+    assert_eq!(
+        TerminationReason::NotRegistered { ttl_seconds: 900 }.to_string(),
+        "the node did not register within 900s"
+    );
+    assert_eq!(
+        TerminationReason::FailedLaunchNotRegistered {
+            launch_id: "l1".into(),
+            ttl_seconds: 60
+        }
+        .to_string(),
+        "instance of failed launch l1 did not register within 60s"
+    );
+    assert_eq!(
+        TerminationReason::NoLaunchRecord {
+            launch_id: String::new(),
+            ttl_seconds: 900
+        }
+        .to_string(),
+        "instance of launch \"\" has no launch record and no node after 900s"
+    );
+}
