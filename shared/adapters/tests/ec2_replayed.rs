@@ -35,10 +35,13 @@ struct Seen {
     body: String,
 }
 
-/// Answers each request with the next canned (status, content type, body), and records it.
+/// A canned answer: status, content type, body.
+type Answer = (u16, &'static str, String);
+
+/// Answers each request with the next canned answer, and records it.
 #[derive(Clone, Debug, Default)]
 struct Replay {
-    answers: Arc<Mutex<VecDeque<(u16, &'static str, String)>>>,
+    answers: Arc<Mutex<VecDeque<Answer>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -49,7 +52,7 @@ impl Replay {
     }
 
     /// Answers of any status.
-    fn with_status(answers: Vec<(u16, &'static str, String)>) -> Self {
+    fn with_status(answers: Vec<Answer>) -> Self {
         Replay {
             answers: Arc::new(Mutex::new(answers.into())),
             seen: Arc::default(),
@@ -320,7 +323,7 @@ fn launch_request() -> Result<LaunchRequest> {
 
 /// What a launch calls before CreateFleet, answered: the class's subnet and security group,
 /// and its launch template, which exists already (so no CreateLaunchTemplate).
-fn before_create_fleet() -> Vec<(u16, &'static str, String)> {
+fn before_create_fleet() -> Vec<Answer> {
     vec![
         (
             200,
@@ -418,7 +421,7 @@ fn create_fleet_answer(id: &str, described: bool) -> String {
 }
 
 /// EC2's answer to a DescribeInstances of an instance it does not show yet (status 400).
-fn instance_not_found(id: &str) -> (u16, &'static str, String) {
+fn instance_not_found(id: &str) -> Answer {
     (
         400,
         XML,
