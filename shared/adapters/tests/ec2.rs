@@ -1,10 +1,20 @@
 //! The Cloud port on EC2 against the local stack (moto): a launch through `Ec2Cloud`, list,
 //! get and terminate, the launch template's content, and zonal offerings. moto never
-//! reports capacity errors (see `ec2_fleet_errors.rs`) nor pages (see `ec2_replayed.rs`).
+//! reports capacity errors (see `ec2_fleet_errors.rs`) nor pages (see `ec2_replayed.rs`),
+//! and is instantly consistent: a launch whose DescribeInstances answers NotFound is made
+//! here by an interceptor that replaces moto's answer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail, ensure};
+use aws_sdk_ec2::config::interceptors::BeforeDeserializationInterceptorContextMut;
+use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_ec2::types::Filter;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
+use aws_smithy_types::body::SdkBody;
 use base64::Engine as _;
 use carpool::model::{CapacityType, EC2NodeClass};
 use carpool::ports::{Cloud, CloudError, LaunchRequest};
@@ -374,5 +384,108 @@ async fn the_ec2_cloud_keeps_the_cloud_contract_on_moto() -> Result<()> {
     let cloud = cloud(&stack, &unique("contract")).await?;
     let request = launch_request(&format!("{}a", stack.region()?), CapacityType::OnDemand)?;
     carpool::fakes::cloud_contract(&cloud, &request).await;
+    Ok(())
+}
+
+/// EC2's answer to a DescribeInstances of an instance it does not show yet.
+const INSTANCE_NOT_FOUND: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>InvalidInstanceID.NotFound</Code><Message>The instance ID does not exist</Message></Error></Errors><RequestID>ab2f7d31-54e6-4f3a-9c0d-2e1bEXAMPLE</RequestID></Response>"#;
+
+/// While armed, every DescribeInstances goes to moto and its answer is replaced with
+/// `InvalidInstanceID.NotFound` (status 400): what a real account can answer right after a
+/// launch, as EC2 is eventually consistent, and moto, instantly consistent, never does.
+/// Counts the answers it replaced.
+#[derive(Clone, Debug, Default)]
+struct DescribeInstancesNotFound {
+    armed: Arc<AtomicBool>,
+    replaced: Arc<AtomicUsize>,
+}
+
+impl Intercept for DescribeInstancesNotFound {
+    fn name(&self) -> &'static str {
+        "DescribeInstancesNotFound"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let describe = cfg.load::<Metadata>().is_some_and(|m| m.name() == "DescribeInstances");
+        if !describe || !self.armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.replaced.fetch_add(1, Ordering::SeqCst);
+        let response = http::Response::builder()
+            .status(400)
+            .header("content-type", "text/xml;charset=UTF-8")
+            .body(SdkBody::from(INSTANCE_NOT_FOUND))?;
+        *context.response_mut() = HttpResponse::try_from(response)?;
+        Ok(())
+    }
+}
+
+/// Issue 11, "A launch is never lost, and never doubled": a DescribeInstances that answers
+/// NotFound right after CreateFleet. The launch still returns the instance moto launched,
+/// from CreateFleet's answer, and it is the only instance with the launch's id.
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_launch_on_moto_is_not_lost_while_describe_instances_says_not_found() -> Result<()> {
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let config = stack.aws_config().await?;
+    let fault = DescribeInstancesNotFound::default();
+    let ec2 = aws_sdk_ec2::Client::from_conf(
+        aws_sdk_ec2::config::Builder::from(&config)
+            .interceptor(fault.clone())
+            .build(),
+    );
+    let cloud = Ec2Cloud::new(
+        Ec2Clients {
+            ec2,
+            ..Ec2Clients::new(&config)
+        },
+        ClusterInfo::new(unique("ec2"), ENDPOINT, CA_BASE64, SERVICE_CIDR),
+        stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
+    );
+    let zone = format!("{}b", stack.region()?);
+    let request = launch_request(&zone, CapacityType::OnDemand)?;
+
+    fault.armed.store(true, Ordering::SeqCst);
+    let instance = cloud.launch(&request).await?;
+    assert_eq!(instance.zone, zone);
+    assert_eq!(instance.capacity_type, CapacityType::OnDemand);
+    assert_eq!(instance.launch_id, request.launch_id);
+    assert_eq!(instance.nodepool, "general");
+    // The fault is on: the instance is not readable through the cloud.
+    match cloud.get(&instance.id).await {
+        Err(CloudError::NotFound { .. }) => {}
+        other => bail!("expected NotFound while the fault is on, got {other:?}"),
+    }
+    ensure!(fault.replaced.load(Ordering::SeqCst) > 0, "the fault never happened");
+    fault.armed.store(false, Ordering::SeqCst);
+
+    // Without the fault: one instance carries the launch id, the one the launch returned.
+    let tagged = stack
+        .ec2()
+        .await?
+        .describe_instances()
+        .filters(
+            Filter::builder()
+                .name("tag:carpool.sh/launch-id")
+                .values(&request.launch_id)
+                .build(),
+        )
+        .send()
+        .await?;
+    let found: Vec<_> = tagged.reservations().iter().flat_map(|r| r.instances()).collect();
+    let ids: Vec<&str> = found.iter().filter_map(|i| i.instance_id()).collect();
+    assert_eq!(ids, vec![instance.id.as_str()]);
+    assert_eq!(
+        found[0].instance_type().map(|t| t.as_str()),
+        Some(instance.instance_type.as_str())
+    );
+    cloud.terminate(&instance.id).await?;
     Ok(())
 }

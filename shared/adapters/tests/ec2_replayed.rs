@@ -1,5 +1,6 @@
 //! The EC2 adapter against a replayed HTTP client: canned AWS responses, in order, for
-//! what moto cannot show (it never returns a NextToken and has no Pricing API). Needs no
+//! what moto cannot show (it never returns a NextToken, has no Pricing API, and is
+//! instantly consistent, so a DescribeInstances never misses a new instance). Needs no
 //! stack.
 //!
 //! The replay client is a few lines over `aws-smithy-runtime-api`'s `HttpConnector`
@@ -8,8 +9,9 @@
 //! builds on, so the test build would compile aws-sdk-ec2 a second time (minutes and
 //! gigabytes).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::{Context, Result, ensure};
 use aws_config::{BehaviorVersion, Region};
@@ -20,7 +22,8 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::http::Response;
 use aws_smithy_types::body::SdkBody;
-use carpool::ports::{Cloud, InstanceState, OnDemandPrice};
+use carpool::model::{CapacityType, EC2NodeClass};
+use carpool::ports::{Cloud, InstanceState, LaunchRequest, OnDemandPrice, epoch_millis};
 use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 
@@ -32,15 +35,24 @@ struct Seen {
     body: String,
 }
 
-/// Answers each request with the next canned (content type, body), and records it.
+/// A canned answer: status, content type, body.
+type Answer = (u16, &'static str, String);
+
+/// Answers each request with the next canned answer, and records it.
 #[derive(Clone, Debug, Default)]
 struct Replay {
-    answers: Arc<Mutex<VecDeque<(&'static str, String)>>>,
+    answers: Arc<Mutex<VecDeque<Answer>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Replay {
+    /// Answers of status 200.
     fn new(answers: Vec<(&'static str, String)>) -> Self {
+        Self::with_status(answers.into_iter().map(|(t, body)| (200, t, body)).collect())
+    }
+
+    /// Answers of any status.
+    fn with_status(answers: Vec<Answer>) -> Self {
         Replay {
             answers: Arc::new(Mutex::new(answers.into())),
             seen: Arc::default(),
@@ -68,10 +80,11 @@ impl HttpConnector for Replay {
             target: request.headers().get("x-amz-target").map(str::to_string),
             body: String::from_utf8_lossy(request.body().bytes().unwrap_or_default()).into_owned(),
         });
-        let (status, content_type, body) = match self.answers.lock().unwrap().pop_front() {
-            Some((content_type, body)) => (200, content_type, body),
-            None => (500, "text/plain", "the replay ran out of answers".to_string()),
-        };
+        let (status, content_type, body) = self.answers.lock().unwrap().pop_front().unwrap_or((
+            500,
+            "text/plain",
+            "the replay ran out of answers".to_string(),
+        ));
         let response = http::Response::builder()
             .status(status)
             .header("content-type", content_type)
@@ -274,5 +287,242 @@ async fn a_failed_pricing_call_is_an_error_the_caller_can_fall_back_on() -> Resu
     let pricing = Replay::new(vec![]);
     let cloud = cloud("us-west-2", &Replay::default(), &pricing);
     ensure!(cloud.on_demand_prices(&["m5.large".to_string()]).await.is_err());
+    Ok(())
+}
+
+/// The EC2NodeClass of the launch tests: a subnet, a security group and an AMI by id, so
+/// the launch reads no SSM parameter.
+fn node_class() -> Result<EC2NodeClass> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": { "name": "default" },
+        "spec": {
+            "subnetSelectorTerms": [{ "id": "subnet-0a1b2c3d4e5f60001" }],
+            "securityGroupSelectorTerms": [{ "id": "sg-0a1b2c3d4e5f60001" }],
+            "amiSelectorTerms": [{ "id": "ami-0abcdef1234567890" }]
+        }
+    }))?)
+}
+
+/// A spot launch of m5.large or c5.large in us-west-2a, with a launch id shaped like the
+/// provisioner's (`<Lambda request id>-<n>`).
+fn launch_request() -> Result<LaunchRequest> {
+    Ok(LaunchRequest {
+        launch_id: "8f3b1c2e-5d4a-4e6f-9a7b-0c1d2e3f4a5b-0".into(),
+        nodepool: "general".into(),
+        node_class: node_class()?,
+        instance_types: vec!["m5.large".into(), "c5.large".into()],
+        zone: "us-west-2a".into(),
+        capacity_type: CapacityType::Spot,
+        labels: BTreeMap::new(),
+        taints: vec![],
+        startup_taints: vec![],
+    })
+}
+
+/// What a launch calls before CreateFleet, answered: the class's subnet and security group,
+/// and its launch template, which exists already (so no CreateLaunchTemplate).
+fn before_create_fleet() -> Vec<Answer> {
+    vec![
+        (
+            200,
+            XML,
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeSubnetsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+    <requestId>7a62c49f-347e-4fc4-9331-6e8eEXAMPLE</requestId>
+    <subnetSet>
+        <item>
+            <subnetId>subnet-0a1b2c3d4e5f60001</subnetId>
+            <state>available</state>
+            <vpcId>vpc-0a1b2c3d4e5f60001</vpcId>
+            <cidrBlock>10.0.1.0/24</cidrBlock>
+            <availableIpAddressCount>250</availableIpAddressCount>
+            <availabilityZone>us-west-2a</availabilityZone>
+        </item>
+    </subnetSet>
+</DescribeSubnetsResponse>"#
+                .to_string(),
+        ),
+        (
+            200,
+            XML,
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeSecurityGroupsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+    <requestId>59dbff89-35bd-4eac-99ed-be587EXAMPLE</requestId>
+    <securityGroupInfo>
+        <item>
+            <ownerId>123456789012</ownerId>
+            <groupId>sg-0a1b2c3d4e5f60001</groupId>
+            <groupName>nodes</groupName>
+            <groupDescription>nodes</groupDescription>
+            <vpcId>vpc-0a1b2c3d4e5f60001</vpcId>
+        </item>
+    </securityGroupInfo>
+</DescribeSecurityGroupsResponse>"#
+                .to_string(),
+        ),
+        (
+            200,
+            XML,
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeLaunchTemplatesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+    <requestId>1afa6e44-eb38-4229-8db6-d5eaEXAMPLE</requestId>
+    <launchTemplates>
+        <item>
+            <launchTemplateId>lt-0a1b2c3d4e5f60001</launchTemplateId>
+            <launchTemplateName>carpool-0123456789abcdef</launchTemplateName>
+            <defaultVersionNumber>1</defaultVersionNumber>
+            <latestVersionNumber>1</latestVersionNumber>
+        </item>
+    </launchTemplates>
+</DescribeLaunchTemplatesResponse>"#
+                .to_string(),
+        ),
+    ]
+}
+
+/// An instant fleet's answer: one instance `id`, and what the answer says of it (the type
+/// and lifecycle of the instance, the type and zone of the overrides used), or only the id.
+fn create_fleet_answer(id: &str, described: bool) -> String {
+    let details = if described {
+        r"<launchTemplateAndOverrides>
+                <launchTemplateSpecification>
+                    <launchTemplateId>lt-0a1b2c3d4e5f60001</launchTemplateId>
+                    <version>1</version>
+                </launchTemplateSpecification>
+                <overrides>
+                    <instanceType>c5.large</instanceType>
+                    <subnetId>subnet-0a1b2c3d4e5f60001</subnetId>
+                    <availabilityZone>us-west-2a</availabilityZone>
+                </overrides>
+            </launchTemplateAndOverrides>
+            <lifecycle>spot</lifecycle>
+            <instanceType>c5.large</instanceType>"
+    } else {
+        ""
+    };
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<CreateFleetResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+    <requestId>e12d5b9f-7a39-4d1c-9d6a-0c2f8EXAMPLE</requestId>
+    <fleetId>fleet-12a34b55-67cd-8ef9-ba9b-9208dEXAMPLE</fleetId>
+    <errorSet/>
+    <fleetInstanceSet>
+        <item>
+            {details}
+            <instanceIds>
+                <item>{id}</item>
+            </instanceIds>
+        </item>
+    </fleetInstanceSet>
+</CreateFleetResponse>"#
+    )
+}
+
+/// EC2's answer to a DescribeInstances of an instance it does not show yet (status 400).
+fn instance_not_found(id: &str) -> Answer {
+    (
+        400,
+        XML,
+        format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>InvalidInstanceID.NotFound</Code><Message>The instance ID '{id}' does not exist</Message></Error></Errors><RequestID>ab2f7d31-54e6-4f3a-9c0d-2e1bEXAMPLE</RequestID></Response>"#
+        ),
+    )
+}
+
+/// The EC2 action of a request the replay saw.
+fn action(seen: &Seen) -> &str {
+    seen.body
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("Action="))
+        .unwrap_or_default()
+}
+
+/// Issue 11, "A launch is never lost, and never doubled": on a real account a
+/// DescribeInstances right after CreateFleet can answer `InvalidInstanceID.NotFound` (EC2 is
+/// eventually consistent). Here every DescribeInstances would; the launch still returns the
+/// instance, as CreateFleet's answer names it, and CreateFleet carries the launch id as its
+/// ClientToken, so that sending it again cannot launch a second instance.
+#[tokio::test]
+async fn a_launch_is_read_from_create_fleets_answer_while_describe_instances_says_not_found() -> Result<()> {
+    let id = "i-0123456789abcdef0";
+    let mut answers = before_create_fleet();
+    answers.push((200, XML, create_fleet_answer(id, true)));
+    answers.extend((0..4).map(|_| instance_not_found(id)));
+    let ec2 = Replay::with_status(answers);
+    let cloud = cloud("us-west-2", &ec2, &Replay::default());
+    let request = launch_request()?;
+
+    let before = epoch_millis(SystemTime::now());
+    let instance = cloud.launch(&request).await?;
+    let after = epoch_millis(SystemTime::now());
+    assert_eq!(instance.id, id);
+    assert_eq!(instance.instance_type, "c5.large");
+    assert_eq!(instance.zone, "us-west-2a");
+    assert_eq!(instance.capacity_type, CapacityType::Spot);
+    assert_eq!(instance.nodepool, "general");
+    assert_eq!(instance.launch_id, request.launch_id);
+    assert_eq!(instance.state, InstanceState::Pending);
+    ensure!(
+        (before..=after).contains(&instance.launched_at),
+        "{} not in {before}..={after}",
+        instance.launched_at
+    );
+
+    let seen = ec2.seen();
+    let actions: Vec<&str> = seen.iter().map(action).collect();
+    assert_eq!(
+        actions,
+        vec![
+            "DescribeSubnets",
+            "DescribeSecurityGroups",
+            "DescribeLaunchTemplates",
+            "CreateFleet"
+        ]
+    );
+    let create_fleet = &seen[3].body;
+    ensure!(
+        create_fleet.contains(&format!("ClientToken={}&", request.launch_id)),
+        "{create_fleet}"
+    );
+    // No DescribeInstances was asked: every NotFound answer is left.
+    assert_eq!(ec2.left(), 4);
+    Ok(())
+}
+
+/// Issue 11, the same fault on the fallback: an answer naming only the instance id, for a
+/// request of two types, is completed with DescribeInstances, which answers NotFound twice
+/// before it shows the instance; the launch waits that out and returns its type.
+#[tokio::test]
+async fn a_launch_whose_answer_names_no_type_reads_it_once_describe_instances_stops_saying_not_found() -> Result<()> {
+    let id = "i-0123456789abcdef1";
+    let mut answers = before_create_fleet();
+    answers.push((200, XML, create_fleet_answer(id, false)));
+    answers.push(instance_not_found(id));
+    answers.push(instance_not_found(id));
+    answers.push((200, XML, instances_page(id, "us-west-2a", None)));
+    let ec2 = Replay::with_status(answers);
+    let cloud = cloud("us-west-2", &ec2, &Replay::default());
+    let request = launch_request()?;
+
+    let instance = cloud.launch(&request).await?;
+    assert_eq!(instance.id, id);
+    assert_eq!(instance.instance_type, "m5.large");
+    assert_eq!(instance.zone, "us-west-2a");
+    assert_eq!(instance.capacity_type, CapacityType::Spot);
+    assert_eq!(instance.launch_id, request.launch_id);
+    let actions: Vec<String> = ec2.seen().iter().map(|s| action(s).to_string()).collect();
+    assert_eq!(
+        actions[3..],
+        [
+            "CreateFleet",
+            "DescribeInstances",
+            "DescribeInstances",
+            "DescribeInstances"
+        ]
+    );
+    assert_eq!(ec2.left(), 0);
     Ok(())
 }

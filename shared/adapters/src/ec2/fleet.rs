@@ -1,23 +1,25 @@
-//! The launch: a launch template reused by the hash of its content, and the instant fleet
-//! request that launches one instance of one of the request's types in its zone.
+//! The launch: a launch template reused by the hash of its content, the instant fleet
+//! request that launches one instance of one of the request's types in its zone, and what
+//! its answer says was launched.
 //!
 //! Tags: the EC2NodeClass's `spec.tags` go on the launch template and, through CreateFleet,
 //! on the instance and its volumes; Carpool's own tags (cluster, NodePool, launch id,
 //! `Name`) win over user tags of the same key.
 
 use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
 use aws_sdk_ec2::types::{
-    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
-    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType, InstanceType,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest, OnDemandOptionsRequest,
-    RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
-    TargetCapacitySpecificationRequest,
+    CreateFleetInstance, DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy,
+    FleetType, InstanceLifecycle, InstanceType, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
 use std::collections::BTreeMap;
 
 use carpool::model::{CapacityType, EC2NodeClass};
-use carpool::ports::LaunchRequest;
+use carpool::ports::{EpochMillis, Instance, InstanceState, LaunchRequest};
 use serde::Serialize;
 
 use super::block_devices::{BlockDeviceContent, block_devices};
@@ -89,10 +91,7 @@ impl TemplateContent {
     /// `carpool-<16 hex digits>`: FNV-1a 64 of the content's JSON, stable across builds.
     pub fn name(&self) -> String {
         let json = serde_json::to_string(self).unwrap_or_default();
-        let hash = json.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-        format!("carpool-{hash:016x}")
+        format!("carpool-{:016x}", fnv1a64(json.as_bytes()))
     }
 
     /// The launch template data.
@@ -126,6 +125,34 @@ impl TemplateContent {
     /// The launch template's own tag specification.
     pub fn tag_specification(&self) -> TagSpecification {
         tag_specification(ResourceType::LaunchTemplate, &self.tags)
+    }
+}
+
+/// FNV-1a 64: a hash stable across builds and platforms.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The longest client token EC2 accepts.
+const MAX_CLIENT_TOKEN: usize = 64;
+
+/// CreateFleet's `ClientToken` for a launch: its launch id, so that the same launch sent
+/// twice (by the SDK's retries, or by Carpool itself) launches at most one instance.
+///
+/// EC2 documents the token as "a unique, case-sensitive identifier that you provide to
+/// ensure the idempotency of the request", of at most 64 ASCII characters (CreateFleet in
+/// the EC2 API Reference, and "Ensuring idempotency in Amazon EC2 API requests",
+/// <https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html>). Launch ids
+/// are `<owner>-<n>` with the owner a Lambda request id (a 36-character UUID), so they fit;
+/// an id that would not (longer, or not printable ASCII) is replaced by a hash of itself,
+/// still one token per launch id, rather than have every launch refused.
+pub fn client_token(launch_id: &str) -> String {
+    if launch_id.len() <= MAX_CLIENT_TOKEN && launch_id.bytes().all(|b| b.is_ascii_graphic()) {
+        launch_id.to_string()
+    } else {
+        format!("carpool-launch-{:016x}", fnv1a64(launch_id.as_bytes()))
     }
 }
 
@@ -200,7 +227,8 @@ pub fn overrides(request: &LaunchRequest, subnets: &[String]) -> Vec<FleetLaunch
     out
 }
 
-/// A CreateFleet `instant` request for one instance of the request with this template.
+/// A CreateFleet `instant` request for one instance of the request with this template, with
+/// the launch id as its [`client_token`].
 pub fn create_fleet(
     ec2: &aws_sdk_ec2::Client,
     cluster: &str,
@@ -213,6 +241,7 @@ pub fn create_fleet(
         CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
     };
     ec2.create_fleet()
+        .client_token(client_token(&request.launch_id))
         .r#type(FleetType::Instant)
         .target_capacity_specification(
             TargetCapacitySpecificationRequest::builder()
@@ -244,6 +273,78 @@ pub fn create_fleet(
                 .build(),
         )
         .set_tag_specifications(Some(instance_tags(cluster, request)))
+}
+
+/// The instance an instant fleet's answer says it launched, read from the answer alone: no
+/// DescribeInstances, which right after a launch can answer `InvalidInstanceID.NotFound`
+/// (EC2 is eventually consistent) or be throttled, and would lose a launch that happened.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answered {
+    /// `i-…`.
+    pub id: String,
+    /// The type the answer names (the instance's, else its overrides'), else the request's
+    /// only type; `None` when the answer names none and the request allowed several.
+    pub instance_type: Option<String>,
+    /// The answer's zone (the instance's, else its overrides'), else the request's zone:
+    /// every subnet the fleet could pick is in it ([`super::resolve::subnets`] selects the
+    /// class's subnets in the request's zone only).
+    pub zone: String,
+    /// The answer's lifecycle (spot or on-demand), else the request's capacity type.
+    pub capacity_type: CapacityType,
+}
+
+impl Answered {
+    /// The first instance of an answer, or `None` when it launched none.
+    pub fn from_answer(out: &CreateFleetOutput, request: &LaunchRequest) -> Option<Self> {
+        out.instances().iter().find_map(|i| Self::from_instance(i, request))
+    }
+
+    fn from_instance(instance: &CreateFleetInstance, request: &LaunchRequest) -> Option<Self> {
+        let id = instance.instance_ids().first()?.clone();
+        let overrides = instance.launch_template_and_overrides().and_then(|l| l.overrides());
+        let only_type = match request.instance_types.as_slice() {
+            [only] => Some(only.clone()),
+            _ => None,
+        };
+        let instance_type = instance
+            .instance_type()
+            .or_else(|| overrides.and_then(|o| o.instance_type()))
+            .map(|t| t.as_str().to_string())
+            .filter(|t| !t.is_empty())
+            .or(only_type);
+        let zone = instance
+            .availability_zone()
+            .or_else(|| overrides.and_then(|o| o.availability_zone()))
+            .filter(|z| !z.is_empty())
+            .unwrap_or(&request.zone)
+            .to_string();
+        let capacity_type = match instance.lifecycle() {
+            Some(InstanceLifecycle::Spot) => CapacityType::Spot,
+            Some(InstanceLifecycle::OnDemand) => CapacityType::OnDemand,
+            _ => request.capacity_type,
+        };
+        Some(Answered {
+            id,
+            instance_type,
+            zone,
+            capacity_type,
+        })
+    }
+
+    /// Our view of the launched instance, of `instance_type`: pending, of the request's
+    /// NodePool and launch id, launched at `launched_at`.
+    pub fn instance(self, instance_type: String, request: &LaunchRequest, launched_at: EpochMillis) -> Instance {
+        Instance {
+            id: self.id,
+            instance_type,
+            zone: self.zone,
+            capacity_type: self.capacity_type,
+            nodepool: request.nodepool.clone(),
+            launch_id: request.launch_id.clone(),
+            state: InstanceState::Pending,
+            launched_at,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -380,5 +481,93 @@ mod tests {
         assert_eq!(a.name(), a.clone().name());
         assert_ne!(a.name(), b.name());
         assert!(a.name().starts_with("carpool-") && a.name().len() == "carpool-".len() + 16);
+    }
+
+    fn answer(instance: CreateFleetInstance) -> CreateFleetOutput {
+        CreateFleetOutput::builder().instances(instance).build()
+    }
+
+    #[test]
+    fn the_answer_names_the_instance_its_type_zone_and_lifecycle() {
+        use aws_sdk_ec2::types::{FleetLaunchTemplateOverrides, LaunchTemplateAndOverridesResponse};
+        let out = answer(
+            CreateFleetInstance::builder()
+                .instance_ids("i-1")
+                .instance_type(InstanceType::from("c5.large"))
+                .lifecycle(InstanceLifecycle::OnDemand)
+                .launch_template_and_overrides(
+                    LaunchTemplateAndOverridesResponse::builder()
+                        .overrides(
+                            FleetLaunchTemplateOverrides::builder()
+                                .instance_type(InstanceType::from("c5.large"))
+                                .availability_zone("us-east-1b")
+                                .build(),
+                        )
+                        .build(),
+                )
+                .build(),
+        );
+        let got = Answered::from_answer(&out, &request(CapacityType::Spot));
+        assert_eq!(
+            got,
+            Some(Answered {
+                id: "i-1".into(),
+                instance_type: Some("c5.large".into()),
+                zone: "us-east-1b".into(),
+                capacity_type: CapacityType::OnDemand,
+            })
+        );
+        let instance = got.map(|a| a.instance("c5.large".into(), &request(CapacityType::Spot), 42));
+        assert_eq!(
+            instance,
+            Some(Instance {
+                id: "i-1".into(),
+                instance_type: "c5.large".into(),
+                zone: "us-east-1b".into(),
+                capacity_type: CapacityType::OnDemand,
+                nodepool: "default".into(),
+                launch_id: "l-1".into(),
+                state: InstanceState::Pending,
+                launched_at: 42,
+            })
+        );
+    }
+
+    #[test]
+    fn what_the_answer_leaves_out_comes_from_the_request() {
+        let bare = answer(CreateFleetInstance::builder().instance_ids("i-2").build());
+        // Two types allowed: the type stays unknown; the zone and capacity are the request's.
+        assert_eq!(
+            Answered::from_answer(&bare, &request(CapacityType::Spot)),
+            Some(Answered {
+                id: "i-2".into(),
+                instance_type: None,
+                zone: "us-east-1a".into(),
+                capacity_type: CapacityType::Spot,
+            })
+        );
+        let mut one_type = request(CapacityType::OnDemand);
+        one_type.instance_types = vec!["m5.large".into()];
+        let got = Answered::from_answer(&bare, &one_type);
+        assert_eq!(got.and_then(|a| a.instance_type), Some("m5.large".into()));
+        // No instance id: nothing was launched.
+        let none = answer(
+            CreateFleetInstance::builder()
+                .instance_type(InstanceType::from("m5.large"))
+                .build(),
+        );
+        assert_eq!(Answered::from_answer(&none, &one_type), None);
+    }
+
+    #[test]
+    fn the_client_token_is_the_launch_id_when_ec2_accepts_it() {
+        let id = "0f0e2b4c-3a1d-4c7e-9b8a-2d6f1e0c5a7b-12";
+        assert_eq!(client_token(id), id);
+        let long = "x".repeat(65);
+        let token = client_token(&long);
+        assert!(token.len() <= MAX_CLIENT_TOKEN && token.is_ascii(), "{token}");
+        assert_eq!(token, client_token(&long));
+        assert_ne!(token, client_token(&"y".repeat(65)));
+        assert_ne!(client_token("run é-1"), "run é-1");
     }
 }

@@ -7,7 +7,8 @@
 //! - [`user_data`]: the AL2023 nodeadm NodeConfig merged with the class's user data.
 //! - [`mime`]: the MIME multipart document that user data is.
 //! - [`block_devices`]: the volumes of a launch template.
-//! - [`fleet`]: the launch template (content, tags) and the CreateFleet request.
+//! - [`fleet`]: the launch template (content, tags), the CreateFleet request, and the
+//!   instance its answer says was launched.
 //! - [`pricing`]: on-demand prices from the Price List API.
 //! - [`offerings`]: the instance types offered in each zone.
 //! - [`errors`]: SDK errors and fleet errors as `CloudError`.
@@ -23,18 +24,25 @@ pub mod resolve;
 pub mod user_data;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use base64::Engine as _;
 use carpool::model::CapacityType;
 use carpool::ports::{
-    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OnDemandPrice, SpotPrice, ZonalOffering,
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OnDemandPrice, SpotPrice, ZonalOffering, epoch_millis,
 };
 
 use self::errors::{NOT_FOUND_CODES, fleet_failure, map_sdk_err};
-use self::fleet::{CLUSTER_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet, is_template_not_found};
+use self::fleet::{
+    Answered, CLUSTER_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet, is_template_not_found,
+};
 pub use self::instance_profile::NodeRole;
 use crate::cluster_info::ClusterInfo;
+
+/// The waits of [`Ec2Cloud::launched_type`] between DescribeInstances calls that find the
+/// instance not visible yet or are throttled: four calls over 1.5 s at most.
+const LAUNCHED_TYPE_WAITS_MS: [u64; 3] = [250, 500, 750];
 
 /// The SDK clients the EC2 adapter uses.
 #[derive(Clone, Debug)]
@@ -184,6 +192,40 @@ impl Ec2Cloud {
         ))
     }
 
+    /// The type of an instance CreateFleet launched without naming its type, when the
+    /// request allowed several (EC2 names it in practice; this is the fallback): read with
+    /// DescribeInstances, retried a few times over about 1.5 s while the instance is not
+    /// visible yet or the call is throttled. Past that, the request's first (preferred)
+    /// type, with a warning: a launch recorded with a guessed type is better than a launch
+    /// lost, whose instance nothing would clean up and whose pods would launch again.
+    async fn launched_type(&self, id: &str, request: &LaunchRequest) -> String {
+        let guess = request.instance_types.first().cloned().unwrap_or_default();
+        let mut waits = LAUNCHED_TYPE_WAITS_MS.iter();
+        loop {
+            match self.get(id).await {
+                Ok(found) if !found.instance_type.is_empty() => return found.instance_type,
+                Err(e @ (CloudError::NotFound { .. } | CloudError::Throttled { .. })) => {
+                    let Some(wait_ms) = waits.next() else {
+                        tracing::warn!(instance_id = %id, error = %e, "the launched instance is still not readable");
+                        break;
+                    };
+                    tracing::debug!(instance_id = %id, error = %e, "the launched instance is not readable yet");
+                    tokio::time::sleep(Duration::from_millis(*wait_ms)).await;
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(instance_id = %id, error = %e, "could not read the launched instance's type");
+                    break;
+                }
+            }
+        }
+        tracing::warn!(
+            instance_id = %id, launch_id = %request.launch_id, instance_type = %guess,
+            "CreateFleet did not name the launched type; recording the request's first type"
+        );
+        guess
+    }
+
     fn cluster_filter(&self) -> Filter {
         Filter::builder()
             .name(format!("tag:{CLUSTER_TAG}"))
@@ -273,11 +315,19 @@ impl Cloud for Ec2Cloud {
             .send()
             .await
             .map_err(|e| map_sdk_err("CreateFleet", e))?;
-        let id = out.instances().iter().flat_map(|i| i.instance_ids()).next().cloned();
-        match id {
-            Some(id) => self.get(&id).await,
-            None => Err(fleet_failure(out.errors(), &request.zone, request.capacity_type)),
-        }
+        // Dated when CreateFleet answered: Ec2Cloud has no clock port, and the caller dates
+        // its launch record by its own clock anyway.
+        let launched_at = epoch_millis(SystemTime::now());
+        // The outcome is CreateFleet's own answer: a DescribeInstances right after it can
+        // answer NotFound or be throttled, and the launch must not be lost for that.
+        let Some(answered) = Answered::from_answer(&out, request) else {
+            return Err(fleet_failure(out.errors(), &request.zone, request.capacity_type));
+        };
+        let instance_type = match answered.instance_type.clone() {
+            Some(t) => t,
+            None => self.launched_type(&answered.id, request).await,
+        };
+        Ok(answered.instance(instance_type, request, launched_at))
     }
 
     async fn zones(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<String>, CloudError> {
