@@ -3,7 +3,7 @@
 //! - [`provisioning_plan`] turns a [`Snapshot`] and a region's catalog into a
 //!   [`ProvisioningPlan`]: which new nodes to launch (type, alternatives, zone, capacity
 //!   type, pods), which pods go on existing nodes, and which cannot be placed and why.
-//! - [`checker`] re-checks a plan against the input, independently of the planner.
+//! - [`checker`] re-checks a plan against the input, independently of the scheduling.
 //!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
