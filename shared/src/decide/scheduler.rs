@@ -390,7 +390,7 @@ impl Scheduler {
                 Ok(d) => daemonsets.push(d),
                 Err(reason) => plan.skipped.push(templates::Skipped {
                     object: "DaemonSet".into(),
-                    reason,
+                    reason: crate::error_chain::Chain(&reason).to_string(),
                 }),
             }
         }
@@ -411,7 +411,7 @@ impl Scheduler {
                 Ok(info) => pods.push(info),
                 Err(reason) => plan.unschedulable.push(Unschedulable {
                     pod: pod_key(p),
-                    reason: format!("invalid pod: {reason}"),
+                    reason: format!("invalid pod: {}", crate::error_chain::Chain(&reason)),
                 }),
             }
         }
