@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use carpool::catalog::RegionCatalog;
+use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::provision::metrics::batch_metrics;
 use carpool::run::provision::report::quantile;
@@ -93,7 +94,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
                 }
                 tracing::info!(spot_prices = prices.len(), "read live spot prices");
             }
-            Err(e) => tracing::warn!(error = %e, "could not read spot prices; using the embedded spot model"),
+            Err(e) => tracing::warn!(error = %Chain(&e), "could not read spot prices; using the embedded spot model"),
         }
         match on_demand {
             Ok(prices) => {
@@ -102,7 +103,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
                 }
                 tracing::info!(on_demand_prices = prices.len(), "read live on-demand prices");
             }
-            Err(e) => tracing::warn!(error = %e, "could not read on-demand prices; using the embedded table"),
+            Err(e) => tracing::warn!(error = %Chain(&e), "could not read on-demand prices; using the embedded table"),
         }
         match offerings {
             Ok(offered) if !offered.is_empty() => {
@@ -110,7 +111,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
                 region.restrict_to_offered(offered.into_iter().map(|o| (o.instance_type, o.zone)));
             }
             Ok(_) => tracing::warn!("EC2 listed no offerings; using the embedded ones"),
-            Err(e) => tracing::warn!(error = %e, "could not read offerings; using the embedded ones"),
+            Err(e) => tracing::warn!(error = %Chain(&e), "could not read offerings; using the embedded ones"),
         }
         *self
             .prices_read_at
@@ -164,8 +165,9 @@ pub async fn invoke<C: Cloud, K: Cluster, S: StateStore, T: Timer>(
     match app.handle(&context.request_id, deadline).await {
         Ok(report) => Ok(summary(&report)),
         Err(e) => {
-            tracing::error!(error = %e, retryable = e.is_retryable(), "run failed");
-            Err(e.into())
+            tracing::error!(error = %Chain(&e), retryable = e.is_retryable(), "run failed");
+            // The message is the whole chain: the errors keep their causes as sources.
+            Err(Chain(&e).to_string().into())
         }
     }
 }

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::Node;
 use super::report::HousekeepingReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
+use crate::error_chain::Chain;
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known as wk;
 use crate::ports::{
@@ -82,7 +83,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 )
                 .await;
             if let Err(e) = outcome {
-                report.errors.push(format!("launch {}: {e}", launch.id));
+                report.errors.push(format!("launch {}: {}", launch.id, Chain(&e)));
             }
         }
 
@@ -104,7 +105,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     tracing::warn!(instance_id = %instance.id, reason = %reason, "terminated an unregistered instance");
                     report.terminated.push((instance.id.clone(), reason));
                 }
-                Err(e) => report.errors.push(format!("terminate {}: {e}", instance.id)),
+                Err(e) => report.errors.push(format!("terminate {}: {}", instance.id, Chain(&e))),
             }
         }
 
@@ -115,12 +116,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     if !instance_of.contains_key(r.instance_id.as_str()) {
                         match self.store.delete_node(&r.instance_id).await {
                             Ok(()) => report.records_removed += 1,
-                            Err(e) => report.errors.push(format!("node record {}: {e}", r.instance_id)),
+                            Err(e) => report
+                                .errors
+                                .push(format!("node record {}: {}", r.instance_id, Chain(&e))),
                         }
                     }
                 }
             }
-            Err(e) => report.errors.push(format!("node records: {e}")),
+            Err(e) => report.errors.push(format!("node records: {}", Chain(&e))),
         }
 
         // Labels of the instance type on Carpool's nodes.
@@ -151,7 +154,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 .await
             {
                 Ok(()) => report.labelled.push(name),
-                Err(e) => report.errors.push(format!("label node {name}: {e}")),
+                Err(e) => report.errors.push(format!("label node {name}: {}", Chain(&e))),
             }
         }
         for e in &report.errors {
