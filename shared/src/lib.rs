@@ -33,12 +33,15 @@
 //!   report; and the region's catalog with live prices ([`run::price_refresh`]). The
 //!   Lambda handlers call it.
 //!
+//! - [`error_chain`]: an error and its sources in one line, for messages meant for people.
+//!
 //! Nothing here performs I/O or reads the clock except through the ports.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod catalog;
 pub mod decide;
+pub mod error_chain;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fakes;
 pub mod model;

@@ -59,14 +59,17 @@ fn terminating_is_idempotent_and_terminated_instances_leave_the_list() {
     block_on(cloud.terminate(&i.id)).unwrap();
     block_on(cloud.terminate("i-unknown")).unwrap();
     assert!(block_on(cloud.list()).unwrap().is_empty());
-    assert!(matches!(block_on(cloud.get("i-unknown")), Err(CloudError::NotFound(_))));
+    assert!(matches!(
+        block_on(cloud.get("i-unknown")),
+        Err(CloudError::NotFound { .. })
+    ));
 }
 
 #[test]
 fn injected_faults_fail_one_call_each_and_calls_are_recorded() {
     let cloud = FakeCloud::new();
     cloud.inject(CloudFault::Throttled);
-    assert!(matches!(block_on(cloud.list()), Err(CloudError::Throttled(_))));
+    assert!(matches!(block_on(cloud.list()), Err(CloudError::Throttled { .. })));
     assert!(block_on(cloud.list()).is_ok());
     assert_eq!(cloud.calls(), vec!["list", "list"]);
 }
@@ -84,7 +87,7 @@ fn on_demand_prices_answer_for_the_asked_types_and_calls_are_recorded() {
     cloud.inject(CloudFault::Throttled);
     assert!(matches!(
         block_on(cloud.on_demand_prices(&["m5.large".to_string()])),
-        Err(CloudError::Throttled(_))
+        Err(CloudError::Throttled { .. })
     ));
     assert_eq!(
         cloud.calls(),

@@ -2,7 +2,7 @@
 //! runs the independent checker on the plan, and asserts the behaviour a user expects.
 
 use carpool::catalog::Catalog;
-use carpool::decide::checker::check;
+use carpool::decide::checker::{Violation, check};
 use carpool::decide::unschedulable::Kind;
 use carpool::decide::{ProvisioningPlan, Unschedulable, provisioning_plan_with_bound};
 use carpool::snapshot::Snapshot;
@@ -102,7 +102,7 @@ fn every_bundled_example_plans_every_pod_and_passes_the_checker() {
             .unwrap();
         let plan = provisioning_plan_with_bound(&snapshot, &region);
         assert!(plan.unschedulable.is_empty(), "{name}: {:?}", plan.unschedulable);
-        assert_eq!(check(&snapshot, &region, &plan), Vec::<String>::new(), "{name}");
+        assert_eq!(check(&snapshot, &region, &plan), Vec::<Violation>::new(), "{name}");
         assert!(plan.cost_per_hour >= plan.lower_bound_per_hour.unwrap());
         assert!(
             plan.cost_per_hour <= plan.lower_bound_per_hour.unwrap() * 1.35,

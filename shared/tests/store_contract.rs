@@ -24,6 +24,6 @@ fn injected_throttling_surfaces_as_throttled() {
     let store = FakeStore::new();
     store.fail_next(carpool::fakes::StoreErrorKind::Throttled);
     let r = pollster::block_on(store.list_launches());
-    assert!(matches!(r, Err(StoreError::Throttled(_))), "{r:?}");
+    assert!(matches!(r, Err(StoreError::Throttled { .. })), "{r:?}");
     assert!(pollster::block_on(store.list_launches()).is_ok(), "one-shot");
 }

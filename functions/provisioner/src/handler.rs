@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use carpool::catalog::RegionCatalog;
+use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::price_refresh::LiveCatalog;
 use carpool::run::provision::metrics::batch_metrics;
@@ -115,7 +116,7 @@ impl ErrorType {
 pub fn diagnostic(error: &ProvisionError) -> Diagnostic {
     Diagnostic {
         error_type: ErrorType::of(error).as_str().to_string(),
-        error_message: error.to_string(),
+        error_message: Chain(error).to_string(),
     }
 }
 
@@ -137,7 +138,7 @@ pub async fn invoke<C: Cloud, K: Cluster, S: StateStore, T: Timer>(
     match app.handle(&context.request_id, deadline).await {
         Ok(report) => Ok(summary(&report)),
         Err(e) => {
-            tracing::error!(error = %e, retryable = e.is_retryable(), "run failed");
+            tracing::error!(error = %Chain(&e), retryable = e.is_retryable(), "run failed");
             Err(diagnostic(&e))
         }
     }

@@ -20,7 +20,7 @@ pub enum InitError {
     #[error(transparent)]
     Eks(#[from] EksError),
     /// The CA file of the endpoint override cannot be read.
-    #[error("CARPOOL_CLUSTER_CA_FILE {path}: {source}")]
+    #[error("CARPOOL_CLUSTER_CA_FILE {path}")]
     CaFile {
         /// The file.
         path: String,

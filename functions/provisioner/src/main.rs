@@ -14,6 +14,6 @@ async fn main() -> Result<(), Error> {
         .inspect_err(|e| tracing::error!(error = %e, "configuration"))?;
     let app = init::app(config)
         .await
-        .inspect_err(|e| tracing::error!(error = %e, "cold start"))?;
+        .inspect_err(|e| tracing::error!(error = %carpool::error_chain::Chain(e), "cold start"))?;
     run(service_fn(|event: LambdaEvent<Value>| handler::invoke(&app, event))).await
 }

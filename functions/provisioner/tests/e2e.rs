@@ -567,7 +567,7 @@ async fn an_instance_that_never_registers_is_terminated_after_the_registration_t
         ensure!(
             matches!(
                 state,
-                Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound(_))
+                Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound { .. })
             ),
             "{state:?}"
         );

@@ -57,7 +57,10 @@ where
             detail: "condition failed".into(),
         },
         "ThrottlingException" | "ProvisionedThroughputExceededException" | "RequestLimitExceeded" => {
-            StoreError::Throttled(format!("{key}: {code}"))
+            StoreError::Throttled {
+                what: format!("{key}: {code}"),
+                source: Box::new(e),
+            }
         }
         _ => StoreError::Api(Box::new(e)),
     }

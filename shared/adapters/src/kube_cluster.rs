@@ -47,17 +47,22 @@ fn ec2nodeclasses_resource() -> ApiResource {
     )
 }
 
-/// Maps a kube error to the port's, `what` naming the object.
+/// Maps a kube error to the port's, `what` naming the object. The apiserver's `Status`
+/// (or kube's error) is the source.
 fn map_err(what: &str, e: kube::Error) -> ClusterError {
+    let what = what.to_string();
     match e {
         kube::Error::Api(s) => match s.code {
-            404 => ClusterError::NotFound(format!("{what}: {}", s.message)),
+            404 => ClusterError::NotFound { what, source: Some(s) },
             409 => ClusterError::Conflict(format!("{what}: {}", s.message)),
-            429 => ClusterError::Throttled(format!("{what}: {}", s.message)),
-            401 | 403 => ClusterError::Unauthorized(format!("{what}: {}", s.message)),
+            429 => ClusterError::Throttled { what, source: s },
+            401 | 403 => ClusterError::Unauthorized { what, source: s },
             _ => ClusterError::Api(Box::new(kube::Error::Api(s))),
         },
-        kube::Error::Auth(e) => ClusterError::Unauthorized(format!("{what}: {e}")),
+        kube::Error::Auth(e) => ClusterError::Unauthorized {
+            what,
+            source: Box::new(kube::Error::Auth(e)),
+        },
         other => ClusterError::Api(Box::new(other)),
     }
 }

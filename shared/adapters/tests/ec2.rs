@@ -17,7 +17,7 @@ use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
 use aws_smithy_types::body::SdkBody;
 use base64::Engine as _;
 use carpool::model::{CapacityType, EC2NodeClass};
-use carpool::ports::{Cloud, CloudError, LaunchRequest};
+use carpool::ports::{Cloud, CloudError, LaunchRequest, NodeClassReason};
 use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_tests::{Stack, shared, unique};
@@ -213,7 +213,7 @@ async fn get_of_an_unknown_instance_is_not_found_and_terminating_it_succeeds() -
     let stack = Stack::load()?;
     let cloud = cloud(&stack, &unique("ec2")).await?;
     match cloud.get("i-0123456789abcdef0").await {
-        Err(CloudError::NotFound(id)) => assert_eq!(id, "i-0123456789abcdef0"),
+        Err(CloudError::NotFound { id, .. }) => assert_eq!(id, "i-0123456789abcdef0"),
         other => bail!("expected NotFound, got {other:?}"),
     }
     cloud.terminate("i-0123456789abcdef0").await?;
@@ -229,7 +229,12 @@ async fn a_zone_without_subnets_fails_before_launching() -> Result<()> {
         .launch(&launch_request("us-east-1f", CapacityType::OnDemand)?)
         .await
     {
-        Err(CloudError::Api(e)) => assert!(e.to_string().contains("no subnet"), "{e}"),
+        Err(
+            e @ CloudError::NodeClass {
+                reason: NodeClassReason::NoSubnetInZone { .. },
+                ..
+            },
+        ) => assert!(e.to_string().contains("no subnet"), "{e}"),
         other => bail!("expected an error, got {other:?}"),
     }
     Ok(())
@@ -339,14 +344,19 @@ async fn a_role_other_than_the_configured_one_fails_before_launching() -> Result
     let mut request = launch_request(&zone, CapacityType::OnDemand)?;
     request.node_class = rich_node_class()?;
     match cloud.launch(&request).await {
-        Err(CloudError::Api(e)) => {
+        Err(
+            e @ CloudError::NodeClass {
+                reason: NodeClassReason::RoleWithoutInstanceProfile { .. },
+                ..
+            },
+        ) => {
             let msg = e.to_string();
             ensure!(
                 msg.contains("EC2NodeClass rich") && msg.contains("spec.instanceProfile"),
                 "{msg}"
             );
         }
-        other => bail!("expected an Api error, got {other:?}"),
+        other => bail!("expected a NodeClass error, got {other:?}"),
     }
     ensure!(cloud.list().await?.is_empty(), "nothing launched");
     Ok(())

@@ -148,8 +148,9 @@ async fn a_client_from_eks_access_sends_the_token_and_a_401_surfaces_as_unauthor
     let client = tokio::time::timeout(CALL, access.client()).await??;
     let cluster = KubeCluster::new(client);
     match tokio::time::timeout(CALL, cluster.nodes()).await? {
-        Err(ClusterError::Unauthorized(detail)) => {
+        Err(e @ ClusterError::Unauthorized { .. }) => {
             // 401 "Unauthorized", not 403 "forbidden ... system:anonymous".
+            let detail = carpool::error_chain::Chain(&e).to_string();
             ensure!(detail.ends_with(": Unauthorized"), "{detail}");
             ensure!(!detail.contains("k8s-aws-v1."), "{detail}");
             Ok(())
@@ -195,7 +196,7 @@ async fn no_credentials_or_tokens_appear_in_logs() -> Result<()> {
     let access = access.with_endpoint_override(local_apiserver(&stack)?);
     let client = tokio::time::timeout(CALL, access.client()).await??;
     let result = tokio::time::timeout(CALL, KubeCluster::new(client).nodes()).await?;
-    ensure!(matches!(result, Err(ClusterError::Unauthorized(_))), "{result:?}");
+    ensure!(matches!(result, Err(ClusterError::Unauthorized { .. })), "{result:?}");
     let token = access.tokens().token().await?;
 
     let logs = String::from_utf8(buffer.0.lock().unwrap().clone())?;

@@ -107,7 +107,7 @@ async fn a_throttling_endpoint_is_retried_and_surfaces_as_throttled() -> Result<
 
     let result = tokio::time::timeout(Duration::from_secs(30), store.list_launches()).await?;
     match result {
-        Err(StoreError::Throttled(detail)) => ensure!(detail.contains("ThrottlingException"), "{detail}"),
+        Err(StoreError::Throttled { what, .. }) => ensure!(what.contains("ThrottlingException"), "{what}"),
         other => bail!("expected Throttled, got {other:?}"),
     }
     let seen = requests.load(Ordering::SeqCst);

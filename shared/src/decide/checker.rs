@@ -1,8 +1,14 @@
 //! An independent check of a provisioning plan against its input.
 //!
-//! It shares no code with the planner beyond the model (quantities, requirements,
-//! tolerations, selectors, the catalog's allocatable formula): it rebuilds every node of the
-//! plan, in its final state, from the snapshot alone, and checks that
+//! It shares the planner's reading of the input, not its decisions. Beyond the model
+//! (quantities, requirements, selectors, the catalog's allocatable formula), it reads pods
+//! with [`PodInfo`] (requests, requirement branches with volume zones, spreads, affinity
+//! terms, host ports), DaemonSets with [`DaemonSetInfo`], taints with
+//! [`untolerated`](super::taints::untolerated), and NodePools with
+//! [`templates::build`] (their instance types, offerings, labels, allocatable net of
+//! DaemonSets, limits and usage): a mistake in those readings would escape it. It shares
+//! none of the scheduling (classes, relaxation, placement, packing): it rebuilds every node
+//! of the plan, in its final state, from the snapshot and the plan alone, and checks that
 //!
 //! - every provisionable pod is placed exactly once or reported unschedulable with a
 //!   reason, and no other pod is placed;
@@ -16,11 +22,15 @@
 //! - required pod affinity and anti-affinity hold in both directions, and every
 //!   `DoNotSchedule` spread's skew is within `maxSkew` over the domains the pod may use.
 //!
-//! The result is the list of violations, empty for a valid plan.
+//! The result is the list of [`Violation`]s, empty for a valid plan.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Pod, Taint};
+
+mod violation;
+
+pub use violation::{NewNode, NodeRef, TypeProblem, Violation};
 
 use super::daemonsets::DaemonSetInfo;
 use super::plan::ProvisioningPlan;
@@ -41,12 +51,11 @@ struct Placed<'a> {
 
 /// A node in the final state.
 struct FinalNode {
-    name: String,
+    name: NodeRef,
     labels: BTreeMap<String, String>,
     taints: Vec<Taint>,
     allocatable: Resources,
     used: Resources,
-    new: bool,
 }
 
 fn pod_infos(snapshot: &Snapshot, volumes: &Volumes<'_>, filter: impl Fn(&Pod) -> bool) -> Vec<(String, PodInfo)> {
@@ -59,7 +68,7 @@ fn pod_infos(snapshot: &Snapshot, volumes: &Volumes<'_>, filter: impl Fn(&Pod) -
 }
 
 /// Checks `plan` against `snapshot` and the region's catalog.
-pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &ProvisioningPlan) -> Vec<String> {
+pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &ProvisioningPlan) -> Vec<Violation> {
     let mut v = Vec::new();
     let volumes = Volumes::new(&snapshot.pvcs, &snapshot.pvs);
     let pending = pod_infos(snapshot, &volumes, is_provisionable);
@@ -77,20 +86,23 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
     }
     for (k, _) in &pending {
         match seen.get(k.as_str()) {
-            None => v.push(format!("pod {k} is neither placed nor reported unschedulable")),
-            Some(n) if *n > 1 => v.push(format!("pod {k} appears {n} times in the plan")),
+            None => v.push(Violation::Unplanned { pod: k.clone() }),
+            Some(n) if *n > 1 => v.push(Violation::Repeated {
+                pod: k.clone(),
+                times: *n,
+            }),
             _ => {}
         }
     }
     let bad: HashSet<&str> = snapshot.bad_pods.iter().map(|(k, _)| k.as_str()).collect();
     for k in seen.keys() {
         if !pending_keys.contains(k) && !bad.contains(k) && !plan.unschedulable.iter().any(|u| u.pod == *k) {
-            v.push(format!("pod {k} is placed but is not a pending pod"));
+            v.push(Violation::NotPending { pod: k.to_string() });
         }
     }
     for u in &plan.unschedulable {
         if u.reasons.is_empty() {
-            v.push(format!("pod {} is unschedulable without a reason", u.pod));
+            v.push(Violation::NoReason { pod: u.pod.clone() });
         }
     }
 
@@ -115,20 +127,18 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         labels.entry(wk::HOSTNAME.into()).or_insert_with(|| node.name.clone());
         by_name.insert(node.name.clone(), nodes.len());
         nodes.push(FinalNode {
-            name: node.name.clone(),
+            name: NodeRef::Existing(node.name.clone()),
             labels,
             taints: node.taints.clone(),
             allocatable: node.allocatable.clone(),
             used: Resources::default(),
-            new: false,
         });
         if !(node.ready && !node.unschedulable && !node.terminating)
             && plan.existing.iter().any(|e| e.node == node.name)
         {
-            v.push(format!(
-                "existing node {} is not usable (not ready, cordoned or terminating)",
-                node.name
-            ));
+            v.push(Violation::UnusableNode {
+                node: node.name.clone(),
+            });
         }
     }
     let bound = pod_infos(snapshot, &volumes, |p| {
@@ -168,7 +178,7 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
 
     for e in &plan.existing {
         let Some(&n) = by_name.get(&e.node) else {
-            v.push(format!("existing node {} is not in the input", e.node));
+            v.push(Violation::UnknownNode { node: e.node.clone() });
             continue;
         };
         for k in &e.pods {
@@ -182,25 +192,35 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         if let Some(&n) = by_name.get(&e.node)
             && let Err(r) = nodes[n].used.fits_in(&nodes[n].allocatable)
         {
-            v.push(format!("existing node {}: {r} exceeds allocatable", e.node));
+            v.push(Violation::ExistingOverfull {
+                node: e.node.clone(),
+                resource: r.to_string(),
+            });
         }
     }
 
     let mut pool_usage: HashMap<&str, (Resources, i64)> = HashMap::new();
     for (i, pn) in plan.nodes.iter().enumerate() {
-        let label = format!("new node {} ({} {})", i + 1, pn.instance_type, pn.zone);
+        let label = NewNode {
+            index: i,
+            instance_type: pn.instance_type.clone(),
+            zone: pn.zone.clone(),
+        };
         let Some(pool) = pools.iter().find(|t| t.name == pn.nodepool) else {
-            v.push(format!("{label}: NodePool {} is not in the input", pn.nodepool));
+            v.push(Violation::UnknownNodePool {
+                node: label,
+                nodepool: pn.nodepool.clone(),
+            });
             continue;
         };
         if pn.instance_types.first() != Some(&pn.instance_type) {
-            v.push(format!("{label}: instance_types does not start with instance_type"));
+            v.push(Violation::TypeNotFirst { node: label.clone() });
         }
         if pn.instance_types.len() > super::plan::MAX_ALTERNATIVES {
-            v.push(format!(
-                "{label}: more than {} alternatives",
-                super::plan::MAX_ALTERNATIVES
-            ));
+            v.push(Violation::TooManyAlternatives {
+                node: label.clone(),
+                max: super::plan::MAX_ALTERNATIVES,
+            });
         }
         let pods: Vec<&PodInfo> = pn
             .pods
@@ -212,14 +232,19 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         for (a, name) in pn.instance_types.iter().enumerate() {
             match check_type(pool, region, name, pn, &pods, &requests, &daemonsets) {
                 Ok(labels) => alternative_labels.push(labels),
-                Err(e) => v.push(format!(
-                    "{label}: {} {name}: {e}",
-                    if a == 0 { "type" } else { "alternative" }
-                )),
+                Err(problem) => v.push(Violation::BadType {
+                    node: label.clone(),
+                    alternative: a != 0,
+                    instance_type: name.clone(),
+                    problem,
+                }),
             }
         }
-        if let Err(e) = pool.requirements.check_min_values(alternative_labels.iter()) {
-            v.push(format!("{label}: {e}"));
+        if let Err(unmet) = pool.requirements.check_min_values(alternative_labels.iter()) {
+            v.push(Violation::MinValues {
+                node: label.clone(),
+                unmet,
+            });
         }
         let Some(it) = pool.types.iter().find(|o| o.instance_type.name == pn.instance_type) else {
             continue;
@@ -234,12 +259,11 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         labels.insert(wk::HOSTNAME.into(), format!("planned-node-{i}"));
         let n = nodes.len();
         nodes.push(FinalNode {
-            name: label,
+            name: NodeRef::New(label),
             labels,
             taints: pool.taints.clone(),
             allocatable: it.net.clone(),
             used: requests,
-            new: true,
         });
         for p in pods {
             placed.push(Placed { info: p, node: n });
@@ -250,7 +274,12 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         for (name, limit) in &t.limits {
             let used = t.used.get(name).copied().unwrap_or(0) + if name == "nodes" { count } else { planned.get(name) };
             if used > *limit {
-                v.push(format!("NodePool {}: limit {name}={limit} exceeded ({used})", t.name));
+                v.push(Violation::LimitExceeded {
+                    nodepool: t.name.clone(),
+                    resource: name.clone(),
+                    limit: *limit,
+                    used,
+                });
             }
         }
     }
@@ -262,32 +291,39 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         let is_pending = pending_keys.contains(pl.info.key.as_str());
         if is_pending {
             if let Some(t) = untolerated(&pl.info.tolerations, &node.taints) {
-                v.push(format!(
-                    "pod {} does not tolerate taint {} of {}",
-                    pl.info.key, t.key, node.name
-                ));
+                v.push(Violation::Untolerated {
+                    pod: pl.info.key.clone(),
+                    taint: t.key.clone(),
+                    node: node.name.clone(),
+                });
             }
             if !pl.info.branches.iter().any(|b| b.matches_labels(&node.labels).is_ok()) {
-                v.push(format!(
-                    "pod {}: no node requirement branch matches {}",
-                    pl.info.key, node.name
-                ));
+                v.push(Violation::NoBranch {
+                    pod: pl.info.key.clone(),
+                    node: node.name.clone(),
+                });
             }
         }
         for hp in &pl.info.host_ports {
             let list = ports.entry(pl.node).or_default();
             if list.iter().any(|o| o.conflicts(hp)) {
-                v.push(format!(
-                    "pod {}: host port {} conflicts on {}",
-                    pl.info.key, hp.port, node.name
-                ));
+                v.push(Violation::HostPortConflict {
+                    pod: pl.info.key.clone(),
+                    port: hp.port,
+                    node: node.name.clone(),
+                });
             }
             list.push(hp);
         }
     }
-    for node in nodes.iter().filter(|n| n.new) {
-        if let Err(r) = node.used.fits_in(&node.allocatable) {
-            v.push(format!("{}: {r} exceeds allocatable after DaemonSets", node.name));
+    for node in &nodes {
+        if let NodeRef::New(new) = &node.name
+            && let Err(r) = node.used.fits_in(&node.allocatable)
+        {
+            v.push(Violation::NewOverfull {
+                node: new.clone(),
+                resource: r.to_string(),
+            });
         }
     }
 
@@ -297,7 +333,10 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         let p = pl.info;
         for t in &p.affinity {
             let Some(d) = domain(pl.node, &t.key) else {
-                v.push(format!("pod {}: node has no {} for pod affinity", p.key, t.key));
+                v.push(Violation::NoAffinityDomain {
+                    pod: p.key.clone(),
+                    key: t.key.clone(),
+                });
                 continue;
             };
             let others: Vec<&Placed<'_>> = placed
@@ -310,10 +349,11 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
             let alone = t.matches(&p.namespace, &p.labels);
             // Kubernetes lets the first pod of a self-affine group start anywhere.
             if !(here || (alone && others.is_empty())) {
-                v.push(format!(
-                    "pod {}: required pod affinity on {} has no matching pod in {d}",
-                    p.key, t.key
-                ));
+                v.push(Violation::AffinityUnmet {
+                    pod: p.key.clone(),
+                    key: t.key.clone(),
+                    domain: d,
+                });
             }
         }
         for q in &placed {
@@ -324,10 +364,11 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
                 for t in &a.anti_affinity {
                     let same = domain(pl.node, &t.key).is_some() && domain(pl.node, &t.key) == domain(q.node, &t.key);
                     if same && t.matches(&b.namespace, &b.labels) {
-                        v.push(format!(
-                            "pods {} and {}: anti-affinity on {} violated",
-                            p.key, q.info.key, t.key
-                        ));
+                        v.push(Violation::AntiAffinity {
+                            pod: p.key.clone(),
+                            other: q.info.key.clone(),
+                            key: t.key.clone(),
+                        });
                     }
                 }
             }
@@ -354,14 +395,18 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
             };
             let skew = count_in(&mine) - min;
             if skew > s.max_skew {
-                v.push(format!(
-                    "pod {}: spread on {} has skew {skew} > maxSkew {} in {mine}",
-                    p.key, s.key, s.max_skew
-                ));
+                v.push(Violation::Skew {
+                    pod: p.key.clone(),
+                    key: s.key.clone(),
+                    skew,
+                    max_skew: s.max_skew,
+                    domain: mine,
+                });
             }
         }
     }
-    v.sort();
+    // In the order of their messages, as a list of strings would sort.
+    v.sort_by_cached_key(ToString::to_string);
     v.dedup();
     v
 }
@@ -402,21 +447,21 @@ fn check_type(
     pods: &[&PodInfo],
     requests: &Resources,
     daemonsets: &[DaemonSetInfo],
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, TypeProblem> {
     let it = region
         .types()
         .iter()
         .find(|t| t.name == name)
-        .ok_or("not offered in the region")?;
+        .ok_or(TypeProblem::NotInRegion)?;
     let price = region
         .prices()
         .price(it, &pn.zone, pn.capacity_type)
-        .ok_or("no offering in this zone and capacity type")?;
+        .ok_or(TypeProblem::NoOffering)?;
     if name == pn.instance_type && (price - pn.price_per_hour).abs() > 1e-9 {
-        return Err(format!(
-            "price {} differs from the offering's {price}",
-            pn.price_per_hour
-        ));
+        return Err(TypeProblem::PriceDiffers {
+            planned: pn.price_per_hour,
+            offered: price,
+        });
     }
     let mut labels = it.labels();
     labels.extend(pool.labels.clone());
@@ -425,10 +470,10 @@ fn check_type(
     labels.insert(wk::REGION.into(), region.region().into());
     pool.requirements
         .matches_labels(&labels)
-        .map_err(|e| format!("NodePool requirements: {e}"))?;
+        .map_err(TypeProblem::NodePoolRequirements)?;
     for p in pods {
         if !p.branches.iter().any(|b| b.matches_labels(&labels).is_ok()) {
-            return Err(format!("pod {} requirements do not match", p.key));
+            return Err(TypeProblem::PodRequirements { pod: p.key.clone() });
         }
     }
     let full = crate::catalog::allocatable::with_settings(it, &pool.settings);
@@ -440,6 +485,8 @@ fn check_type(
     requests
         .plus(&overhead)
         .fits_in(&full.allocatable)
-        .map_err(|r| format!("{r} does not fit with DaemonSets"))?;
+        .map_err(|r| TypeProblem::DoesNotFit {
+            resource: r.to_string(),
+        })?;
     Ok(labels)
 }

@@ -11,10 +11,39 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::taints::untolerated;
-use crate::model::pod_requests::effective_requests;
-use crate::model::pod_requirements::pod_requirement_branches;
+use crate::model::pod_requests::{RequestsError, effective_requests};
+use crate::model::pod_requirements::{PodRequirementError, pod_requirement_branches};
 use crate::model::well_known as wk;
 use crate::model::{Requirements, Resources};
+
+/// A DaemonSet that cannot be read; each reason names it (`namespace/name`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DaemonSetError {
+    /// It has no pod template spec.
+    #[error("DaemonSet {name} has no pod template spec")]
+    NoPodSpec {
+        /// `namespace/name`.
+        name: String,
+    },
+    /// Its pod's resource requests cannot be read.
+    #[error("DaemonSet {name}")]
+    Requests {
+        /// `namespace/name`.
+        name: String,
+        /// The bad requests.
+        #[source]
+        source: RequestsError,
+    },
+    /// Its pod's node requirements cannot be read.
+    #[error("DaemonSet {name}")]
+    Requirements {
+        /// `namespace/name`.
+        name: String,
+        /// The bad requirement.
+        #[source]
+        source: PodRequirementError,
+    },
+}
 
 /// A DaemonSet's pod, read for placement.
 #[derive(Clone, Debug)]
@@ -31,7 +60,7 @@ pub struct DaemonSetInfo {
 
 impl DaemonSetInfo {
     /// Reads a DaemonSet; the error names it and what is wrong.
-    pub fn from_k8s(ds: &DaemonSet) -> Result<Self, String> {
+    pub fn from_k8s(ds: &DaemonSet) -> Result<Self, DaemonSetError> {
         let name = format!(
             "{}/{}",
             ds.metadata.namespace.as_deref().unwrap_or("default"),
@@ -41,10 +70,16 @@ impl DaemonSetInfo {
             .spec
             .as_ref()
             .and_then(|s| s.template.spec.as_ref())
-            .ok_or_else(|| format!("DaemonSet {name} has no pod template spec"))?;
-        let mut requests = effective_requests(spec).map_err(|e| format!("DaemonSet {name}: {e}"))?;
+            .ok_or_else(|| DaemonSetError::NoPodSpec { name: name.clone() })?;
+        let mut requests = effective_requests(spec).map_err(|source| DaemonSetError::Requests {
+            name: name.clone(),
+            source,
+        })?;
         requests.pods += 1;
-        let branches = pod_requirement_branches(spec).map_err(|e| format!("DaemonSet {name}: {e}"))?;
+        let branches = pod_requirement_branches(spec).map_err(|source| DaemonSetError::Requirements {
+            name: name.clone(),
+            source,
+        })?;
         Ok(DaemonSetInfo {
             name,
             requests,

@@ -5,7 +5,7 @@
 //!   type, pods), which pods go on existing nodes, and which cannot be placed and why.
 //! - [`nodepools`] drops the NodePools whose EC2NodeClass is missing, and says what
 //!   becomes of the pods when no NodePool is left.
-//! - [`checker`] re-checks a plan against the input, independently of the planner.
+//! - [`checker`] re-checks a plan against the input, independently of the scheduling.
 //! - [`housekeeping`] turns the Nodes, instances and records of a cluster into a
 //!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,
 //!   instances to terminate (with the reason), records to forget.

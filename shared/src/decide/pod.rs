@@ -7,11 +7,59 @@ use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm,
 };
 
-use super::selector::Selector;
-use crate::model::pod_requests::effective_requests;
-use crate::model::pod_requirements::{from_k8s as requirement_from_k8s, pod_requirement_branches};
+use super::selector::{Selector, SelectorError};
+use crate::model::pod_requests::{RequestsError, effective_requests};
+use crate::model::pod_requirements::{PodRequirementError, from_k8s as requirement_from_k8s, pod_requirement_branches};
+use crate::model::requirements::RequirementError;
 use crate::model::well_known::ZONE;
 use crate::model::{Requirements, Resources};
+
+/// A pod that cannot be read for scheduling, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    /// It has no spec.
+    #[error("pod has no spec")]
+    NoSpec,
+    /// Its resource requests cannot be read.
+    #[error(transparent)]
+    Requests(#[from] RequestsError),
+    /// A resource request is negative.
+    #[error("negative request for {resource}")]
+    NegativeRequest {
+        /// The resource.
+        resource: String,
+    },
+    /// Its node requirements cannot be read.
+    #[error(transparent)]
+    Requirements(#[from] PodRequirementError),
+    /// The node affinity of a PersistentVolume it mounts cannot be read.
+    #[error("volume {claim}")]
+    Volume {
+        /// The PersistentVolumeClaim's name.
+        claim: String,
+        /// The bad requirement.
+        #[source]
+        source: RequirementError,
+    },
+    /// A preferred node affinity term cannot be read.
+    #[error("preferred node affinity [{index}]")]
+    PreferredNodeAffinity {
+        /// The term's index.
+        index: usize,
+        /// The bad requirement.
+        #[source]
+        source: RequirementError,
+    },
+    /// A label selector (of a spread or a pod affinity term) cannot be compiled.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// A topology spread constraint's `maxSkew` is below 1.
+    #[error("topologySpreadConstraints: maxSkew {max_skew} must be at least 1")]
+    MaxSkew {
+        /// The `maxSkew` given.
+        max_skew: i32,
+    },
+}
 
 /// A topology spread constraint.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -123,7 +171,7 @@ impl<'a> Volumes<'a> {
     }
 
     /// The node requirement branches of the volumes a pod mounts (zones of bound PVs).
-    fn branches(&self, pod: &Pod, namespace: &str) -> Result<Vec<Requirements>, String> {
+    fn branches(&self, pod: &Pod, namespace: &str) -> Result<Vec<Requirements>, PodError> {
         let mut out = vec![Requirements::new()];
         let claims = pod
             .spec
@@ -161,7 +209,10 @@ impl<'a> Volumes<'a> {
                     if e.key == "topology.ebs.csi.aws.com/zone" || e.key == "failure-domain.beta.kubernetes.io/zone" {
                         e.key = ZONE.to_string();
                     }
-                    r.add(requirement_from_k8s(&e).map_err(|err| format!("volume {}: {err}", claim.claim_name))?);
+                    r.add(requirement_from_k8s(&e).map_err(|source| PodError::Volume {
+                        claim: claim.claim_name.clone(),
+                        source,
+                    })?);
                 }
                 pv_branches.push(r);
             }
@@ -221,7 +272,7 @@ fn affinity_term(
     namespace: &str,
     labels: &BTreeMap<String, String>,
     weight: i32,
-) -> Result<AffinityTerm, String> {
+) -> Result<AffinityTerm, PodError> {
     let mut selector = match &t.label_selector {
         Some(s) => Selector::from_k8s(s)?,
         // A term without a selector matches no pod.
@@ -251,7 +302,7 @@ fn weighted(
     terms: &[WeightedPodAffinityTerm],
     ns: &str,
     labels: &BTreeMap<String, String>,
-) -> Result<Vec<AffinityTerm>, String> {
+) -> Result<Vec<AffinityTerm>, PodError> {
     terms
         .iter()
         .map(|w| affinity_term(&w.pod_affinity_term, ns, labels, w.weight))
@@ -282,17 +333,19 @@ impl PodInfo {
     }
 
     /// Reads a pod; the error says what makes it unreadable.
-    pub fn from_pod(pod: &Pod, volumes: &Volumes<'_>) -> Result<PodInfo, String> {
-        let spec = pod.spec.as_ref().ok_or("pod has no spec")?;
+    pub fn from_pod(pod: &Pod, volumes: &Volumes<'_>) -> Result<PodInfo, PodError> {
+        let spec = pod.spec.as_ref().ok_or(PodError::NoSpec)?;
         let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let mut requests = effective_requests(spec).map_err(|e| e.to_string())?;
+        let mut requests = effective_requests(spec)?;
         if let Some(bad) = requests.any_negative() {
-            return Err(format!("negative request for {bad}"));
+            return Err(PodError::NegativeRequest {
+                resource: bad.to_string(),
+            });
         }
         requests.pods += 1;
 
-        let pod_branches = pod_requirement_branches(spec).map_err(|e| e.to_string())?;
+        let pod_branches = pod_requirement_branches(spec)?;
         let volume_branches = volumes.branches(pod, &namespace)?;
         let branches = pod_branches
             .iter()
@@ -310,7 +363,7 @@ impl PodInfo {
         {
             let mut r = Requirements::new();
             for e in p.preference.match_expressions.iter().flatten() {
-                r.add(requirement_from_k8s(e).map_err(|err| format!("preferred node affinity [{i}]: {err}"))?);
+                r.add(requirement_from_k8s(e).map_err(|source| PodError::PreferredNodeAffinity { index: i, source })?);
             }
             preferred.push((p.weight, r));
         }
@@ -328,10 +381,7 @@ impl PodInfo {
                 }
             }
             if c.max_skew < 1 {
-                return Err(format!(
-                    "topologySpreadConstraints: maxSkew {} must be at least 1",
-                    c.max_skew
-                ));
+                return Err(PodError::MaxSkew { max_skew: c.max_skew });
             }
             spreads.push(Spread {
                 key: c.topology_key.clone(),
@@ -346,7 +396,7 @@ impl PodInfo {
 
         let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
         let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
-        let required = |terms: Option<&Vec<PodAffinityTerm>>| -> Result<Vec<AffinityTerm>, String> {
+        let required = |terms: Option<&Vec<PodAffinityTerm>>| -> Result<Vec<AffinityTerm>, PodError> {
             terms
                 .into_iter()
                 .flatten()

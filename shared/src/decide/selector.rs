@@ -4,6 +4,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+/// A label selector that cannot be compiled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A `matchExpressions` operator that is not `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    #[error("unknown label selector operator {0:?}")]
+    UnknownOperator(String),
+}
+
 /// One selector expression.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Expr {
@@ -21,7 +29,7 @@ pub struct Selector {
 
 impl Selector {
     /// Compiles a selector; an unknown operator is an error naming it.
-    pub fn from_k8s(s: &LabelSelector) -> Result<Self, String> {
+    pub fn from_k8s(s: &LabelSelector) -> Result<Self, SelectorError> {
         let mut exprs: Vec<Expr> = s
             .match_labels
             .iter()
@@ -35,7 +43,7 @@ impl Selector {
                 "NotIn" => Expr::NotIn(e.key.clone(), values),
                 "Exists" => Expr::Exists(e.key.clone()),
                 "DoesNotExist" => Expr::DoesNotExist(e.key.clone()),
-                other => return Err(format!("unknown label selector operator {other:?}")),
+                other => return Err(SelectorError::UnknownOperator(other.to_string())),
             });
         }
         Ok(Selector { exprs })

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use super::Injected;
 use crate::model::EC2NodeClass;
 use crate::ports::{
     Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,
@@ -128,8 +129,14 @@ impl FakeCloud {
             return Ok(state);
         }
         Err(match state.faults.remove(0) {
-            CloudFault::Throttled => CloudError::Throttled(format!("injected on {call}")),
-            CloudFault::Unauthorized => CloudError::Unauthorized(format!("injected on {call}")),
+            CloudFault::Throttled => CloudError::Throttled {
+                what: call,
+                source: Injected::boxed(),
+            },
+            CloudFault::Unauthorized => CloudError::Unauthorized {
+                what: call,
+                source: Injected::boxed(),
+            },
             CloudFault::Api => CloudError::Api(format!("injected failure on {call}").into()),
         })
     }
@@ -181,11 +188,10 @@ impl Cloud for FakeCloud {
 
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {
         let state = self.enter(format!("get {id}"))?;
-        state
-            .instances
-            .get(id)
-            .cloned()
-            .ok_or_else(|| CloudError::NotFound(id.to_string()))
+        state.instances.get(id).cloned().ok_or_else(|| CloudError::NotFound {
+            id: id.to_string(),
+            source: None,
+        })
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {

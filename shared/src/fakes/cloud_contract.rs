@@ -55,7 +55,7 @@ pub async fn cloud_contract<C: Cloud>(cloud: &C, request: &LaunchRequest) {
     );
     let missing = cloud.get(UNKNOWN_INSTANCE).await;
     assert!(
-        matches!(&missing, Err(CloudError::NotFound(id)) if id == UNKNOWN_INSTANCE),
+        matches!(&missing, Err(CloudError::NotFound { id, .. }) if id == UNKNOWN_INSTANCE),
         "get of an unknown instance is NotFound: {missing:?}"
     );
 }

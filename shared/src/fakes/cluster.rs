@@ -9,6 +9,7 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatu
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 
+use super::Injected;
 use crate::decide::selector::Selector;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::{EC2NodeClass, NodePool};
@@ -146,9 +147,10 @@ impl State {
     }
 
     fn node_mut(&mut self, name: &str) -> Result<&mut Node, ClusterError> {
-        self.nodes
-            .get_mut(name)
-            .ok_or_else(|| ClusterError::NotFound(format!("node {name}")))
+        self.nodes.get_mut(name).ok_or_else(|| ClusterError::NotFound {
+            what: format!("node {name}"),
+            source: None,
+        })
     }
 
     fn evict(&mut self, k: Key) -> Eviction {
@@ -302,10 +304,19 @@ impl FakeCluster {
         if !failures.is_empty() {
             let what = format!("injected on {call}");
             return Err(match failures.remove(0) {
-                ClusterErrorKind::NotFound => ClusterError::NotFound(what),
+                ClusterErrorKind::NotFound => ClusterError::NotFound {
+                    what,
+                    source: Some(Injected::boxed()),
+                },
                 ClusterErrorKind::Conflict => ClusterError::Conflict(what),
-                ClusterErrorKind::Throttled => ClusterError::Throttled(what),
-                ClusterErrorKind::Unauthorized => ClusterError::Unauthorized(what),
+                ClusterErrorKind::Throttled => ClusterError::Throttled {
+                    what,
+                    source: Injected::boxed(),
+                },
+                ClusterErrorKind::Unauthorized => ClusterError::Unauthorized {
+                    what,
+                    source: Injected::boxed(),
+                },
                 ClusterErrorKind::Api => ClusterError::Api(what.into()),
             });
         }

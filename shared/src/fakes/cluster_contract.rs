@@ -298,7 +298,7 @@ fn annotation(node: &Node, key: &str) -> Option<String> {
 }
 
 fn not_found<T: std::fmt::Debug>(r: &Result<T, ClusterError>) -> bool {
-    matches!(r, Err(ClusterError::NotFound(_)))
+    matches!(r, Err(ClusterError::NotFound { .. }))
 }
 
 /// Runs the Cluster contract (see [`Cluster`]) against `cluster`, which holds `scene`

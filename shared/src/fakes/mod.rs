@@ -6,6 +6,7 @@ mod cloud;
 mod cloud_contract;
 mod cluster;
 mod cluster_contract;
+mod injected;
 mod store;
 mod store_contract;
 
@@ -14,5 +15,6 @@ pub use cloud::{CloudFault, FakeCloud};
 pub use cloud_contract::{UNKNOWN_INSTANCE, cloud_contract};
 pub use cluster::{ClusterErrorKind, FakeCluster, PDB_BLOCKS, SEVERAL_PDBS};
 pub use cluster_contract::{ClusterScene, KEEP_LABEL, cluster_contract, disrupted_taint, keep_taint};
+pub use injected::Injected;
 pub use store::{FakeStore, StoreErrorKind};
 pub use store_contract::store_contract;

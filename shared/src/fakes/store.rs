@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::Injected;
 use crate::ports::{
     DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering, epoch_millis,
     sort_key,
@@ -70,7 +71,10 @@ impl FakeStore {
         let mut failures = lock(&self.fail_next);
         if !failures.is_empty() {
             return Err(match failures.remove(0) {
-                StoreErrorKind::Throttled => StoreError::Throttled(format!("injected on {call}")),
+                StoreErrorKind::Throttled => StoreError::Throttled {
+                    what: call,
+                    source: Injected::boxed(),
+                },
                 StoreErrorKind::Api => StoreError::Api(format!("injected failure on {call}").into()),
             });
         }

@@ -37,7 +37,7 @@ pub enum NodeError {
     #[error("node has no metadata.name")]
     NoName,
     /// A bad quantity in `status.allocatable`.
-    #[error("node {node}: status.allocatable: {source}")]
+    #[error("node {node}: status.allocatable")]
     Allocatable {
         /// The node name.
         node: String,

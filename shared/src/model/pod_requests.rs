@@ -22,7 +22,7 @@ use super::resources::{ResourceError, Resources};
 
 /// A pod whose resource requests cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {source}")]
+#[error("{field}")]
 pub struct RequestsError {
     /// The field path of the bad list, e.g. `spec.containers[1].resources.requests`.
     pub field: String,
@@ -210,6 +210,7 @@ containers:
         let s = spec("containers: [{name: a, resources: {requests: {memory: lots}}}]");
         let err = effective_requests(&s).unwrap_err();
         assert_eq!(err.field, "spec.containers[0].resources");
-        assert!(err.to_string().contains("memory"), "{err}");
+        let message = crate::error_chain::Chain(&err).to_string();
+        assert!(message.contains("memory"), "{message}");
     }
 }

@@ -17,7 +17,7 @@ use super::well_known::HOSTNAME;
 
 /// A pod's node requirement that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {source}")]
+#[error("{field}")]
 pub struct PodRequirementError {
     /// The field path, e.g.
     /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[1]`.

@@ -45,7 +45,7 @@ pub struct Resources {
 
 /// A resource list that holds a bad quantity.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("resource {resource:?}: {source}")]
+#[error("resource {resource:?}")]
 pub struct ResourceError {
     /// The resource name whose quantity is bad.
     pub resource: String,
@@ -237,7 +237,7 @@ mod tests {
     fn a_bad_quantity_names_its_resource() {
         let err = Resources::from_k8s(&list(&[("memory", "1Gb")])).unwrap_err();
         assert_eq!(err.resource, "memory");
-        assert!(err.to_string().contains("\"1Gb\""));
+        assert!(crate::error_chain::Chain(&err).to_string().contains("\"1Gb\""));
     }
 
     #[test]

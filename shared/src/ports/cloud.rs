@@ -119,7 +119,65 @@ pub struct ZonalOffering {
     pub zone: String,
 }
 
+/// The error an implementation keeps as the source of a [`CloudError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The role a deployment made an instance profile for, as a [`NodeClassReason`] names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfiguredNodeRole {
+    /// The IAM role.
+    pub role: String,
+    /// Its instance profile.
+    pub instance_profile: String,
+}
+
+/// What is wrong with an EC2NodeClass that keeps it from launching. The message follows
+/// the class's name (`EC2NodeClass <name> <reason>`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodeClassReason {
+    /// Its subnet selector terms select no subnet in the zone asked for.
+    #[error("selects no subnet in {zone}")]
+    NoSubnetInZone {
+        /// The zone.
+        zone: String,
+    },
+    /// Its security group selector terms select no security group.
+    #[error("selects no security group")]
+    NoSecurityGroup,
+    /// It sets a `spec.role` that is not the deployment's node role, and no
+    /// `spec.instanceProfile`: Carpool does not create instance profiles.
+    #[error(
+        "sets spec.role {role:?}, but Carpool does not create instance profiles and was deployed {}; set \
+         spec.instanceProfile, or deploy Carpool with node role {role:?}",
+        match configured {
+            Some(c) => format!("with node role {:?} (instance profile {:?})", c.role, c.instance_profile),
+            None => "without a node role".to_string(),
+        }
+    )]
+    RoleWithoutInstanceProfile {
+        /// The class's `spec.role`.
+        role: String,
+        /// The deployment's node role, if it has one.
+        configured: Option<ConfiguredNodeRole>,
+    },
+    /// The SSM parameter that names its AMI has no value.
+    #[error("reads its AMI from SSM parameter {parameter}, which has no value")]
+    EmptySsmParameter {
+        /// The parameter's name.
+        parameter: String,
+    },
+    /// Its `spec.userData` cannot be merged into the node's user data (the error's source
+    /// says why).
+    #[error("has a userData that cannot be used")]
+    UserData,
+}
+
 /// A cloud that cannot do what was asked.
+///
+/// Only [`Throttled`](CloudError::Throttled) is worth a blind retry. A
+/// [`NodeClass`](CloudError::NodeClass) error is the configuration's: it lasts until
+/// someone fixes the EC2NodeClass (or the deployment), so it is not retryable; a launch
+/// that fails with it is reported as a failed launch, as any other launch error.
 #[derive(Debug, thiserror::Error)]
 pub enum CloudError {
     /// No capacity for any of the offerings tried.
@@ -129,17 +187,46 @@ pub enum CloudError {
         offerings: Vec<OfferingKey>,
     },
     /// The instance does not exist.
-    #[error("{0} not found")]
-    NotFound(String),
+    #[error("{id} not found")]
+    NotFound {
+        /// The instance (or what was looked for).
+        id: String,
+        /// The cloud's answer, when it gave an error rather than no instance.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// Throttled, and retries ran out.
-    #[error("throttled: {0}")]
-    Throttled(String),
+    #[error("throttled: {what}")]
+    Throttled {
+        /// The call and the cloud's error code.
+        what: String,
+        /// The cloud's error.
+        #[source]
+        source: BoxError,
+    },
     /// The credentials may not do this.
-    #[error("unauthorized: {0}")]
-    Unauthorized(String),
+    #[error("unauthorized: {what}")]
+    Unauthorized {
+        /// The call and the cloud's error code.
+        what: String,
+        /// The cloud's error.
+        #[source]
+        source: BoxError,
+    },
+    /// An EC2NodeClass whose configuration cannot launch.
+    #[error("EC2NodeClass {node_class} {reason}")]
+    NodeClass {
+        /// The class's name.
+        node_class: String,
+        /// What is wrong with it.
+        reason: NodeClassReason,
+        /// The error behind the reason, when there is one (the userData's).
+        #[source]
+        source: Option<BoxError>,
+    },
     /// Any other failure.
-    #[error("cloud: {0}")]
-    Api(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("cloud")]
+    Api(#[source] BoxError),
 }
 
 /// Carpool's instances in one cluster.
@@ -147,7 +234,10 @@ pub enum CloudError {
 /// Contract:
 /// - `launch` launches exactly one instance (CreateFleet, target capacity 1) of one of the
 ///   request's types in its zone and capacity type, trying them in the order given; when
-///   none has capacity it is `InsufficientCapacity` naming every offering that failed.
+///   none has capacity it is `InsufficientCapacity` naming every offering that failed;
+///   when the request's EC2NodeClass cannot launch (no subnet in the zone, no security
+///   group, a role without an instance profile, an AMI parameter without a value) it is
+///   `NodeClass` with the reason, before anything is launched.
 /// - `get` of an unknown instance is `NotFound`; `list` returns every instance of this
 ///   cluster that is not terminated.
 /// - `terminate` is idempotent: terminating a terminated or unknown instance succeeds.

@@ -60,19 +60,37 @@ pub type MetadataPatch = BTreeMap<String, Option<String>>;
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// The object does not exist.
-    #[error("{0} not found")]
-    NotFound(String),
+    #[error("{what} not found")]
+    NotFound {
+        /// The object (and the call).
+        what: String,
+        /// The apiserver's answer, when it gave one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The object changed between read and write (HTTP 409).
     #[error("conflict: {0}")]
     Conflict(String),
     /// The apiserver throttled the call (HTTP 429 not caused by a PDB) and retries ran out.
-    #[error("throttled: {0}")]
-    Throttled(String),
+    #[error("throttled: {what}")]
+    Throttled {
+        /// The object (and the call).
+        what: String,
+        /// The apiserver's answer.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The credentials were refused (HTTP 401) or lack the permission (HTTP 403).
-    #[error("unauthorized: {0}")]
-    Unauthorized(String),
+    #[error("unauthorized: {what}")]
+    Unauthorized {
+        /// The object (and the call).
+        what: String,
+        /// The apiserver's (or the credentials') error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Any other failure: transport, decoding, another status.
-    #[error("kubernetes api: {0}")]
+    #[error("kubernetes api")]
     Api(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 

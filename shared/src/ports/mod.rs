@@ -13,6 +13,7 @@ mod cluster;
 mod store;
 
 pub use clock::{Clock, EpochMillis, SystemClock, Timer, epoch_millis};
+pub use cloud::{BoxError, ConfiguredNodeRole, NodeClassReason};
 pub use cloud::{
     Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,
 };

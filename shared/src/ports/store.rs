@@ -187,13 +187,25 @@ pub enum StoreError {
         detail: String,
     },
     /// The item does not exist.
-    #[error("{0} not found")]
-    NotFound(String),
+    #[error("{key} not found")]
+    NotFound {
+        /// The item's sort key.
+        key: String,
+        /// The service's answer, when it gave one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The service throttled the call and retries ran out.
-    #[error("throttled: {0}")]
-    Throttled(String),
+    #[error("throttled: {what}")]
+    Throttled {
+        /// The item (or the call) and the service's error code.
+        what: String,
+        /// The service's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Any other failure of the service.
-    #[error("state store: {0}")]
+    #[error("state store")]
     Api(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 

@@ -71,7 +71,9 @@ impl<'a> LiveCatalog<'a> {
                 }
                 tracing::info!(spot_prices = prices.len(), "read live spot prices");
             }
-            Err(e) => tracing::warn!(error = %e, "could not read spot prices; using the embedded spot model"),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain::Chain(&e), "could not read spot prices; using the embedded spot model")
+            }
         }
         match on_demand {
             Ok(prices) => {
@@ -80,7 +82,9 @@ impl<'a> LiveCatalog<'a> {
                 }
                 tracing::info!(on_demand_prices = prices.len(), "read live on-demand prices");
             }
-            Err(e) => tracing::warn!(error = %e, "could not read on-demand prices; using the embedded table"),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain::Chain(&e), "could not read on-demand prices; using the embedded table")
+            }
         }
         match offerings {
             Ok(offered) if !offered.is_empty() => {
@@ -88,7 +92,9 @@ impl<'a> LiveCatalog<'a> {
                 region.restrict_to_offered(offered.into_iter().map(|o| (o.instance_type, o.zone)));
             }
             Ok(_) => tracing::warn!("EC2 listed no offerings; using the embedded ones"),
-            Err(e) => tracing::warn!(error = %e, "could not read offerings; using the embedded ones"),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain::Chain(&e), "could not read offerings; using the embedded ones")
+            }
         }
         *lock(&self.read_at) = Some(now);
     }

@@ -1,12 +1,13 @@
 //! Mapping EC2 failures to `CloudError`: SDK errors by their code, and the `errors` list of
 //! an instant fleet that launched nothing to `InsufficientCapacity` naming the offerings.
+//! The SDK's error (or the fleet's) stays the `CloudError`'s source.
 
 use std::collections::BTreeSet;
 
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{CreateFleetError, InstanceLifecycle};
 use carpool::model::CapacityType;
-use carpool::ports::{CloudError, OfferingKey};
+use carpool::ports::{BoxError, CloudError, OfferingKey};
 
 /// Fleet error codes that mean "no capacity for this offering": the offering should be
 /// marked unavailable and another one tried.
@@ -36,16 +37,46 @@ const UNAUTHORIZED_CODES: &[&str] = &[
 /// Codes that mean the instance does not exist.
 pub const NOT_FOUND_CODES: &[&str] = &["InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"];
 
-/// Maps an error code and message to a `CloudError`, when the code says what it is.
-fn by_code(code: &str, what: &str) -> Option<CloudError> {
+/// One entry of an instant fleet's `errors` list, as an error.
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct FleetError {
+    /// The error code.
+    pub code: String,
+    /// The message.
+    pub message: String,
+}
+
+impl From<&CreateFleetError> for FleetError {
+    fn from(e: &CreateFleetError) -> Self {
+        FleetError {
+            code: e.error_code().unwrap_or("?").to_string(),
+            message: e.error_message().unwrap_or_default().to_string(),
+        }
+    }
+}
+
+/// Maps an error code to a `CloudError` when the code says what it is, `what` naming the
+/// call or the object, with `source` (the error) as its source; gives `source` back
+/// otherwise.
+fn by_code(code: &str, what: &str, source: BoxError) -> Result<CloudError, BoxError> {
     if THROTTLE_CODES.contains(&code) {
-        Some(CloudError::Throttled(format!("{what}: {code}")))
+        Ok(CloudError::Throttled {
+            what: format!("{what}: {code}"),
+            source,
+        })
     } else if UNAUTHORIZED_CODES.contains(&code) {
-        Some(CloudError::Unauthorized(format!("{what}: {code}")))
+        Ok(CloudError::Unauthorized {
+            what: format!("{what}: {code}"),
+            source,
+        })
     } else if NOT_FOUND_CODES.contains(&code) {
-        Some(CloudError::NotFound(what.to_string()))
+        Ok(CloudError::NotFound {
+            id: what.to_string(),
+            source: Some(source),
+        })
     } else {
-        None
+        Err(source)
     }
 }
 
@@ -56,7 +87,7 @@ where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     let code = e.code().unwrap_or_default().to_string();
-    by_code(&code, what).unwrap_or_else(|| CloudError::Api(Box::new(e)))
+    by_code(&code, what, Box::new(e)).unwrap_or_else(CloudError::Api)
 }
 
 /// Whether a fleet error code means no capacity.
@@ -102,7 +133,8 @@ pub fn fleet_failure(errors: &[CreateFleetError], zone: &str, capacity_type: Cap
     }
     for error in errors {
         let code = error.error_code().unwrap_or_default();
-        if let Some(e) = by_code(code, error.error_message().unwrap_or("CreateFleet")) {
+        let what = error.error_message().unwrap_or("CreateFleet");
+        if let Ok(e) = by_code(code, what, Box::new(FleetError::from(error))) {
             return e;
         }
     }
@@ -221,12 +253,12 @@ mod tests {
         let throttled = vec![error("RequestLimitExceeded", "m5.large", None, None)];
         assert!(matches!(
             fleet_failure(&throttled, "us-east-1a", CapacityType::Spot),
-            CloudError::Throttled(_)
+            CloudError::Throttled { .. }
         ));
         let unauthorized = vec![error("UnauthorizedOperation", "m5.large", None, None)];
         assert!(matches!(
             fleet_failure(&unauthorized, "us-east-1a", CapacityType::OnDemand),
-            CloudError::Unauthorized(_)
+            CloudError::Unauthorized { .. }
         ));
     }
 

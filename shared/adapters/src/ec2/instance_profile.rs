@@ -5,7 +5,7 @@
 //! other role is an error.
 
 use carpool::model::EC2NodeClass;
-use carpool::ports::CloudError;
+use carpool::ports::{CloudError, ConfiguredNodeRole, NodeClassReason};
 
 /// The node role the deployment made an instance profile for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,21 +36,17 @@ pub fn instance_profile(
     };
     match configured {
         Some(c) if role_name(&c.role) == role_name(role) => Ok(Some(c.instance_profile.clone())),
-        _ => Err(CloudError::Api(
-            format!(
-                "EC2NodeClass {} sets spec.role {role:?}, but Carpool does not create instance profiles and was \
-                 deployed {}; set spec.instanceProfile, or deploy Carpool with node role {role:?}",
-                node_class.name(),
-                match configured {
-                    Some(c) => format!(
-                        "with node role {:?} (instance profile {:?})",
-                        c.role, c.instance_profile
-                    ),
-                    None => "without a node role".to_string(),
-                }
-            )
-            .into(),
-        )),
+        _ => Err(CloudError::NodeClass {
+            node_class: node_class.name().to_string(),
+            reason: NodeClassReason::RoleWithoutInstanceProfile {
+                role: role.clone(),
+                configured: configured.map(|c| ConfiguredNodeRole {
+                    role: c.role.clone(),
+                    instance_profile: c.instance_profile.clone(),
+                }),
+            },
+            source: None,
+        }),
     }
 }
 
@@ -108,13 +104,18 @@ mod tests {
         let c = class(serde_json::json!({ "role": "KarpenterNodeRole-demo" }));
         for configured in [Some(configured()), None] {
             match instance_profile(&c, configured.as_ref()) {
-                Err(CloudError::Api(e)) => {
+                Err(
+                    e @ CloudError::NodeClass {
+                        reason: NodeClassReason::RoleWithoutInstanceProfile { .. },
+                        ..
+                    },
+                ) => {
                     let msg = e.to_string();
                     assert!(msg.contains("EC2NodeClass gpu"), "{msg}");
                     assert!(msg.contains("spec.instanceProfile"), "{msg}");
                     assert!(msg.contains("KarpenterNodeRole-demo"), "{msg}");
                 }
-                other => panic!("expected Api, got {other:?}"),
+                other => panic!("expected a NodeClass error, got {other:?}"),
             }
         }
     }

@@ -30,7 +30,8 @@ use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use base64::Engine as _;
 use carpool::model::CapacityType;
 use carpool::ports::{
-    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OnDemandPrice, SpotPrice, ZonalOffering, epoch_millis,
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, NodeClassReason, OnDemandPrice, SpotPrice,
+    ZonalOffering, epoch_millis,
 };
 
 use self::errors::{NOT_FOUND_CODES, fleet_failure, map_sdk_err};
@@ -167,9 +168,11 @@ impl Ec2Cloud {
         let image_id = resolve::ami(&self.ssm, node_class, &self.ami_ssm_parameter).await?;
         let security_groups = resolve::security_groups(&self.ec2, node_class).await?;
         if security_groups.is_empty() {
-            return Err(CloudError::Api(
-                format!("EC2NodeClass {} selects no security group", node_class.name()).into(),
-            ));
+            return Err(CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::NoSecurityGroup,
+                source: None,
+            });
         }
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
         let document = user_data::user_data(
@@ -178,8 +181,14 @@ impl Ec2Cloud {
             &taints,
             node_class.spec.user_data.as_deref(),
         )
-        .map_err(|e| {
-            CloudError::Api(format!("EC2NodeClass {}: {e}: {}", node_class.name(), source_chain(&e)).into())
+        .map_err(|e| match e {
+            // The class's userData is the class's mistake; writing the NodeConfig is ours.
+            user_data::UserDataError::Mime(_) => CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::UserData,
+                source: Some(Box::new(e)),
+            },
+            user_data::UserDataError::Yaml(_) => CloudError::Api(Box::new(e)),
         })?;
         let user_data = base64::engine::general_purpose::STANDARD.encode(document);
         Ok(TemplateContent::new(
@@ -255,17 +264,6 @@ impl Ec2Cloud {
     }
 }
 
-/// The causes of an error, joined.
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut out = Vec::new();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push(c.to_string());
-        cause = c.source();
-    }
-    out.join(": ")
-}
-
 /// Our view of an EC2 instance; `None` without an id.
 pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
     let tags: BTreeMap<&str, &str> = i.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
@@ -300,14 +298,13 @@ impl Cloud for Ec2Cloud {
     async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
         let subnets = resolve::subnets(&self.ec2, &request.node_class, &request.zone).await?;
         if subnets.is_empty() {
-            return Err(CloudError::Api(
-                format!(
-                    "EC2NodeClass {} selects no subnet in {}",
-                    request.node_class.name(),
-                    request.zone
-                )
-                .into(),
-            ));
+            return Err(CloudError::NodeClass {
+                node_class: request.node_class.name().to_string(),
+                reason: NodeClassReason::NoSubnetInZone {
+                    zone: request.zone.clone(),
+                },
+                source: None,
+            });
         }
         let content = self.template_content(request).await?;
         let template = self.ensure_launch_template(&content).await?;
@@ -339,8 +336,14 @@ impl Cloud for Ec2Cloud {
             Ok(found) => found
                 .into_iter()
                 .find(|i| i.id == id)
-                .ok_or_else(|| CloudError::NotFound(id.to_string())),
-            Err(CloudError::NotFound(_)) => Err(CloudError::NotFound(id.to_string())),
+                .ok_or_else(|| CloudError::NotFound {
+                    id: id.to_string(),
+                    source: None,
+                }),
+            Err(CloudError::NotFound { source, .. }) => Err(CloudError::NotFound {
+                id: id.to_string(),
+                source,
+            }),
             Err(e) => Err(e),
         }
     }

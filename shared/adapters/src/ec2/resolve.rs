@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::Filter;
 use carpool::model::EC2NodeClass;
-use carpool::ports::CloudError;
+use carpool::ports::{CloudError, NodeClassReason};
 
 use super::errors::map_sdk_err;
 
@@ -141,7 +141,13 @@ pub async fn ami(
     out.parameter()
         .and_then(|p| p.value())
         .map(str::to_string)
-        .ok_or_else(|| CloudError::Api(format!("SSM parameter {parameter} has no value").into()))
+        .ok_or_else(|| CloudError::NodeClass {
+            node_class: node_class.name().to_string(),
+            reason: NodeClassReason::EmptySsmParameter {
+                parameter: parameter.to_string(),
+            },
+            source: None,
+        })
 }
 
 #[cfg(test)]

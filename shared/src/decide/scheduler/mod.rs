@@ -160,7 +160,7 @@ impl Scheduler {
                 Ok(d) => daemonsets.push(d),
                 Err(reason) => plan.skipped.push(templates::Skipped {
                     object: "DaemonSet".into(),
-                    reason,
+                    reason: crate::error_chain::Chain(&reason).to_string(),
                 }),
             }
         }
@@ -182,9 +182,12 @@ impl Scheduler {
                 Ok(info) => {
                     pods.push(info);
                 }
-                Err(reason) => plan
-                    .unschedulable
-                    .push(Unschedulable::new(pod_key(p), Reason::InvalidPod { detail: reason })),
+                Err(reason) => plan.unschedulable.push(Unschedulable::new(
+                    pod_key(p),
+                    Reason::InvalidPod {
+                        detail: crate::error_chain::Chain(&reason).to_string(),
+                    },
+                )),
             }
         }
 

@@ -9,6 +9,7 @@ use super::report::HousekeepingReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::housekeeping::{self, Forget, HousekeepingPlan, Observed, Registration, Termination};
+use crate::error_chain::Chain;
 use crate::ports::{Cloud, Cluster, MetadataPatch, StateStore, StoreError, Timer, epoch_millis};
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
@@ -22,7 +23,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let node_records = match self.store.list_nodes().await {
             Ok(records) => Some(records),
             Err(e) => {
-                report.errors.push(format!("node records: {e}"));
+                report.errors.push(format!("node records: {}", Chain(&e)));
                 None
             }
         };
@@ -46,19 +47,21 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     async fn carry_out(&self, plan: HousekeepingPlan, report: &mut HousekeepingReport) {
         for registration in &plan.register {
             if let Err(e) = self.register(registration, report).await {
-                report.errors.push(format!("launch {}: {e}", registration.launch.id));
+                report
+                    .errors
+                    .push(format!("launch {}: {}", registration.launch.id, Chain(&e)));
             }
         }
         for failed in &plan.fail {
             if let Err(e) = self.store.update_launch(failed).await {
-                report.errors.push(format!("launch {}: {e}", failed.id));
+                report.errors.push(format!("launch {}: {}", failed.id, Chain(&e)));
             }
         }
         for termination in &plan.terminate {
             if let Err(e) = self.terminate(termination, report).await {
                 report.errors.push(match &termination.launch_id {
-                    Some(launch) => format!("launch {launch}: {e}"),
-                    None => format!("terminate {}: {e}", termination.instance_id),
+                    Some(launch) => format!("launch {launch}: {}", Chain(&e)),
+                    None => format!("terminate {}: {}", termination.instance_id, Chain(&e)),
                 });
             }
         }
@@ -66,11 +69,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             match forget {
                 Forget::Launch(id) => match self.store.delete_launch(id).await {
                     Ok(()) => report.records_removed += 1,
-                    Err(e) => report.errors.push(format!("launch {id}: {e}")),
+                    Err(e) => report.errors.push(format!("launch {id}: {}", Chain(&e))),
                 },
                 Forget::NodeRecord(id) => match self.store.delete_node(id).await {
                     Ok(()) => report.records_removed += 1,
-                    Err(e) => report.errors.push(format!("node record {id}: {e}")),
+                    Err(e) => report.errors.push(format!("node record {id}: {}", Chain(&e))),
                 },
             }
         }
@@ -81,7 +84,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 .await
             {
                 Ok(()) => report.labelled.push(labelling.node.clone()),
-                Err(e) => report.errors.push(format!("label node {}: {e}", labelling.node)),
+                Err(e) => report
+                    .errors
+                    .push(format!("label node {}: {}", labelling.node, Chain(&e))),
             }
         }
     }
@@ -106,7 +111,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         if *then_forget {
             match self.store.delete_node(&node.instance_id).await {
                 Ok(()) => report.records_removed += 1,
-                Err(e) => report.errors.push(format!("node record {}: {e}", node.instance_id)),
+                Err(e) => report
+                    .errors
+                    .push(format!("node record {}: {}", node.instance_id, Chain(&e))),
             }
         }
         Ok(())

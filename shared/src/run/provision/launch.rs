@@ -216,7 +216,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 Ok(LaunchOutcome::OutOfCapacity(unavailable, failure(message)))
             }
             Err(e) => {
-                let message = e.to_string();
+                let message = crate::error_chain::Chain(&e).to_string();
                 tracing::error!(launch_id = %launch_id, nodepool = %node.nodepool, error = %message, "launch failed");
                 let mut failed = record;
                 failed.state = LaunchState::Failed {

@@ -60,13 +60,15 @@ pub enum ProvisionError {
 
 impl ProvisionError {
     /// Whether running again later may succeed (throttling, a lost race); the Lambda
-    /// reports the others as failures.
+    /// reports the others as failures. A misconfigured EC2NodeClass
+    /// ([`CloudError::NodeClass`]) is not: it lasts until someone fixes the class, and a
+    /// launch reports it as a failed launch rather than raising it.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ProvisionError::Store(StoreError::Throttled(_) | StoreError::Conflict { .. })
-                | ProvisionError::Cloud(CloudError::Throttled(_))
-                | ProvisionError::Cluster(ClusterError::Throttled(_))
+            ProvisionError::Store(StoreError::Throttled { .. } | StoreError::Conflict { .. })
+                | ProvisionError::Cloud(CloudError::Throttled { .. })
+                | ProvisionError::Cluster(ClusterError::Throttled { .. })
         )
     }
 }
@@ -173,7 +175,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         };
         let outcome = self.watch(region, start, &mut lease, &mut report).await;
         if let Err(e) = self.store.release_lease(&lease).await {
-            tracing::warn!(error = %e, "could not release the provisioner lease; it lapses by itself");
+            tracing::warn!(error = %crate::error_chain::Chain(&e), "could not release the provisioner lease; it lapses by itself");
         }
         report.watched_ms = u64::try_from(since(self.clock.now(), start).as_millis()).unwrap_or(u64::MAX);
         outcome.map(|()| report)
