@@ -550,6 +550,7 @@ async fn check(scene: &Scene) -> Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn the_binary_answers_a_scheduled_event_with_launches_authenticated_by_an_eks_token() -> Result<()> {
     let _stack = exclusive().await;
     let scene = Scene::new().await?;
@@ -561,9 +562,9 @@ async fn the_binary_answers_a_scheduled_event_with_launches_authenticated_by_an_
 
 /// The peak memory of the function binary planning 5,000 pending pods read from the real
 /// apiserver, in dry-run mode (it plans and logs, launches nothing). A measurement, not a
-/// check of a figure: run it by hand with
-/// `cargo test -p carpool-provisioner --test binary -- --ignored --nocapture`
-/// (add `--release` to measure the release build).
+/// check of a figure: run it by hand, with the stack up, with
+/// `cargo test -p carpool-provisioner --test binary -- --ignored --exact --nocapture the_binary_plans_five_thousand_pending_pods`
+/// (add `--release` to measure the release build). `scripts/test-all` skips it.
 #[tokio::test]
 #[ignore = "a measurement: creates 5,000 pods; run by hand"]
 async fn the_binary_plans_five_thousand_pending_pods() -> Result<()> {

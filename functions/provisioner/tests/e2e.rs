@@ -253,6 +253,7 @@ fn pod_key(p: &Pod) -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn fifty_pending_pods_with_a_zone_spread_run_on_nodes_one_handler_run_launched() -> Result<()> {
     let _stack = exclusive().await;
     let scene = Scene::new("e2e-fifty", None).await?;
@@ -388,6 +389,7 @@ async fn fifty(scene: &Scene) -> Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_nodepool_limit_stops_launches_at_the_limit_and_reports_the_pods_left_over() -> Result<()> {
     let _stack = exclusive().await;
     let scene = Scene::new("e2e-limit", Some(json!({"cpu": "8"}))).await?;
@@ -487,6 +489,7 @@ impl<C: Cloud> Cloud for OutOfCapacityOnce<C> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn insufficient_capacity_on_the_cheapest_offering_launches_the_next_best_in_the_same_run() -> Result<()> {
     let _stack = exclusive().await;
     let scene = Scene::new("e2e-ice", None).await?;
@@ -533,6 +536,7 @@ async fn insufficient_capacity_on_the_cheapest_offering_launches_the_next_best_i
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn an_instance_that_never_registers_is_terminated_after_the_registration_ttl() -> Result<()> {
     let _stack = exclusive().await;
     let scene = Scene::new("e2e-ttl", None).await?;

@@ -87,6 +87,7 @@ fn launch_request(zone: &str, capacity_type: CapacityType) -> Result<LaunchReque
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -185,6 +186,7 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_spot_launch_on_moto_is_a_spot_instance() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -198,6 +200,7 @@ async fn a_spot_launch_on_moto_is_a_spot_instance() -> Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn get_of_an_unknown_instance_is_not_found_and_terminating_it_succeeds() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -211,6 +214,7 @@ async fn get_of_an_unknown_instance_is_not_found_and_terminating_it_succeeds() -
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_zone_without_subnets_fails_before_launching() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -247,6 +251,7 @@ fn rich_node_class() -> Result<EC2NodeClass> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_launch_carries_the_class_volumes_tags_profile_and_user_data() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -319,6 +324,7 @@ async fn a_launch_carries_the_class_volumes_tags_profile_and_user_data() -> Resu
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_role_other_than_the_configured_one_fails_before_launching() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -343,6 +349,7 @@ async fn a_role_other_than_the_configured_one_fails_before_launching() -> Result
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn offerings_on_moto_name_types_in_the_regions_zones() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -368,6 +375,7 @@ async fn offerings_on_moto_name_types_in_the_regions_zones() -> Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn the_ec2_cloud_keeps_the_cloud_contract_on_moto() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;

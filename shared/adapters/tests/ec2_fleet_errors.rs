@@ -173,6 +173,7 @@ fn loopback_upstream(endpoint: &str) -> Result<String> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn fleet_capacity_errors_become_insufficient_capacity_naming_the_offerings() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
