@@ -25,6 +25,8 @@
 //! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`],
 //!   [`ports::Cloud`], [`ports::Cluster`] and [`ports::StateStore`].
 //! - `fakes` (feature `test-util`): stateful in-memory ports and the contract suites.
+//! - `fixtures` (feature `test-util`): builders of the pods, nodes, NodePools and
+//!   EC2NodeClasses that tests write, shared by every test crate.
 //!
 //! - [`run`]: one step of each job over the ports (the provisioner's watch, batches,
 //!   launches and housekeeping), returning a report. The Lambda handlers call it.
@@ -37,6 +39,8 @@ pub mod catalog;
 pub mod decide;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fakes;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fixtures;
 pub mod model;
 pub mod ports;
 pub mod run;

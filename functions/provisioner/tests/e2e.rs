@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail, ensure};
 use carpool::catalog::Catalog;
 use carpool::fakes::FakeClock;
+use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use carpool::model::EC2NodeClass;
 use carpool::ports::{
     Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, StateStore,
@@ -68,31 +69,22 @@ impl Scene {
         Api::<Namespace>::all(scene.kube.clone())
             .create(&PostParams::default(), &serde_json::from_value(ns)?)
             .await?;
-        let mut pool = json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": scene.name},
-            "spec": {"template": {
-                "metadata": {"labels": {"e2e": scene.name}},
-                "spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": scene.name},
-                "requirements": [
-                    {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-                    {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["4"]},
-                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}
-                ]}}}
-        });
+        let mut pool = NodePoolBuilder::new(&scene.name)
+            .node_class(&scene.name)
+            .label("e2e", &scene.name)
+            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+            .requirement("karpenter.k8s.aws/instance-generation", "Gt", &["4"])
+            .requirement("kubernetes.io/arch", "In", &["amd64"])
+            .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"]);
         if let Some(limits) = limits {
-            pool["spec"]["limits"] = limits;
+            pool = pool.limits(limits);
         }
-        let class = json!({
-            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": scene.name},
-            "spec": {
-                "role": "CarpoolNodeRole",
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
-                "amiSelectorTerms": [{"alias": "al2023@latest"}]
-            }
-        });
+        let pool = pool.build();
+        let class = EC2NodeClassBuilder::new(&scene.name)
+            .role("CarpoolNodeRole")
+            .discovery("carpool-local")
+            .al2023()
+            .build();
         for (r, object) in [(nodeclasses(), class), (nodepools(), pool)] {
             Api::<DynamicObject>::all_with(scene.kube.clone(), &r)
                 .create(&PostParams::default(), &serde_json::from_value(object)?)

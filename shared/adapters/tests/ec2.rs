@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine as _;
+use carpool::fixtures::EC2NodeClassBuilder;
 use carpool::model::{CapacityType, EC2NodeClass};
 use carpool::ports::{Cloud, CloudError, LaunchRequest};
 use carpool_adapters::cluster_info::ClusterInfo;
@@ -14,16 +15,11 @@ use carpool_tests::{Stack, shared, unique};
 use k8s_openapi::api::core::v1::Taint;
 
 fn node_class() -> Result<EC2NodeClass> {
-    Ok(serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": { "name": "default" },
-        "spec": {
-            "subnetSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "carpool-local" } }],
-            "securityGroupSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "*" } }],
-            "amiSelectorTerms": [{ "alias": "al2023@latest" }]
-        }
-    }))?)
+    Ok(EC2NodeClassBuilder::new("default")
+        .subnet_discovery("carpool-local")
+        .security_group_discovery("*")
+        .al2023()
+        .typed()?)
 }
 
 const ENDPOINT: &str = "https://apiserver.example:6443";
@@ -230,15 +226,12 @@ async fn a_zone_without_subnets_fails_before_launching() -> Result<()> {
 }
 
 fn rich_node_class() -> Result<EC2NodeClass> {
-    Ok(serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": { "name": "rich" },
-        "spec": {
-            "subnetSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "carpool-local" } }],
-            "securityGroupSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "*" } }],
-            "amiSelectorTerms": [{ "alias": "al2023@latest" }],
-            "role": "CarpoolNodeRole",
+    Ok(EC2NodeClassBuilder::new("rich")
+        .subnet_discovery("carpool-local")
+        .security_group_discovery("*")
+        .al2023()
+        .role("CarpoolNodeRole")
+        .spec(serde_json::json!({
             "tags": { "team": "payments", "Name": "user-name", "carpool.sh/nodepool": "spoofed" },
             "blockDeviceMappings": [{
                 "deviceName": "/dev/xvda",
@@ -246,8 +239,8 @@ fn rich_node_class() -> Result<EC2NodeClass> {
                          "encrypted": true, "deleteOnTermination": true }
             }],
             "userData": "#!/bin/bash\necho carpool-user-data\n"
-        }
-    }))?)
+        }))
+        .typed()?)
 }
 
 #[tokio::test]
