@@ -27,6 +27,8 @@
 //! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`],
 //!   [`ports::Cloud`], [`ports::Cluster`] and [`ports::StateStore`].
 //! - `fakes` (feature `test-util`): stateful in-memory ports and the contract suites.
+//! - `fixtures` (feature `test-util`): builders of the pods, nodes, NodePools and
+//!   EC2NodeClasses that tests write, shared by every test crate.
 //!
 //! - [`run`]: one step of each job over the ports (the provisioner's watch, batches,
 //!   launches and housekeeping), carrying out the plans [`decide`] makes and returning a
@@ -44,6 +46,8 @@ pub mod decide;
 pub mod error_chain;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fakes;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fixtures;
 pub mod model;
 pub mod ports;
 pub mod run;

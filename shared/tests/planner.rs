@@ -5,16 +5,16 @@ use carpool::catalog::Catalog;
 use carpool::decide::checker::{Violation, check};
 use carpool::decide::unschedulable::Kind;
 use carpool::decide::{ProvisioningPlan, Unschedulable, provisioning_plan_with_bound};
+use carpool::fixtures::{NodeBuilder, NodePoolBuilder, PodBuilder};
 use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
 
 fn pod(name: &str, cpu: &str, mem: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": name.split('-').next().unwrap()}},
-        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-    })
+    PodBuilder::new(name)
+        .label("app", name.split('-').next().unwrap())
+        .requests(cpu, mem)
+        .unschedulable()
+        .build()
 }
 
 fn pods(prefix: &str, n: usize, cpu: &str, mem: &str) -> Vec<Value> {
@@ -37,18 +37,22 @@ fn with(mut v: Value, path: &[&str], value: Value) -> Value {
 }
 
 fn nodepool(name: &str, requirements: Value) -> Value {
-    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
-           "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                                          "requirements": requirements}}}})
+    NodePoolBuilder::new(name).requirements(requirements).build()
 }
 
 fn existing_node(name: &str, zone: &str, cpu: &str, mem: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Node",
-           "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone,
-                        "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "karpenter.sh/capacity-type": "on-demand",
-                        "node.kubernetes.io/instance-type": "m5.xlarge"}},
-           "spec": {"providerID": format!("aws:///{zone}/i-0{name}")},
-           "status": {"allocatable": {"cpu": cpu, "memory": mem, "pods": "58"}, "conditions": [{"type": "Ready", "status": "True"}]}})
+    NodeBuilder::new(name)
+        .zone(zone)
+        .label("kubernetes.io/arch", "amd64")
+        .label("kubernetes.io/os", "linux")
+        .label("karpenter.sh/capacity-type", "on-demand")
+        .instance_type("m5.xlarge")
+        .provider_id(&format!("aws:///{zone}/i-0{name}"))
+        .allocatable("cpu", cpu)
+        .allocatable("memory", mem)
+        .allocatable("pods", "58")
+        .ready(true)
+        .build()
 }
 
 struct Planned {

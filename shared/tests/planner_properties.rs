@@ -5,6 +5,7 @@ use carpool::catalog::Catalog;
 use carpool::decide::checker::check;
 use carpool::decide::provisioning_plan;
 use carpool::decide::unschedulable::Kind;
+use carpool::fixtures::{NodePoolBuilder, PodBuilder};
 use carpool::snapshot::Snapshot;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -40,46 +41,62 @@ fn arb_pod() -> impl Strategy<Value = PodSpec> {
 
 fn pod_json(i: usize, p: &PodSpec) -> Value {
     let app = format!("app{}", p.app);
-    let mut resources = json!({"requests": {"cpu": format!("{}m", p.cpu_m), "memory": format!("{}Mi", p.mem_mi)}});
+    let mut pod = PodBuilder::new(&format!("p{i}"))
+        .label("app", &app)
+        .request("cpu", &format!("{}m", p.cpu_m))
+        .request("memory", &format!("{}Mi", p.mem_mi))
+        .phase("Pending");
     if p.gpu {
-        resources["limits"] = json!({"nvidia.com/gpu": "1"});
+        pod = pod.limit("nvidia.com/gpu", "1");
     }
-    let mut spec = json!({"containers": [{"name": "c", "resources": resources}]});
     if let Some(arch) = p.arch {
-        spec["nodeSelector"] = json!({"kubernetes.io/arch": arch});
+        pod = pod.node_selector("kubernetes.io/arch", arch);
     }
     if p.tolerates_gpu_taint {
-        spec["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]);
+        pod = pod.toleration("nvidia.com/gpu", "Exists", None, "");
     }
     // Constraints depend on the app only, so that pods of one app agree on them:
     // app1 spreads over zones, app2 is anti-affine by hostname.
     if p.app == 1 {
-        spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": app}}}]);
+        pod = pod.spec(
+            "topologySpreadConstraints",
+            json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": app}}}]),
+        );
     }
     if p.app == 2 {
-        spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}});
+        pod = pod.spec(
+            "affinity",
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}}),
+        );
     }
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}"), "namespace": "default", "labels": {"app": app}},
-           "spec": spec, "status": {"phase": "Pending"}})
+    pod.build()
 }
 
 fn pools(gpu_pool: bool, limit_cpu: Option<u32>) -> Vec<Value> {
     let mut out = vec![];
-    let mut general = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},
-        "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
-            "requirements": [{"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-                             {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a", "us-east-1b", "us-east-1c"]}]}}}});
+    let mut general = NodePoolBuilder::new("general")
+        .node_class("d")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+        .requirement(
+            "topology.kubernetes.io/zone",
+            "In",
+            &["us-east-1a", "us-east-1b", "us-east-1c"],
+        );
     if let Some(cpu) = limit_cpu {
-        general["spec"]["limits"] = json!({"cpu": cpu.to_string()});
+        general = general.limit_cpu(&cpu.to_string());
     }
-    out.push(general);
+    out.push(general.build());
     if gpu_pool {
-        out.push(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
-            "spec": {"weight": 10, "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
-                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
-                "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g5", "g6"]}]}}}}));
+        out.push(
+            NodePoolBuilder::new("gpu")
+                .node_class("d")
+                .weight(10)
+                .taint("nvidia.com/gpu", "NoSchedule")
+                .requirement("karpenter.k8s.aws/instance-family", "In", &["g5", "g6"])
+                .build(),
+        );
     }
     out
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use carpool::catalog::Catalog;
 use carpool::decide::unschedulable::Kind;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
+use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::ports::{Cloud, LaunchState, OfferingKey, StateStore};
 use carpool::run::provision::{Provisioner, RunReport, Settings};
@@ -32,40 +33,36 @@ fn settings() -> Settings {
 }
 
 fn pending_pod(name: &str, cpu: &str, memory: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "web", "uid": name,
-                     "creationTimestamp": "2026-09-21T12:00:00Z", "labels": {"app": "web"}},
-        "spec": {"containers": [{"name": "c", "image": "nginx",
-                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
-        "status": {"phase": "Pending",
-                   "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-    }))
-    .unwrap()
+    PodBuilder::new(name)
+        .namespace("web")
+        .uid(name)
+        .created("2026-09-21T12:00:00Z")
+        .label("app", "web")
+        .image("nginx")
+        .requests(cpu, memory)
+        .unschedulable()
+        .pod()
+        .unwrap()
 }
 
 fn nodepool(name: &str, limits: Option<serde_json::Value>) -> serde_json::Value {
-    let mut spec = json!({
-        "template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [
-                {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
-            ]
-        }}
-    });
-    if let Some(l) = limits {
-        spec["limits"] = l;
+    let pool = NodePoolBuilder::new(name)
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+        .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+        .requirement("kubernetes.io/arch", "In", &["amd64"]);
+    match limits {
+        Some(l) => pool.limits(l),
+        None => pool,
     }
-    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec})
+    .build()
 }
 
 fn nodeclass() -> serde_json::Value {
-    json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-           "spec": {"role": "KarpenterNodeRole",
-                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
-                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
-                    "amiSelectorTerms": [{"alias": "al2023@latest"}]}})
+    EC2NodeClassBuilder::new("default")
+        .role("KarpenterNodeRole")
+        .discovery("prod")
+        .al2023()
+        .build()
 }
 
 struct World {

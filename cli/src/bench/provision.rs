@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result};
 use carpool::catalog::RegionCatalog;
 use carpool::fakes::{FakeCloud, FakeCluster, FakeStore};
+use carpool::fixtures::EC2NodeClassBuilder;
 use carpool::ports::{Clock, Timer};
 use carpool::run::provision::{Provisioner, Settings};
 use serde::Serialize;
@@ -68,13 +69,13 @@ pub fn run(region: &RegionCatalog<'_>, pods: usize, instance_types: usize) -> Re
         cluster.add_nodepool(serde_json::to_value(pool)?);
     }
     // The EC2NodeClass the pools name: a pool without one launches nothing.
-    cluster.add_ec2nodeclass(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"role": "KarpenterNodeRole",
-                 "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
-                 "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
-                 "amiSelectorTerms": [{"alias": "al2023@latest"}]}
-    }));
+    cluster.add_ec2nodeclass(
+        EC2NodeClassBuilder::new("default")
+            .role("KarpenterNodeRole")
+            .discovery("bench")
+            .al2023()
+            .build(),
+    );
     let (cloud, store) = (FakeCloud::new(), FakeStore::new());
     let clock = SkippingClock::default();
     let settings = Settings {

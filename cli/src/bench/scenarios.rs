@@ -2,6 +2,7 @@
 //! packing suite. Deterministic (a fixed-seed LCG), so runs compare.
 
 use carpool::catalog::RegionCatalog;
+use carpool::fixtures::{NodePoolBuilder, PodBuilder};
 use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
 
@@ -26,10 +27,12 @@ impl Lcg {
 
 /// A pending pod.
 pub fn pod(name: &str, app: &str, cpu: &str, memory: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": "bench", "labels": {"app": app}},
-           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
-           "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})
+    PodBuilder::new(name)
+        .namespace("bench")
+        .label("app", app)
+        .requests(cpu, memory)
+        .unschedulable()
+        .build()
 }
 
 /// Sets a field of a pod's spec.
@@ -40,9 +43,7 @@ pub fn with_spec(mut pod: Value, key: &str, value: Value) -> Value {
 
 /// A NodePool.
 pub fn nodepool(name: &str, requirements: Value) -> Value {
-    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
-           "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                                          "requirements": requirements}}}})
+    NodePoolBuilder::new(name).requirements(requirements).build()
 }
 
 /// A DaemonSet on every node.

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKind};
+use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::ports::{Cloud, SpotPrice};
 use carpool::run::provision::ProvisionerConfig;
@@ -23,28 +24,27 @@ fn app() -> App<FakeCloud, FakeCluster, FakeStore, FakeClock> {
     })
     .unwrap();
     let cluster = FakeCluster::new();
-    cluster.add_nodepool(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {"template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}}}
-    }));
-    cluster.add_ec2nodeclass(json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"role": "KarpenterNodeRole",
-                 "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
-                 "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}],
-                 "amiSelectorTerms": [{"alias": "al2023@latest"}]}
-    }));
+    cluster.add_nodepool(
+        NodePoolBuilder::new("default")
+            .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
+            .build(),
+    );
+    cluster.add_ec2nodeclass(
+        EC2NodeClassBuilder::new("default")
+            .role("KarpenterNodeRole")
+            .discovery("prod")
+            .al2023()
+            .build(),
+    );
     for i in 0..8 {
         cluster.add_pod(
-            serde_json::from_value(json!({
-                "metadata": {"name": format!("api-{i}"), "namespace": "shop", "creationTimestamp": "2026-11-30T11:59:58Z"},
-                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]},
-                "status": {"phase": "Pending", "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-            }))
-            .unwrap(),
+            PodBuilder::new(&format!("api-{i}"))
+                .namespace("shop")
+                .created("2026-11-30T11:59:58Z")
+                .requests("1", "2Gi")
+                .unschedulable()
+                .pod()
+                .unwrap(),
         );
     }
     let clock = FakeClock::at(SystemTime::UNIX_EPOCH + Duration::from_secs(START));

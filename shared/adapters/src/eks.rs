@@ -28,12 +28,13 @@ use aws_config::SdkConfig;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use carpool::ports::{Clock, SystemClock};
+use carpool::ports::Clock;
 use http::header::AUTHORIZATION;
 use http::{HeaderValue, Request};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::clock::TokioClock;
 use crate::cluster_info::{ClusterInfo, DEFAULT_SERVICE_CIDR};
 use crate::eks_token::{self, Token};
 
@@ -315,7 +316,7 @@ impl EksAccess {
         let credentials = sdk
             .credentials_provider()
             .ok_or_else(|| EksError::Config("no credentials provider".into()))?;
-        let tokens = TokenSource::new(cluster.clone(), region, credentials, Arc::new(SystemClock));
+        let tokens = TokenSource::new(cluster.clone(), region, credentials, Arc::new(TokioClock));
         Ok(EksAccess {
             eks: aws_sdk_eks::Client::new(sdk),
             cluster,

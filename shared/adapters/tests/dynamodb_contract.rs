@@ -8,6 +8,7 @@ use carpool_adapters::dynamodb::DynamoStore;
 use carpool_tests::{Stack, shared, unique};
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn the_dynamodb_store_keeps_the_state_store_contract() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -19,6 +20,7 @@ async fn the_dynamodb_store_keeps_the_state_store_contract() -> Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn two_clusters_in_one_table_do_not_see_each_other() -> Result<()> {
     use carpool::ports::StateStore;
     let _stack = shared().await;

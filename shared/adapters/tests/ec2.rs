@@ -16,6 +16,7 @@ use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
 use aws_smithy_types::body::SdkBody;
 use base64::Engine as _;
+use carpool::fixtures::EC2NodeClassBuilder;
 use carpool::model::{CapacityType, EC2NodeClass};
 use carpool::ports::{Cloud, CloudError, LaunchRequest, NodeClassReason};
 use carpool_adapters::cluster_info::ClusterInfo;
@@ -24,16 +25,11 @@ use carpool_tests::{Stack, shared, unique};
 use k8s_openapi::api::core::v1::Taint;
 
 fn node_class() -> Result<EC2NodeClass> {
-    Ok(serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": { "name": "default" },
-        "spec": {
-            "subnetSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "carpool-local" } }],
-            "securityGroupSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "*" } }],
-            "amiSelectorTerms": [{ "alias": "al2023@latest" }]
-        }
-    }))?)
+    Ok(EC2NodeClassBuilder::new("default")
+        .subnet_discovery("carpool-local")
+        .security_group_discovery("*")
+        .al2023()
+        .typed()?)
 }
 
 const ENDPOINT: &str = "https://apiserver.example:6443";
@@ -97,6 +93,7 @@ fn launch_request(zone: &str, capacity_type: CapacityType) -> Result<LaunchReque
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -195,6 +192,7 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_spot_launch_on_moto_is_a_spot_instance() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -208,6 +206,7 @@ async fn a_spot_launch_on_moto_is_a_spot_instance() -> Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn get_of_an_unknown_instance_is_not_found_and_terminating_it_succeeds() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -221,6 +220,7 @@ async fn get_of_an_unknown_instance_is_not_found_and_terminating_it_succeeds() -
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_zone_without_subnets_fails_before_launching() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -241,15 +241,12 @@ async fn a_zone_without_subnets_fails_before_launching() -> Result<()> {
 }
 
 fn rich_node_class() -> Result<EC2NodeClass> {
-    Ok(serde_json::from_value(serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1",
-        "kind": "EC2NodeClass",
-        "metadata": { "name": "rich" },
-        "spec": {
-            "subnetSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "carpool-local" } }],
-            "securityGroupSelectorTerms": [{ "tags": { "karpenter.sh/discovery": "*" } }],
-            "amiSelectorTerms": [{ "alias": "al2023@latest" }],
-            "role": "CarpoolNodeRole",
+    Ok(EC2NodeClassBuilder::new("rich")
+        .subnet_discovery("carpool-local")
+        .security_group_discovery("*")
+        .al2023()
+        .role("CarpoolNodeRole")
+        .spec(serde_json::json!({
             "tags": { "team": "payments", "Name": "user-name", "carpool.sh/nodepool": "spoofed" },
             "blockDeviceMappings": [{
                 "deviceName": "/dev/xvda",
@@ -257,11 +254,12 @@ fn rich_node_class() -> Result<EC2NodeClass> {
                          "encrypted": true, "deleteOnTermination": true }
             }],
             "userData": "#!/bin/bash\necho carpool-user-data\n"
-        }
-    }))?)
+        }))
+        .typed()?)
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_launch_carries_the_class_volumes_tags_profile_and_user_data() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -334,6 +332,7 @@ async fn a_launch_carries_the_class_volumes_tags_profile_and_user_data() -> Resu
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_role_other_than_the_configured_one_fails_before_launching() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -363,6 +362,7 @@ async fn a_role_other_than_the_configured_one_fails_before_launching() -> Result
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn offerings_on_moto_name_types_in_the_regions_zones() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;
@@ -388,6 +388,7 @@ async fn offerings_on_moto_name_types_in_the_regions_zones() -> Result<()> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn the_ec2_cloud_keeps_the_cloud_contract_on_moto() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;

@@ -64,6 +64,7 @@ fn local_apiserver(stack: &Stack) -> Result<Endpoint> {
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn describe_cluster_on_moto_gives_the_endpoint_and_a_ca_that_is_not_pem() -> Result<()> {
     let stack = Stack::load()?;
     let access = EksAccess::new(&sdk_config(&stack).await?, stack.cluster()?)?;
@@ -89,6 +90,7 @@ async fn describe_cluster_on_moto_gives_the_endpoint_and_a_ca_that_is_not_pem() 
 /// What nodes need, from moto's DescribeCluster: its endpoint, its CA as it was given
 /// (base64), and a service CIDR (moto's, or the default when it names none).
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn cluster_info_from_describe_cluster_has_endpoint_ca_and_service_cidr() -> Result<()> {
     let stack = Stack::load()?;
     let access = EksAccess::new(&sdk_config(&stack).await?, stack.cluster()?)?;
@@ -113,6 +115,7 @@ async fn cluster_info_from_describe_cluster_has_endpoint_ca_and_service_cidr() -
 /// With an endpoint override (tests, a proxy), the override's URL and CA and the configured
 /// service CIDR, EKS's default unless set.
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn cluster_info_with_an_override_takes_its_endpoint_and_the_configured_cidr() -> Result<()> {
     let stack = Stack::load()?;
     let local = local_apiserver(&stack)?;
@@ -127,6 +130,7 @@ async fn cluster_info_with_an_override_takes_its_endpoint_and_the_configured_cid
 }
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn describe_cluster_of_an_unknown_cluster_fails_typed() -> Result<()> {
     let stack = Stack::load()?;
     let access = EksAccess::new(&sdk_config(&stack).await?, "no-such-cluster")?;
@@ -141,6 +145,7 @@ async fn describe_cluster_of_an_unknown_cluster_fails_typed() -> Result<()> {
 /// would take the request as `system:anonymous` and answer 403), and TLS with the given CA
 /// worked.
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_client_from_eks_access_sends_the_token_and_a_401_surfaces_as_unauthorized() -> Result<()> {
     let stack = Stack::load()?;
     let access =
@@ -179,6 +184,7 @@ impl Write for Buffer {
 /// (A current-thread runtime: the subscriber is the thread's default, and every task of
 /// the test, kube's request buffer included, runs on this thread.)
 #[tokio::test(flavor = "current_thread")]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn no_credentials_or_tokens_appear_in_logs() -> Result<()> {
     let buffer = Buffer::default();
     let writer = buffer.clone();

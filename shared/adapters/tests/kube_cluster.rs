@@ -171,6 +171,7 @@ impl Scene {
 // --- the contract ------------------------------------------------------------------------
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn the_kube_cluster_keeps_the_cluster_contract() -> Result<()> {
     let _stack = shared().await;
     let mut scene = Scene::new("cc").await?;
@@ -213,6 +214,7 @@ async fn contract(s: &mut Scene) -> Result<()> {
 // --- a PDB over a Deployment: 429 is Blocked, an allowed eviction is Evicted -----------
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_pdb_blocks_with_429_as_blocked_and_allows_as_evicted() -> Result<()> {
     let _stack = shared().await;
     let mut scene = Scene::new("cc-pdb").await?;
@@ -293,6 +295,7 @@ async fn pdb_eviction(s: &mut Scene) -> Result<()> {
 // --- a stale taint update is a 409 Conflict ----------------------------------------------
 
 #[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
 async fn a_stale_taint_update_is_a_conflict() -> Result<()> {
     let _stack = shared().await;
     let mut scene = Scene::new("cc-409").await?;

@@ -17,9 +17,9 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::json;
 
 use super::FakeCluster;
+use crate::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch};
 
 /// The label of the scene's node that every write must keep.
@@ -129,17 +129,10 @@ fn pdb(namespace: &str, name: &str, app: &str, min_available: i32) -> PodDisrupt
 }
 
 fn nodepool(name: &str, cpu_limit: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "limits": {"cpu": cpu_limit},
-            "template": {"spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
-            }},
-        },
-    })
+    NodePoolBuilder::new(name)
+        .limit_cpu(cpu_limit)
+        .requirement("karpenter.sh/capacity-type", "In", &["spot"])
+        .build()
 }
 
 impl ClusterScene {
@@ -212,16 +205,11 @@ impl ClusterScene {
             }),
             status: None,
         };
-        let ec2nodeclass = json!({
-            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-            "metadata": {"name": format!("{unique}-valid")},
-            "spec": {
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "role": "KarpenterNodeRole-carpool-local",
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "carpool-local"}}],
-            },
-        });
+        let ec2nodeclass = EC2NodeClassBuilder::new(&format!("{unique}-valid"))
+            .al2023()
+            .role("KarpenterNodeRole-carpool-local")
+            .discovery("carpool-local")
+            .build();
         ClusterScene {
             unique: unique.to_string(),
             node,

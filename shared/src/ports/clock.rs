@@ -14,20 +14,11 @@ pub fn epoch_millis(t: SystemTime) -> EpochMillis {
 }
 
 /// The source of the current time. Decisions never read the clock; handlers ask this port
-/// and pass `now` in.
+/// and pass `now` in. The core has no implementation that reads the system time: the real
+/// one is `carpool_adapters::clock::TokioClock`, the fake is `fakes::FakeClock` (feature `test-util`).
 pub trait Clock: Send + Sync {
     /// The current time.
     fn now(&self) -> SystemTime;
-}
-
-/// The system clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
 }
 
 /// A clock that can also wait: what a run that watches for a while needs. The real one

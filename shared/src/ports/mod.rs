@@ -12,7 +12,7 @@ mod cloud;
 mod cluster;
 mod store;
 
-pub use clock::{Clock, EpochMillis, SystemClock, Timer, epoch_millis};
+pub use clock::{Clock, EpochMillis, Timer, epoch_millis};
 pub use cloud::{BoxError, ConfiguredNodeRole, NodeClassReason};
 pub use cloud::{
     Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,

@@ -96,16 +96,12 @@ impl BlockDeviceContent {
 
 #[cfg(test)]
 mod tests {
+    use carpool::fixtures::EC2NodeClassBuilder;
+
     use super::*;
 
     fn class(spec: serde_json::Value) -> EC2NodeClass {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": { "name": "default" },
-            "spec": spec
-        }))
-        .unwrap()
+        EC2NodeClassBuilder::new("default").spec(spec).typed().unwrap()
     }
 
     #[test]

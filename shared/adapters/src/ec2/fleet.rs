@@ -351,6 +351,8 @@ impl Answered {
 mod tests {
     use std::collections::BTreeMap;
 
+    use carpool::fixtures::EC2NodeClassBuilder;
+
     use super::*;
 
     fn request(capacity_type: CapacityType) -> LaunchRequest {
@@ -402,13 +404,7 @@ mod tests {
     }
 
     fn class_with(spec: serde_json::Value) -> EC2NodeClass {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": { "name": "default" },
-            "spec": spec
-        }))
-        .unwrap()
+        EC2NodeClassBuilder::new("default").spec(spec).typed().unwrap()
     }
 
     #[test]
@@ -466,14 +462,10 @@ mod tests {
 
     #[test]
     fn template_name_follows_content_and_imds_defaults_to_v2_hop_1() {
-        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": { "name": "default" },
-            "spec": {}
-        }))
-        .map_err(|e| e.to_string())
-        .unwrap_or_else(|e| panic!("{e}"));
+        let class: EC2NodeClass = EC2NodeClassBuilder::new("default")
+            .typed()
+            .map_err(|e| e.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
         let a = content(&class, "ami-1");
         let b = content(&class, "ami-2");
         assert_eq!(a.http_tokens, "required");

@@ -52,16 +52,12 @@ pub fn instance_profile(
 
 #[cfg(test)]
 mod tests {
+    use carpool::fixtures::EC2NodeClassBuilder;
+
     use super::*;
 
     fn class(spec: serde_json::Value) -> EC2NodeClass {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": { "name": "gpu" },
-            "spec": spec
-        }))
-        .unwrap()
+        EC2NodeClassBuilder::new("gpu").spec(spec).typed().unwrap()
     }
 
     fn configured() -> NodeRole {

@@ -256,9 +256,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
     }
 }
 
-/// Renew a lease when half of its time has gone: the lease holds `expires_at`, taken
-/// with a TTL of the watch window plus a minute, so renewing a minute before expiry is
-/// safe.
+/// When to renew a lease: one minute before its `expires_at` (at `expires_at` itself for a
+/// lease that would expire within a minute of the epoch). The watch loop checks this after
+/// each poll. The lease is taken, and renewed, with a TTL of the watch window plus a
+/// minute, so a run renews it only when it is still at work as its watch window ends (a
+/// last batch still open), with a minute to spare before another run could take it.
 fn lease_renew_at(lease: &Lease) -> SystemTime {
     let expires = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(lease.expires_at).unwrap_or(0));
     expires.checked_sub(Duration::from_secs(60)).unwrap_or(expires)
