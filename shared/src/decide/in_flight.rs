@@ -52,6 +52,11 @@ pub const EPHEMERAL_TAINTS: &[&str] = &[
     "node.cloudprovider.kubernetes.io/uninitialized",
 ];
 
+/// Resources a type offers that a node need not report to count as initialized:
+/// `vpc.amazonaws.com/pod-eni` appears only where the VPC CNI has security groups for pods
+/// enabled, so most nodes never report it.
+pub const AWAITED_EXCEPT: &[&str] = &[crate::model::resources::POD_ENI];
+
 /// The name a synthetic node of an in-flight launch carries.
 pub fn in_flight_node_name(launch_id: &str) -> String {
     format!("in-flight-{launch_id}")
@@ -176,16 +181,21 @@ fn fill_unreported(reported: &Resources, expected: &Resources) -> Resources {
 /// ephemeral taints (`KnownEphemeralTaintsRemoved`), and reports every resource it is
 /// expected to offer (`RequestedResourcesRegistered`, which waits on allocatable, since
 /// the kubelet zeroes extended resources until their device plugin registers them).
+///
 /// Karpenter waits for the resources the NodeClaim requested; Carpool keeps no claim, so
-/// it waits for every resource the instance type offers. A node whose type is not in the
-/// catalog is taken as reporting all it offers.
+/// it waits for every resource the instance type offers ([`AWAITED_EXCEPT`] aside). A
+/// node whose type is not in the catalog is taken as reporting all it offers.
 fn initialized(node: &Node, startup: &[Taint], expected: Option<&InstanceType>) -> bool {
     let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
     let tainted = taints.iter().any(|t| {
         EPHEMERAL_TAINTS.contains(&t.key.as_str()) || startup.iter().any(|s| s.key == t.key && s.effect == t.effect)
     });
     let reported = resources(node.status.as_ref().and_then(|s| s.allocatable.as_ref())).unwrap_or_default();
-    let registered = expected.is_none_or(|it| it.allocatable.names().all(|name| reported.get(name) > 0));
+    let registered = expected.is_none_or(|it| {
+        it.allocatable
+            .names()
+            .all(|name| AWAITED_EXCEPT.contains(&name) || reported.get(name) > 0)
+    });
     is_ready(node) && !tainted && registered
 }
 
