@@ -86,9 +86,12 @@ pub fn capacity_view(
     let mut nodes: Vec<Node> = snapshot
         .nodes
         .iter()
-        .map(|n| match starting(n, now, registration_ttl_ms) {
-            true => as_started(n, snapshot, region, &daemonsets),
-            false => n.clone(),
+        .map(|n| {
+            if starting(n, now, registration_ttl_ms) {
+                as_started(n, snapshot, region, &daemonsets)
+            } else {
+                n.clone()
+            }
         })
         .collect();
     for launch in launches {
