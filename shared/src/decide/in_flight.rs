@@ -10,16 +10,28 @@
 //!   NodePool's, its zone and capacity type, the pool's taints (not its startup taints,
 //!   which pods need not tolerate), and the type's allocatable for the pool's EC2NodeClass
 //!   less what the DaemonSets that will land on it request;
-//! - a Node Carpool launched that registered but is still initializing (not Ready yet, or
-//!   still carrying startup or cloud-init taints), within the registration TTL of its
-//!   creation, counts as Ready and without those taints, as Karpenter counts a NodeClaim
-//!   that is not yet initialized.
+//! - a Node Carpool launched that registered, within the registration TTL of its
+//!   creation, counts as Ready and without its startup or cloud-init taints, as Karpenter
+//!   counts a NodeClaim that is not yet initialized;
+//! - such a node that is not yet *initialized* (Karpenter's rule: Ready, no startup nor
+//!   known ephemeral taints, and every resource its instance type offers reported; see
+//!   [`initialized`]) also counts at its instance type's expected capacity: a resource
+//!   its `status.allocatable` (or `capacity`) lacks or reports as 0, such as
+//!   `nvidia.com/gpu` before the device plugin runs, counts at the type's amount for the
+//!   pool's EC2NodeClass. Room is kept on it for the DaemonSets that will land on it but
+//!   whose pod is not bound there yet: their requests are taken off its allocatable, as
+//!   for in-flight launches.
+//!
+//! Past the registration TTL a node counts as it is: a GPU that never showed up is not
+//! promised to pods any more (the node is broken, not starting), and pods that need it
+//! are planned elsewhere.
 //!
 //! Nothing here reads the clock: `now` is passed in.
 
 use std::collections::{BTreeMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::daemonsets::{DaemonSetInfo, overhead};
@@ -28,6 +40,7 @@ use crate::catalog::RegionCatalog;
 use crate::catalog::allocatable::with_settings;
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known as wk;
+use crate::model::{EC2NodeClass, InstanceType, NodePool, Resources};
 use crate::ports::{EpochMillis, LaunchRecord, LaunchState};
 use crate::snapshot::Snapshot;
 
@@ -39,13 +52,19 @@ pub const EPHEMERAL_TAINTS: &[&str] = &[
     "node.cloudprovider.kubernetes.io/uninitialized",
 ];
 
+/// Resources a type offers that a node need not report to count as initialized:
+/// `vpc.amazonaws.com/pod-eni` appears only where the VPC CNI has security groups for pods
+/// enabled, so most nodes never report it.
+pub const AWAITED_EXCEPT: &[&str] = &[crate::model::resources::POD_ENI];
+
 /// The name a synthetic node of an in-flight launch carries.
 pub fn in_flight_node_name(launch_id: &str) -> String {
     format!("in-flight-{launch_id}")
 }
 
-/// The nodes planning should see: the snapshot's, initializing Carpool nodes counted as
-/// Ready, plus one synthetic node per in-flight launch.
+/// The nodes planning should see: the snapshot's, starting Carpool nodes counted as Ready
+/// and at their type's expected capacity less the DaemonSets still to land, plus one
+/// synthetic node per in-flight launch.
 pub fn capacity_view(
     snapshot: &Snapshot,
     launches: &[LaunchRecord],
@@ -67,7 +86,13 @@ pub fn capacity_view(
     let mut nodes: Vec<Node> = snapshot
         .nodes
         .iter()
-        .map(|n| initializing_as_ready(n, snapshot, now, registration_ttl_ms))
+        .map(|n| {
+            if starting(n, now, registration_ttl_ms) {
+                as_started(n, snapshot, region, &daemonsets)
+            } else {
+                n.clone()
+            }
+        })
         .collect();
     for launch in launches {
         if launch.state != LaunchState::InFlight
@@ -103,24 +128,113 @@ fn ready_condition() -> NodeCondition {
     }
 }
 
-/// A Carpool node that is still starting, as it will be once started; any other node as
-/// it is.
-fn initializing_as_ready(node: &Node, snapshot: &Snapshot, now: EpochMillis, ttl_ms: i64) -> Node {
+/// Whether a node is a Carpool node that is starting: launched by Carpool, not being
+/// deleted, and created less than the registration TTL ago.
+fn starting(node: &Node, now: EpochMillis, ttl_ms: i64) -> bool {
     if label(node, wk::CARPOOL_MANAGED) != Some("true") || node.metadata.deletion_timestamp.is_some() {
-        return node.clone();
+        return false;
     }
     let created = node
         .metadata
         .creation_timestamp
         .as_ref()
         .map_or(now, |t| t.0.as_millisecond());
-    if now.saturating_sub(created) >= ttl_ms {
-        return node.clone();
+    now.saturating_sub(created) < ttl_ms
+}
+
+/// The NodePool a node or launch belongs to, and that pool's EC2NodeClass.
+fn pool_and_class<'s>(snapshot: &'s Snapshot, pool: &str) -> (Option<&'s NodePool>, Option<&'s EC2NodeClass>) {
+    let pool = snapshot.nodepools.iter().find(|p| p.name() == pool);
+    let class = pool.and_then(|p| {
+        snapshot
+            .nodeclasses
+            .iter()
+            .find(|c| c.name() == p.spec.template.spec.node_class_ref.name)
+    });
+    (pool, class)
+}
+
+/// An instance type of the catalog, with the capacity and allocatable its nodes have
+/// under an EC2NodeClass's settings.
+fn expected_type(region: &RegionCatalog<'_>, name: &str, class: Option<&EC2NodeClass>) -> Option<InstanceType> {
+    let it = region.types().iter().find(|t| t.name == name)?;
+    Some(with_settings(it, &node_settings(class)))
+}
+
+fn resources(list: Option<&BTreeMap<String, Quantity>>) -> Option<Resources> {
+    list.map_or(Some(Resources::default()), |l| Resources::from_k8s(l).ok())
+}
+
+/// `reported`, with every resource it lacks (or has as 0) taken from `expected`, as
+/// Karpenter's `StateNode.Allocatable` and `StateNode.Capacity` override the zero
+/// quantities of an uninitialized node with its NodeClaim's.
+fn fill_unreported(reported: &Resources, expected: &Resources) -> Resources {
+    let mut out = reported.clone();
+    for name in expected.names() {
+        if reported.get(name) <= 0 {
+            out.set(name, expected.get(name));
+        }
     }
-    let startup: Vec<&Taint> = label(node, wk::NODEPOOL)
-        .and_then(|pool| snapshot.nodepools.iter().find(|p| p.name() == pool))
-        .map(|p| p.spec.template.spec.startup_taints.iter().collect())
-        .unwrap_or_default();
+    out
+}
+
+/// Whether a starting node is initialized, by Karpenter's rule
+/// (`nodeclaim/lifecycle/initialization.go`, `Initialization.Reconcile`): it is Ready,
+/// carries none of its pool's startup taints (`StartupTaintsRemoved`) nor the known
+/// ephemeral taints (`KnownEphemeralTaintsRemoved`), and reports every resource it is
+/// expected to offer (`RequestedResourcesRegistered`, which waits on allocatable, since
+/// the kubelet zeroes extended resources until their device plugin registers them).
+///
+/// Karpenter waits for the resources the NodeClaim requested; Carpool keeps no claim, so
+/// it waits for every resource the instance type offers ([`AWAITED_EXCEPT`] aside). A
+/// node whose type is not in the catalog is taken as reporting all it offers.
+fn initialized(node: &Node, startup: &[Taint], expected: Option<&InstanceType>) -> bool {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+    let tainted = taints.iter().any(|t| {
+        EPHEMERAL_TAINTS.contains(&t.key.as_str()) || startup.iter().any(|s| s.key == t.key && s.effect == t.effect)
+    });
+    let reported = resources(node.status.as_ref().and_then(|s| s.allocatable.as_ref())).unwrap_or_default();
+    let registered = expected.is_none_or(|it| {
+        it.allocatable
+            .names()
+            .all(|name| AWAITED_EXCEPT.contains(&name) || reported.get(name) > 0)
+    });
+    is_ready(node) && !tainted && registered
+}
+
+/// The DaemonSets (`namespace/name`) with a live pod bound to the node.
+fn bound_daemonsets(pods: &[Pod], node: &str) -> HashSet<String> {
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_none_or(|phase| phase != "Succeeded" && phase != "Failed")
+        })
+        .flat_map(|p| {
+            let namespace = p.metadata.namespace.as_deref().unwrap_or("default");
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .filter(|o| o.kind == "DaemonSet")
+                .map(move |o| format!("{namespace}/{}", o.name))
+        })
+        .collect()
+}
+
+/// A starting Carpool node as it will be once started: Ready, without its startup or
+/// ephemeral taints; and while it is not [`initialized`], at its type's expected capacity
+/// for the resources it does not report yet, less the requests of the DaemonSets that will
+/// land on it and are not bound there yet (Karpenter's `Scheduler.calculateExistingNodeClaims`
+/// and `NewExistingNode`: the compatible DaemonSets' requests less the node's
+/// `DaemonSetRequests`, taken off its available resources).
+fn as_started(node: &Node, snapshot: &Snapshot, region: &RegionCatalog<'_>, daemonsets: &[DaemonSetInfo]) -> Node {
+    let (pool, class) = label(node, wk::NODEPOOL).map_or((None, None), |p| pool_and_class(snapshot, p));
+    let startup: &[Taint] = pool.map_or(&[], |p| p.spec.template.spec.startup_taints.as_slice());
+    let expected = label(node, wk::INSTANCE_TYPE).and_then(|t| expected_type(region, t, class));
+    let is_initialized = initialized(node, startup, expected.as_ref());
     let mut out = node.clone();
     if let Some(spec) = out.spec.as_mut()
         && let Some(taints) = spec.taints.as_mut()
@@ -136,6 +250,45 @@ fn initializing_as_ready(node: &Node, snapshot: &Snapshot, now: EpochMillis, ttl
         conditions.retain(|c| c.type_ != "Ready");
         conditions.push(ready_condition());
     }
+    if is_initialized {
+        return out;
+    }
+    let status = node.status.as_ref();
+    let (Some(mut allocatable), Some(mut capacity)) = (
+        resources(status.and_then(|s| s.allocatable.as_ref())),
+        resources(status.and_then(|s| s.capacity.as_ref())),
+    ) else {
+        return out;
+    };
+    if let Some(it) = &expected {
+        allocatable = fill_unreported(&allocatable, &it.allocatable);
+        capacity = fill_unreported(&capacity, &it.capacity);
+    }
+    // The DaemonSets land once the ephemeral taints are gone, if they tolerate the rest
+    // (startup taints included, as for in-flight launches).
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let bound = bound_daemonsets(&snapshot.pods, name);
+    let unbound: Vec<DaemonSetInfo> = daemonsets
+        .iter()
+        .filter(|d| !bound.contains(&d.name))
+        .cloned()
+        .collect();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| !EPHEMERAL_TAINTS.contains(&t.key.as_str()))
+        .cloned()
+        .collect();
+    let free = allocatable
+        .minus(&overhead(&unbound, &labels, &taints))
+        .max(&Resources::default());
+    let status = out.status.get_or_insert_with(NodeStatus::default);
+    status.allocatable = Some(free.to_k8s());
+    status.capacity = Some(capacity.to_k8s());
     out
 }
 
@@ -146,15 +299,8 @@ fn synthetic_node(
     region: &RegionCatalog<'_>,
     daemonsets: &[DaemonSetInfo],
 ) -> Option<Node> {
-    let it = region.types().iter().find(|t| t.name == launch.instance_type)?;
-    let pool = snapshot.nodepools.iter().find(|p| p.name() == launch.nodepool);
-    let class = pool.and_then(|p| {
-        snapshot
-            .nodeclasses
-            .iter()
-            .find(|c| c.name() == p.spec.template.spec.node_class_ref.name)
-    });
-    let it = with_settings(it, &node_settings(class));
+    let (pool, class) = pool_and_class(snapshot, &launch.nodepool);
+    let it = expected_type(region, &launch.instance_type, class)?;
     let name = in_flight_node_name(&launch.id);
     let mut labels: BTreeMap<String, String> = it.labels();
     match pool {
