@@ -29,6 +29,7 @@ fn settings() -> Settings {
         poll: Duration::from_millis(250),
         registration_ttl: Duration::from_secs(900),
         dry_run: false,
+        nodepool_selector: Default::default(),
     }
 }
 

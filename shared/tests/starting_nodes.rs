@@ -455,6 +455,7 @@ fn a_gpu_node_that_registers_before_its_gpus_show_up_causes_no_second_launch() {
         poll: Duration::from_millis(250),
         registration_ttl: Duration::from_millis(TTL_MS as u64),
         dry_run: false,
+        nodepool_selector: Default::default(),
     };
     let region = region();
     let launches = |cloud: &FakeCloud| cloud.calls().iter().filter(|c| c.starts_with("launch ")).count();

@@ -74,6 +74,7 @@ impl Scene {
             name,
             pods: REPLICAS,
             dry_run: false,
+            nodepool_selector: Default::default(),
         })
     }
 

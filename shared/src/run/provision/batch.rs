@@ -73,6 +73,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             ..BatchReport::default()
         };
         let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        // Only the NodePools the deployment's selector picks are Carpool's.
+        let unmanaged = nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
+        if !unmanaged.is_empty() {
+            tracing::debug!(nodepools = ?unmanaged, "NodePools the selector leaves to another autoscaler");
+        }
         // A NodePool whose EC2NodeClass is missing cannot launch: skip it with the reason,
         // and let the others work; with none left, launch nothing.
         nodepools::drop_without_node_class(&mut snapshot);

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::decide::selector::Selector;
+
 /// A variable that is missing or does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{variable}: {message}")]
@@ -40,6 +42,10 @@ pub struct ProvisionerConfig {
     pub registration_ttl: Duration,
     /// `CARPOOL_DRY_RUN` (default false): plan and log, launch nothing.
     pub dry_run: bool,
+    /// `CARPOOL_NODEPOOL_SELECTOR` (default empty: every NodePool): a label selector in
+    /// `kubectl -l` syntax over the NodePools' labels; Carpool launches only for the
+    /// NodePools it picks, so another autoscaler can keep the rest.
+    pub nodepool_selector: Selector,
     /// `CARPOOL_LIVE_PRICES` (default true): read spot and on-demand prices and the
     /// offerings per zone from AWS (hourly); false keeps the embedded catalog's.
     pub live_prices: bool,
@@ -105,6 +111,14 @@ fn flag(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result
     }
 }
 
+/// A label selector variable; unset or empty is the selector that picks everything.
+fn selector(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result<Selector, ConfigError> {
+    Selector::parse(&optional(get, variable).unwrap_or_default()).map_err(|e| ConfigError {
+        variable,
+        message: e.to_string(),
+    })
+}
+
 /// The log level, read on its own so that logging starts at it even when the rest of the
 /// configuration is invalid (see [`ProvisionerConfig::log_level`]).
 fn log_level(get: &impl Fn(&str) -> Option<String>) -> String {
@@ -152,6 +166,7 @@ impl ProvisionerConfig {
             batch_max: seconds(&get, "CARPOOL_BATCH_MAX_SECONDS", 10.0)?,
             registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,
             dry_run: flag(&get, "CARPOOL_DRY_RUN")?,
+            nodepool_selector: selector(&get, "CARPOOL_NODEPOOL_SELECTOR")?,
             live_prices: optional(&get, "CARPOOL_LIVE_PRICES").is_none() || flag(&get, "CARPOOL_LIVE_PRICES")?,
             log_level,
             cluster_endpoint: optional(&get, "CARPOOL_CLUSTER_ENDPOINT"),
@@ -249,6 +264,22 @@ mod tests {
         assert_eq!(
             ProvisionerConfig::from_vars(vars(&bad)).unwrap_err().variable,
             "CARPOOL_BATCH_IDLE_SECONDS"
+        );
+    }
+
+    #[test]
+    fn a_nodepool_selector_that_does_not_parse_is_an_error_naming_the_variable() {
+        let mut bad = BASE.to_vec();
+        bad.push(("CARPOOL_NODEPOOL_SELECTOR", "team in web"));
+        let e = ProvisionerConfig::from_vars(vars(&bad)).unwrap_err();
+        assert_eq!(e.variable, "CARPOOL_NODEPOOL_SELECTOR");
+        let mut good = BASE.to_vec();
+        good.push(("CARPOOL_NODEPOOL_SELECTOR", "carpool.sh/managed=true"));
+        let c = ProvisionerConfig::from_vars(vars(&good)).unwrap();
+        assert_eq!(c.nodepool_selector, Selector::parse("carpool.sh/managed=true").unwrap());
+        assert_eq!(
+            ProvisionerConfig::from_vars(vars(BASE)).unwrap().nodepool_selector,
+            Selector::default()
         );
     }
 }

@@ -39,6 +39,7 @@ pub use report::{BatchReport, HousekeepingReport, RunReport};
 use self::batcher::Batcher;
 use crate::catalog::RegionCatalog;
 use crate::decide::pod::{is_provisionable, pod_key};
+use crate::decide::selector::Selector;
 use crate::ports::{Cloud, CloudError, Cluster, ClusterError, Lease, StateStore, StoreError, Timer};
 
 /// The lease's name.
@@ -88,6 +89,8 @@ pub struct Settings {
     pub registration_ttl: Duration,
     /// Plan and log, launch nothing.
     pub dry_run: bool,
+    /// The NodePools Carpool manages, by their labels (empty: every NodePool).
+    pub nodepool_selector: Selector,
 }
 
 impl Settings {
@@ -101,6 +104,7 @@ impl Settings {
             poll: poll_interval(config.batch_idle),
             registration_ttl: config.registration_ttl,
             dry_run: config.dry_run,
+            nodepool_selector: config.nodepool_selector.clone(),
         }
     }
 }
