@@ -27,8 +27,9 @@ fn settings(selector: &str) -> Settings {
     }
 }
 
-/// Two NodePools over one EC2NodeClass: `moved` labelled for Carpool, and `karpenter`, the
-/// heavier one, that Karpenter still serves.
+/// Two NodePools over one EC2NodeClass: `moved` labelled for Carpool (its nodeClassRef in
+/// the `carpool.sh` group, so Karpenter ignores it), and `karpenter`, the heavier one, that
+/// Karpenter still serves.
 fn world(pods: usize) -> (FakeCloud, FakeCluster, FakeStore, FakeClock) {
     let cloud = FakeCloud::new();
     let cluster = FakeCluster::new();
@@ -37,6 +38,10 @@ fn world(pods: usize) -> (FakeCloud, FakeCluster, FakeStore, FakeClock) {
         .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
         .build();
     moved["metadata"]["labels"] = json!({"carpool.sh/managed": "true"});
+    // The README's migration: a copy whose nodeClassRef names a group Karpenter does not
+    // manage (`nodepoolutils.IsManaged` in kubernetes-sigs/karpenter compares the group and
+    // kind), still pointing at the same EC2NodeClass by name.
+    moved["spec"]["template"]["spec"]["nodeClassRef"]["group"] = json!("carpool.sh");
     cluster.add_nodepool(moved);
     cluster.add_nodepool(
         NodePoolBuilder::new("karpenter")
