@@ -22,15 +22,7 @@ fn start() -> SystemTime {
 }
 
 fn settings() -> Settings {
-    Settings {
-        watch: Duration::from_secs(50),
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
-        poll: Duration::from_millis(250),
-        registration_ttl: Duration::from_secs(900),
-        dry_run: false,
-        nodepool_selector: Default::default(),
-    }
+    Settings::default()
 }
 
 fn pending_pod(name: &str, cpu: &str, memory: &str) -> Pod {
@@ -393,4 +385,23 @@ fn with_no_valid_nodepool_nothing_is_launched_and_every_pod_says_why() {
     assert_eq!(batch.unschedulable[0].kind(), Kind::NoValidNodePool);
     assert!(batch.skipped.iter().any(|s| s.object == "NodePool/general"));
     assert!(block_on(w.cloud.list()).unwrap().is_empty());
+}
+
+#[test]
+fn the_default_settings_are_those_of_a_configuration_that_sets_nothing_optional() {
+    let vars = |k: &str| {
+        [
+            ("CARPOOL_CLUSTER_NAME", "prod"),
+            ("CARPOOL_TABLE_NAME", "t"),
+            ("AWS_REGION", "us-east-1"),
+        ]
+        .iter()
+        .find(|(name, _)| *name == k)
+        .map(|(_, v)| v.to_string())
+    };
+    let config = carpool::run::provision::ProvisionerConfig::from_vars(vars).unwrap();
+    assert_eq!(
+        Settings::from_config(&config, Duration::from_secs(60)),
+        Settings::default()
+    );
 }

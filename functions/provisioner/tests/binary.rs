@@ -74,7 +74,6 @@ impl Scene {
             name,
             pods: REPLICAS,
             dry_run: false,
-            nodepool_selector: Default::default(),
         })
     }
 

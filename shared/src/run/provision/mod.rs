@@ -93,6 +93,23 @@ pub struct Settings {
     pub nodepool_selector: Selector,
 }
 
+impl Default for Settings {
+    /// The function's defaults (those of an empty [`ProvisionerConfig`]): a 50 s watch,
+    /// batches of 1 s idle and 10 s at most, a 15 min registration TTL, every NodePool,
+    /// launching for real.
+    fn default() -> Self {
+        Settings {
+            watch: Duration::from_secs(50),
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            poll: poll_interval(Duration::from_secs(1)),
+            registration_ttl: Duration::from_secs(900),
+            dry_run: false,
+            nodepool_selector: Selector::default(),
+        }
+    }
+}
+
 impl Settings {
     /// The settings of a configuration, watching at most `watch_limit` (what the
     /// function's remaining time allows).
