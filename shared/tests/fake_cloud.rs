@@ -8,6 +8,7 @@ use pollster::block_on;
 fn request(types: &[&str]) -> LaunchRequest {
     LaunchRequest {
         launch_id: "launch-1".into(),
+        deployment: "carpool-test".into(),
         nodepool: "default".into(),
         node_class: carpool::model::EC2NodeClass::named("default"),
         instance_types: types.iter().map(|t| t.to_string()).collect(),

@@ -1,6 +1,7 @@
 //! Housekeeping as a pure decision: a situation (Nodes, instances, launch and node
 //! records, now) in, the plan out ([`carpool::decide::housekeeping`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use carpool::catalog::{Catalog, RegionCatalog};
@@ -14,6 +15,8 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 
 const NOW: EpochMillis = 10_000_000;
+/// This deployment.
+const DEPLOYMENT: &str = "carpool-prod";
 const TTL: Duration = Duration::from_secs(900);
 /// Launched within the TTL.
 const RECENT: EpochMillis = NOW - 60_000;
@@ -36,8 +39,9 @@ fn instance(id: &str, launch_id: &str, launched_at: EpochMillis) -> Instance {
         capacity_type: CapacityType::OnDemand,
         nodepool: "default".into(),
         launch_id: launch_id.into(),
+        deployment: Some(DEPLOYMENT.into()),
         state: InstanceState::Running,
-        launched_at,
+        launched_at: Some(launched_at),
     }
 }
 
@@ -116,6 +120,8 @@ struct World {
     instances: Vec<Instance>,
     launches: Vec<LaunchRecord>,
     node_records: Option<Vec<NodeRecord>>,
+    looked_up: BTreeMap<String, Option<Instance>>,
+    dry_run: bool,
 }
 
 impl World {
@@ -123,8 +129,11 @@ impl World {
         let observed = Observed {
             nodes: &self.nodes,
             instances: &self.instances,
+            looked_up: &self.looked_up,
             launches: &self.launches,
             node_records: self.node_records.as_deref(),
+            deployment: DEPLOYMENT,
+            dry_run: self.dry_run,
             now: NOW,
             registration_ttl: TTL,
         };
@@ -163,6 +172,7 @@ fn each_situation_gets_its_plan() {
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
                 node_records: Some(vec![]),
+                ..World::default()
             },
             HousekeepingPlan {
                 register: vec![registration(&region, "l1", "i-1", false)],
@@ -176,6 +186,7 @@ fn each_situation_gets_its_plan() {
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", None, RECENT, in_flight.clone())],
                 node_records: Some(vec![]),
+                ..World::default()
             },
             HousekeepingPlan {
                 register: vec![registration(&region, "l1", "i-1", false)],
@@ -189,6 +200,7 @@ fn each_situation_gets_its_plan() {
                 instances: vec![],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
                 node_records: Some(vec![]),
+                ..World::default()
             },
             HousekeepingPlan {
                 register: vec![registration(&region, "l1", "i-1", true)],
@@ -294,6 +306,7 @@ fn each_situation_gets_its_plan() {
                 instances: vec![instance("i-1", "l1", OLD)],
                 launches: vec![launch("l1", Some("i-1"), OLD, registered.clone())],
                 node_records: Some(vec![record("i-1")]),
+                ..World::default()
             },
             HousekeepingPlan::default(),
         ),
@@ -329,6 +342,7 @@ fn each_situation_gets_its_plan() {
                 launches: vec![launch("l2", Some("i-2"), OLD, registered.clone())],
                 node_records: Some(vec![record("i-1"), record("i-2")]),
                 nodes: vec![node("n1", "i-1", json!({}))],
+                ..World::default()
             },
             HousekeepingPlan {
                 forget: vec![Forget::Launch("l2".into()), Forget::NodeRecord("i-2".into())],

@@ -28,6 +28,7 @@ fn settings() -> Settings {
         poll: Duration::from_millis(250),
         registration_ttl: Duration::from_secs(900),
         dry_run: false,
+        deployment: "carpool-test".into(),
     }
 }
 
@@ -328,6 +329,7 @@ fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_register
     // CreateFleet timed out as far as the run knew, but EC2 did start the instance.
     let request = carpool::ports::LaunchRequest {
         launch_id: "lost-1".into(),
+        deployment: "carpool-test".into(),
         nodepool: "general".into(),
         node_class: carpool::model::EC2NodeClass::named("default"),
         instance_types: vec!["m5.large".into()],

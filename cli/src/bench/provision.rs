@@ -84,6 +84,7 @@ pub fn run(region: &RegionCatalog<'_>, pods: usize, instance_types: usize) -> Re
         poll: Duration::from_millis(250),
         registration_ttl: Duration::from_secs(900),
         dry_run: false,
+        deployment: "bench".into(),
     };
     let mut provisioner = Provisioner::new(&cloud, &cluster, &store, &clock, settings, "bench");
     let start = Instant::now();

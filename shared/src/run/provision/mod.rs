@@ -6,8 +6,11 @@
 //! 1. It takes the `provisioner` lease; a run that cannot returns at once, saying who
 //!    holds it. Two overlapping runs therefore never launch for the same pods.
 //! 2. [Housekeeping](Provisioner::housekeeping) carries out the plan
-//!    [`crate::decide::housekeeping`] makes: launches whose node registered, instances
-//!    that never did (terminated after the registration TTL), records of instances gone.
+//!    [`crate::decide::housekeeping`] makes: launches whose node registered, launches in
+//!    flight reconciled with the cloud's list (found by their launch-id tag, or failed
+//!    when their instance is gone), instances that never registered (terminated after the
+//!    registration TTL, only when this deployment owns them, a few per round), records of
+//!    instances gone.
 //! 3. It polls the pods kube-scheduler left pending and [batches](batcher) them: a batch
 //!    closes after 1 s without a new pod, or after 10 s.
 //! 4. Each [batch](Provisioner::batch) takes a snapshot, keeps the NodePools that can
@@ -84,8 +87,11 @@ pub struct Settings {
     pub poll: Duration,
     /// Registration TTL.
     pub registration_ttl: Duration,
-    /// Plan and log, launch nothing.
+    /// Plan and log, launch and terminate nothing.
     pub dry_run: bool,
+    /// This deployment's name ([`ProvisionerConfig::deployment`]): launches are tagged
+    /// with it, and housekeeping terminates only instances that carry it.
+    pub deployment: String,
 }
 
 impl Settings {
@@ -99,6 +105,7 @@ impl Settings {
             poll: poll_interval(config.batch_idle),
             registration_ttl: config.registration_ttl,
             dry_run: config.dry_run,
+            deployment: config.deployment.clone(),
         }
     }
 }
