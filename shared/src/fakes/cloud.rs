@@ -29,8 +29,8 @@ pub enum CloudFault {
     /// `CloudError::Api`.
     Api,
     /// `CloudError::OutcomeUnknown`, as a CreateFleet that timed out after EC2 started
-    /// the instance: on `launch`, the instance is created (tagged as asked) and the call
-    /// fails; on any other call, it only fails.
+    /// the instance: the next `launch` creates the instance (tagged as asked) and fails.
+    /// Other calls pass it by (it waits at the head of the queue for a launch).
     LaunchedThenUnknown,
 }
 
@@ -128,7 +128,7 @@ impl FakeCloud {
     fn enter(&self, call: String) -> Result<MutexGuard<'_, State>, CloudError> {
         let mut state = self.lock();
         state.calls.push(call.clone());
-        if state.faults.is_empty() {
+        if state.faults.is_empty() || state.faults.first() == Some(&CloudFault::LaunchedThenUnknown) {
             return Ok(state);
         }
         Err(match state.faults.remove(0) {
