@@ -510,7 +510,9 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
     let mut found_instance = instance("i-9", "l1", JUST_NOW);
     found_instance.instance_type = "c5.large".into();
     found_instance.zone = "us-east-1b".into();
-    let five_orphans: Vec<Instance> = (1..=5).map(|n| instance(&format!("i-{n}"), &format!("lost-{n}"), OLD)).collect();
+    let five_orphans: Vec<Instance> = (1..=5)
+        .map(|n| instance(&format!("i-{n}"), &format!("lost-{n}"), OLD))
+        .collect();
     let cases: Vec<(&str, World, HousekeepingPlan)> = vec![
         (
             "an instance tagged for the cluster with no deployment tag survives, past the TTL",
@@ -592,8 +594,12 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
                 ..World::default()
             },
             HousekeepingPlan {
-                terminate: (1..=3).map(|n| orphan(&format!("i-{n}"), &format!("lost-{n}"))).collect(),
-                held_back: (4..=5).map(|n| orphan(&format!("i-{n}"), &format!("lost-{n}"))).collect(),
+                terminate: (1..=3)
+                    .map(|n| orphan(&format!("i-{n}"), &format!("lost-{n}")))
+                    .collect(),
+                held_back: (4..=5)
+                    .map(|n| orphan(&format!("i-{n}"), &format!("lost-{n}")))
+                    .collect(),
                 ..HousekeepingPlan::default()
             },
         ),

@@ -63,7 +63,12 @@ fn a_launch_whose_instance_is_gone_stops_counting_as_capacity_and_its_pods_are_p
     let lost = &second.housekeeping[0].lost;
     assert_eq!(lost.len(), 1, "{:?}", second.housekeeping);
     assert!(lost[0].1.contains(&gone), "{lost:?}");
-    assert_eq!(second.launched().count(), 1, "the pods are planned again: {:?}", second.batches);
+    assert_eq!(
+        second.launched().count(),
+        1,
+        "the pods are planned again: {:?}",
+        second.batches
+    );
     assert_eq!(launch_calls(&w), 2);
     let launches = block_on(w.store.list_launches()).unwrap();
     let in_flight: Vec<_> = launches.iter().filter(|l| l.state == LaunchState::InFlight).collect();

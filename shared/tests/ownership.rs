@@ -19,22 +19,32 @@ fn an_instance_tagged_for_the_cluster_but_not_launched_by_this_deployment_surviv
     let w = World::new(0);
     // A user's box tagged for the cluster (no deployment tag), another deployment's node,
     // and one without Carpool's launch-id tag: none has a launch record or a Node.
-    w.cloud.add_instance(tagged("i-users-box", "l-1", None, Some(start_ms())));
+    w.cloud
+        .add_instance(tagged("i-users-box", "l-1", None, Some(start_ms())));
     w.cloud
         .add_instance(tagged("i-staging", "l-2", Some("carpool-staging"), Some(start_ms())));
-    w.cloud.add_instance(tagged("i-no-launch-id", "", Some(DEPLOYMENT), Some(start_ms())));
+    w.cloud
+        .add_instance(tagged("i-no-launch-id", "", Some(DEPLOYMENT), Some(start_ms())));
     // And one of this deployment's, to show housekeeping does run.
-    w.cloud.add_instance(tagged("i-ours", "l-3", Some(DEPLOYMENT), Some(start_ms())));
+    w.cloud
+        .add_instance(tagged("i-ours", "l-3", Some(DEPLOYMENT), Some(start_ms())));
     w.advance(PAST_TTL);
     let report = w.run("run-1");
     let housekeeping = &report.housekeeping[0];
     assert_eq!(
-        housekeeping.terminated.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        housekeeping
+            .terminated
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect::<Vec<_>>(),
         ["i-ours"]
     );
     for id in ["i-users-box", "i-staging", "i-no-launch-id"] {
         assert_eq!(w.state(id), Some(InstanceState::Running), "{id}");
-        assert!(housekeeping.spared.iter().any(|(s, _)| s == id), "{id}: {housekeeping:?}");
+        assert!(
+            housekeeping.spared.iter().any(|(s, _)| s == id),
+            "{id}: {housekeeping:?}"
+        );
     }
     assert!(!w.cloud.calls().iter().any(|c| c.starts_with("terminate i-users-box")));
     // Still so a day later.
@@ -48,7 +58,8 @@ fn an_instance_tagged_for_the_cluster_but_not_launched_by_this_deployment_surviv
 #[test]
 fn an_instance_without_a_launch_time_survives() {
     let w = World::new(0);
-    w.cloud.add_instance(tagged("i-timeless", "l-1", Some(DEPLOYMENT), None));
+    w.cloud
+        .add_instance(tagged("i-timeless", "l-1", Some(DEPLOYMENT), None));
     w.advance(PAST_TTL);
     let report = w.run("run-1");
     assert_eq!(w.state("i-timeless"), Some(InstanceState::Running));

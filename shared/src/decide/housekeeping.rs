@@ -36,10 +36,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use serde::{Deserialize, Serialize};
 
+use super::ownership::{SpareReason, ownership, termination_cap};
 use crate::catalog::RegionCatalog;
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known as wk;
-use super::ownership::{SpareReason, ownership, termination_cap};
 use crate::ports::{EpochMillis, Instance, LaunchRecord, LaunchState, MetadataPatch, NodeRecord};
 
 /// How long a launch in flight may go without its instance being seen (by id or by its
@@ -477,9 +477,7 @@ pub fn plan(observed: &Observed<'_>, region: &RegionCatalog<'_>) -> Housekeeping
                     _ => {}
                 }
             }
-            LaunchState::Failed { .. }
-                if id.is_some_and(|id| listed.contains_key(id) && !node_of.contains_key(id)) =>
-            {
+            LaunchState::Failed { .. } if id.is_some_and(|id| listed.contains_key(id) && !node_of.contains_key(id)) => {
                 if expired
                     && let Some(instance) = id.and_then(|id| listed.get(id))
                     && !instance.is_gone()
@@ -509,10 +507,7 @@ pub fn plan(observed: &Observed<'_>, region: &RegionCatalog<'_>) -> Housekeeping
         if known.contains(&instance.id) || node_of.contains_key(instance.id.as_str()) || instance.is_gone() {
             continue;
         }
-        if instance
-            .launched_at
-            .is_some_and(|t| now.saturating_sub(t) < ttl_ms)
-        {
+        if instance.launched_at.is_some_and(|t| now.saturating_sub(t) < ttl_ms) {
             continue;
         }
         let termination = Termination {

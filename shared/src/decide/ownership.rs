@@ -73,4 +73,3 @@ pub fn ownership(instance: &Instance, deployment: &str) -> Result<(), SpareReaso
         Ok(())
     }
 }
-

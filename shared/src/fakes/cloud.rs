@@ -165,7 +165,11 @@ impl Cloud for FakeCloud {
             }
             first
         };
-        let mut state = if then_unknown { self.lock() } else { self.enter(call.clone())? };
+        let mut state = if then_unknown {
+            self.lock()
+        } else {
+            self.enter(call.clone())?
+        };
         let mut failed = Vec::new();
         for instance_type in &request.instance_types {
             let key = OfferingKey {

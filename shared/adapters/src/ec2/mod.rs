@@ -35,7 +35,8 @@ use carpool::ports::{
 
 use self::errors::{NOT_FOUND_CODES, fleet_failure, map_launch_err, map_sdk_err};
 use self::fleet::{
-    Answered, CLUSTER_TAG, DEPLOYMENT_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet, is_template_not_found,
+    Answered, CLUSTER_TAG, DEPLOYMENT_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet,
+    is_template_not_found,
 };
 pub use self::instance_profile::NodeRole;
 use crate::cluster_info::ClusterInfo;

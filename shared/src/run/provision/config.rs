@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(c.deployment, "carpool", "the deployment defaults to the table's name");
         let mut named = BASE.to_vec();
         named.push(("CARPOOL_DEPLOYMENT", "carpool-prod"));
-        assert_eq!(ProvisionerConfig::from_vars(vars(&named)).unwrap().deployment, "carpool-prod");
+        assert_eq!(
+            ProvisionerConfig::from_vars(vars(&named)).unwrap().deployment,
+            "carpool-prod"
+        );
     }
 
     #[test]

@@ -111,7 +111,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             tracing::warn!(instance_id = %held.instance_id, launch_id = held.launch_id.as_deref().unwrap_or(""),
                 reason = %held.reason, cap = plan.terminate.len(),
                 "termination held back: past the cap of terminations per round");
-            report.held_back.push((held.instance_id.clone(), held.reason.to_string()));
+            report
+                .held_back
+                .push((held.instance_id.clone(), held.reason.to_string()));
         }
         for would in &plan.would_terminate {
             tracing::info!(instance_id = %would.instance_id, launch_id = would.launch_id.as_deref().unwrap_or(""),

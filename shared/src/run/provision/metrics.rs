@@ -77,7 +77,10 @@ mod tests {
         assert_eq!(v["TerminationsHeldBack"], 7);
         assert_eq!(v["InstancesTerminated"], 2);
         assert_eq!(v["LaunchesLost"], 0);
-        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Name"], "TerminationsHeldBack");
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Name"],
+            "TerminationsHeldBack"
+        );
     }
 
     #[test]
