@@ -167,6 +167,9 @@ pub fn summary(report: &RunReport) -> Value {
         "pending_to_fleet_p50_ms": quantile(&latencies, 0.5),
         "pending_to_fleet_p99_ms": quantile(&latencies, 0.99),
         "terminated": report.housekeeping.iter().flat_map(|h| h.terminated.clone()).collect::<Vec<_>>(),
+        "terminations_held_back": report.housekeeping.iter().flat_map(|h| h.held_back.clone()).collect::<Vec<_>>(),
+        "would_terminate": report.housekeeping.iter().flat_map(|h| h.would_terminate.clone()).collect::<Vec<_>>(),
+        "launches_lost": report.housekeeping.iter().flat_map(|h| h.lost.clone()).collect::<Vec<_>>(),
         "watched_ms": report.watched_ms,
     })
 }
