@@ -22,7 +22,10 @@ fn start() -> SystemTime {
 }
 
 fn settings() -> Settings {
-    Settings::default()
+    Settings {
+        deployment: "carpool-test".into(),
+        ..Settings::default()
+    }
 }
 
 fn pending_pod(name: &str, cpu: &str, memory: &str) -> Pod {
@@ -318,6 +321,7 @@ fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_register
     // CreateFleet timed out as far as the run knew, but EC2 did start the instance.
     let request = carpool::ports::LaunchRequest {
         launch_id: "lost-1".into(),
+        deployment: "carpool-test".into(),
         nodepool: "general".into(),
         node_class: carpool::model::EC2NodeClass::named("default"),
         instance_types: vec!["m5.large".into()],
@@ -392,7 +396,7 @@ fn the_default_settings_are_those_of_a_configuration_that_sets_nothing_optional(
     let vars = |k: &str| {
         [
             ("CARPOOL_CLUSTER_NAME", "prod"),
-            ("CARPOOL_TABLE_NAME", "t"),
+            ("CARPOOL_TABLE_NAME", "carpool"),
             ("AWS_REGION", "us-east-1"),
         ]
         .iter()

@@ -80,6 +80,7 @@ pub fn run(region: &RegionCatalog<'_>, pods: usize, instance_types: usize) -> Re
     let clock = SkippingClock::default();
     let settings = Settings {
         watch: Duration::from_secs(2),
+        deployment: "bench".into(),
         ..Settings::default()
     };
     let mut provisioner = Provisioner::new(&cloud, &cluster, &store, &clock, settings, "bench");

@@ -8,7 +8,7 @@ use carpool::catalog::RegionCatalog;
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::price_refresh::LiveCatalog;
-use carpool::run::provision::metrics::batch_metrics;
+use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics};
 use carpool::run::provision::report::quantile;
 use carpool::run::provision::{ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings};
 use lambda_runtime::{Diagnostic, LambdaEvent};
@@ -77,6 +77,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             // EMF goes to stdout as a raw line; CloudWatch turns it into metrics.
             println!("{}", batch_metrics(&self.config.cluster, now, batch));
         }
+        println!(
+            "{}",
+            housekeeping_metrics(&self.config.cluster, now, &report.housekeeping)
+        );
         let summary = summary(&report);
         tracing::info!(summary = %summary, "run");
         Ok(report)
@@ -164,6 +168,9 @@ pub fn summary(report: &RunReport) -> Value {
         "pending_to_fleet_p50_ms": quantile(&latencies, 0.5),
         "pending_to_fleet_p99_ms": quantile(&latencies, 0.99),
         "terminated": report.housekeeping.iter().flat_map(|h| h.terminated.clone()).collect::<Vec<_>>(),
+        "terminations_held_back": report.housekeeping.iter().flat_map(|h| h.held_back.clone()).collect::<Vec<_>>(),
+        "would_terminate": report.housekeeping.iter().flat_map(|h| h.would_terminate.clone()).collect::<Vec<_>>(),
+        "launches_lost": report.housekeeping.iter().flat_map(|h| h.lost.clone()).collect::<Vec<_>>(),
         "watched_ms": report.watched_ms,
     })
 }

@@ -166,6 +166,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         }
                         report.launch_errors.push(failure);
                     }
+                    LaunchOutcome::Unknown(unknown) => {
+                        // Its pods are provided for by the record in flight.
+                        let (failure, record) = *unknown;
+                        report.launch_errors.push(failure);
+                        launches.push(record);
+                    }
                     LaunchOutcome::Failed(failure) => {
                         not_launched.extend(node.pods.iter().map(|p| {
                             Unschedulable::new(

@@ -21,6 +21,12 @@ pub struct ProvisionerConfig {
     pub cluster: String,
     /// `CARPOOL_TABLE_NAME`: the DynamoDB table (required).
     pub table: String,
+    /// `CARPOOL_DEPLOYMENT` (default: the table's name): this deployment's name (the
+    /// template passes the stack's). Every instance Carpool launches carries it as the
+    /// `carpool.sh/deployment` tag, and housekeeping terminates only instances that carry
+    /// it, so two deployments for one cluster, or a box tagged for the cluster by hand,
+    /// are never terminated by this one.
+    pub deployment: String,
     /// `AWS_REGION`: the region (set by Lambda; required).
     pub region: String,
     /// `CARPOOL_AMI_SSM_PARAMETER`: the SSM parameter holding the AL2023 AMI id, for
@@ -153,9 +159,12 @@ impl ProvisionerConfig {
     }
 
     fn with_log_level(get: &impl Fn(&str) -> Option<String>, log_level: String) -> Result<Self, ConfigError> {
+        let cluster = required(&get, "CARPOOL_CLUSTER_NAME")?;
+        let table = required(&get, "CARPOOL_TABLE_NAME")?;
         let config = ProvisionerConfig {
-            cluster: required(&get, "CARPOOL_CLUSTER_NAME")?,
-            table: required(&get, "CARPOOL_TABLE_NAME")?,
+            cluster,
+            deployment: optional(&get, "CARPOOL_DEPLOYMENT").unwrap_or_else(|| table.clone()),
+            table,
             region: required(&get, "AWS_REGION")?,
             ami_ssm_parameter: optional(&get, "CARPOOL_AMI_SSM_PARAMETER")
                 .unwrap_or_else(|| DEFAULT_AMI_SSM_PARAMETER.to_string()),
@@ -225,6 +234,13 @@ mod tests {
         assert!(!c.dry_run);
         assert!(c.live_prices);
         assert_eq!(c.ami_ssm_parameter, DEFAULT_AMI_SSM_PARAMETER);
+        assert_eq!(c.deployment, "carpool", "the deployment defaults to the table's name");
+        let mut named = BASE.to_vec();
+        named.push(("CARPOOL_DEPLOYMENT", "carpool-prod"));
+        assert_eq!(
+            ProvisionerConfig::from_vars(vars(&named)).unwrap().deployment,
+            "carpool-prod"
+        );
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! 1. It takes the `provisioner` lease; a run that cannot returns at once, saying who
 //!    holds it. Two overlapping runs therefore never launch for the same pods.
 //! 2. [Housekeeping](Provisioner::housekeeping) carries out the plan
-//!    [`crate::decide::housekeeping`] makes: launches whose node registered, instances
-//!    that never did (terminated after the registration TTL), records of instances gone.
+//!    [`crate::decide::housekeeping`] makes: launches whose node registered, launches in
+//!    flight reconciled with the cloud's list (found by their launch-id tag, or failed
+//!    when their instance is gone), instances that never registered (terminated after the
+//!    registration TTL, only when this deployment owns them, a few per round), records of
+//!    instances gone.
 //! 3. It polls the pods kube-scheduler left pending and [batches](batcher) them: a batch
 //!    closes after 1 s without a new pod, or after 10 s.
 //! 4. Each [batch](Provisioner::batch) takes a snapshot, keeps the NodePools that can
@@ -87,8 +90,11 @@ pub struct Settings {
     pub poll: Duration,
     /// Registration TTL.
     pub registration_ttl: Duration,
-    /// Plan and log, launch nothing.
+    /// Plan and log, launch and terminate nothing.
     pub dry_run: bool,
+    /// This deployment's name ([`ProvisionerConfig::deployment`]): launches are tagged
+    /// with it, and housekeeping terminates only instances that carry it.
+    pub deployment: String,
     /// The NodePools Carpool manages, by their labels (empty: every NodePool).
     pub nodepool_selector: Selector,
 }
@@ -96,7 +102,7 @@ pub struct Settings {
 impl Default for Settings {
     /// The function's defaults (those of an empty [`ProvisionerConfig`]): a 50 s watch,
     /// batches of 1 s idle and 10 s at most, a 15 min registration TTL, every NodePool,
-    /// launching for real.
+    /// launching for real, as the deployment `carpool`.
     fn default() -> Self {
         Settings {
             watch: Duration::from_secs(50),
@@ -106,6 +112,7 @@ impl Default for Settings {
             registration_ttl: Duration::from_secs(900),
             dry_run: false,
             nodepool_selector: Selector::default(),
+            deployment: "carpool".into(),
         }
     }
 }
@@ -122,6 +129,7 @@ impl Settings {
             registration_ttl: config.registration_ttl,
             dry_run: config.dry_run,
             nodepool_selector: config.nodepool_selector.clone(),
+            deployment: config.deployment.clone(),
         }
     }
 }
