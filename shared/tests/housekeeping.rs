@@ -115,8 +115,22 @@ fn failed(id: &str, instance: Option<&str>, launched_at: EpochMillis) -> LaunchR
     )
 }
 
-/// A situation: what is listed.
-#[derive(Default)]
+/// The termination of `instance` (of launch `launch`), and the record written after it.
+fn terminate(
+    instance: &str,
+    launch: Option<&str>,
+    reason: TerminationReason,
+    then_write: Option<LaunchRecord>,
+) -> Termination {
+    Termination {
+        instance_id: instance.into(),
+        launch_id: launch.map(str::to_string),
+        reason,
+        then_write,
+    }
+}
+
+/// A situation: what is listed (by default, no node records at all, listed fine).
 struct World {
     nodes: Vec<Node>,
     instances: Vec<Instance>,
@@ -124,6 +138,19 @@ struct World {
     node_records: Option<Vec<NodeRecord>>,
     looked_up: BTreeMap<String, Option<Instance>>,
     dry_run: bool,
+}
+
+impl Default for World {
+    fn default() -> Self {
+        World {
+            nodes: Vec::new(),
+            instances: Vec::new(),
+            launches: Vec::new(),
+            node_records: Some(Vec::new()),
+            looked_up: BTreeMap::new(),
+            dry_run: false,
+        }
+    }
 }
 
 impl World {
@@ -173,7 +200,6 @@ fn each_situation_gets_its_plan() {
                 nodes: vec![node("n1", "i-1", json!({}))],
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -187,7 +213,6 @@ fn each_situation_gets_its_plan() {
                 nodes: vec![node("n1", "i-1", json!({}))],
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", None, RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -201,7 +226,6 @@ fn each_situation_gets_its_plan() {
                 nodes: vec![node("n1", "i-1", json!({}))],
                 instances: vec![],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -214,7 +238,6 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan::default(),
@@ -224,16 +247,15 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", OLD)],
                 launches: vec![launch("l1", Some("i-1"), OLD, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
-                terminate: vec![Termination {
-                    instance_id: "i-1".into(),
-                    launch_id: Some("l1".into()),
-                    reason: TerminationReason::NotRegistered { ttl_seconds: 900 },
-                    then_write: Some(failed("l1", Some("i-1"), OLD)),
-                }],
+                terminate: vec![terminate(
+                    "i-1",
+                    Some("l1"),
+                    TerminationReason::NotRegistered { ttl_seconds: 900 },
+                    Some(failed("l1", Some("i-1"), OLD)),
+                )],
                 ..HousekeepingPlan::default()
             },
         ),
@@ -241,7 +263,6 @@ fn each_situation_gets_its_plan() {
             "a launch in flight past the TTL with no instance at all is only marked failed",
             World {
                 launches: vec![launch("l1", None, OLD, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -254,19 +275,18 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", OLD)],
                 launches: vec![launch("l1", Some("i-1"), OLD, gone_failed.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
-                terminate: vec![Termination {
-                    instance_id: "i-1".into(),
-                    launch_id: Some("l1".into()),
-                    reason: TerminationReason::FailedLaunchNotRegistered {
+                terminate: vec![terminate(
+                    "i-1",
+                    Some("l1"),
+                    TerminationReason::FailedLaunchNotRegistered {
                         launch_id: "l1".into(),
                         ttl_seconds: 900,
                     },
-                    then_write: None,
-                }],
+                    None,
+                )],
                 ..HousekeepingPlan::default()
             },
         ),
@@ -275,7 +295,6 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", Some("i-1"), RECENT, gone_failed.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan::default(),
@@ -289,7 +308,6 @@ fn each_situation_gets_its_plan() {
                     launch("l3", None, OLD, gone_failed.clone()),
                     launch("l4", None, RECENT, gone_failed.clone()),
                 ],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -321,19 +339,18 @@ fn each_situation_gets_its_plan() {
                     instance("i-2", "", RECENT),
                     instance("i-3", "", OLD),
                 ],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
-                terminate: vec![Termination {
-                    instance_id: "i-1".into(),
-                    launch_id: None,
-                    reason: TerminationReason::NoLaunchRecord {
+                terminate: vec![terminate(
+                    "i-1",
+                    None,
+                    TerminationReason::NoLaunchRecord {
                         launch_id: "lost".into(),
                         ttl_seconds: 900,
                     },
-                    then_write: None,
-                }],
+                    None,
+                )],
                 ..HousekeepingPlan::default()
             },
         ),
@@ -381,7 +398,6 @@ fn each_situation_gets_its_plan() {
                         json!({wk::CARPOOL_MANAGED: "true", wk::INSTANCE_TYPE: "x9.huge"}),
                     ),
                 ],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -407,15 +423,15 @@ fn each_situation_gets_its_plan() {
 #[test]
 fn a_plan_is_a_serde_value_with_typed_reasons() {
     let plan = HousekeepingPlan {
-        terminate: vec![Termination {
-            instance_id: "i-1".into(),
-            launch_id: None,
-            reason: TerminationReason::NoLaunchRecord {
+        terminate: vec![terminate(
+            "i-1",
+            None,
+            TerminationReason::NoLaunchRecord {
                 launch_id: "l9".into(),
                 ttl_seconds: 900,
             },
-            then_write: None,
-        }],
+            None,
+        )],
         forget: vec![Forget::NodeRecord("i-2".into())],
         ..HousekeepingPlan::default()
     };
@@ -458,15 +474,15 @@ fn foreign(id: &str, launch_id: &str, deployment: Option<&str>, launched_at: Opt
 }
 
 fn orphan(id: &str, launch_id: &str) -> Termination {
-    Termination {
-        instance_id: id.into(),
-        launch_id: None,
-        reason: TerminationReason::NoLaunchRecord {
+    terminate(
+        id,
+        None,
+        TerminationReason::NoLaunchRecord {
             launch_id: launch_id.into(),
             ttl_seconds: 900,
         },
-        then_write: None,
-    }
+        None,
+    )
 }
 
 fn spared(id: &str, launch_id: &str, reason: SpareReason) -> Spared {
@@ -518,7 +534,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "an instance tagged for the cluster with no deployment tag survives, past the TTL",
             World {
                 instances: vec![foreign("i-1", "l9", None, Some(OLD))],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -530,7 +545,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "another deployment's instance survives",
             World {
                 instances: vec![foreign("i-1", "l9", Some("carpool-staging"), Some(OLD))],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -548,7 +562,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "an instance without Carpool's launch-id tag survives, even with this deployment's tag",
             World {
                 instances: vec![foreign("i-1", "", Some(DEPLOYMENT), Some(OLD))],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -560,7 +573,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "an instance without a launch time is never terminated",
             World {
                 instances: vec![foreign("i-1", "l9", Some(DEPLOYMENT), None)],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -573,7 +585,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             World {
                 instances: vec![foreign("i-1", "l1", None, Some(OLD))],
                 launches: vec![launch("l1", Some("i-1"), OLD, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -590,7 +601,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "past the cap (3 of 5 instances), the other terminations are held back",
             World {
                 instances: five_orphans.clone(),
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -607,7 +617,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "dry run plans the terminations and carries none out",
             World {
                 instances: vec![instance("i-1", "lost", OLD)],
-                node_records: Some(vec![]),
                 dry_run: true,
                 ..World::default()
             },
@@ -621,7 +630,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             World {
                 instances: vec![found_instance],
                 launches: vec![launch("l1", None, JUST_NOW, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -633,7 +641,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "a launch in flight with no instance is left alone within the grace",
             World {
                 launches: vec![launch("l1", None, JUST_NOW, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan::default(),
@@ -642,7 +649,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "a launch in flight with no instance and none carrying its tag after the grace is lost",
             World {
                 launches: vec![no_instance.clone()],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -655,7 +661,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             World {
                 instances: vec![shutting_down],
                 launches: vec![launch("l1", Some("i-1"), JUST_NOW, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -673,7 +678,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             World {
                 launches: vec![launch("l1", Some("i-1"), JUST_NOW, in_flight.clone())],
                 looked_up: BTreeMap::from([("i-1".to_string(), Some(terminated))]),
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -691,7 +695,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             World {
                 launches: vec![launch("l1", Some("i-1"), JUST_NOW, in_flight.clone())],
                 looked_up: BTreeMap::from([("i-1".to_string(), None)]),
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan::default(),
@@ -701,7 +704,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             World {
                 launches: vec![with_instance.clone()],
                 looked_up: BTreeMap::from([("i-1".to_string(), None)]),
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -718,7 +720,6 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
             "a launch whose unlisted instance could not be read waits, even past the grace",
             World {
                 launches: vec![with_instance.clone()],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan::default(),

@@ -206,7 +206,10 @@ mod tests {
         let throttled = map_launch_err(service_error("RequestLimitExceeded", 400));
         assert!(matches!(throttled, CloudError::Throttled { .. }), "{throttled:?}");
         let unauthorized = map_launch_err(service_error("UnauthorizedOperation", 403));
-        assert!(matches!(unauthorized, CloudError::Unauthorized { .. }), "{unauthorized:?}");
+        assert!(
+            matches!(unauthorized, CloudError::Unauthorized { .. }),
+            "{unauthorized:?}"
+        );
     }
 
     fn error(
