@@ -9,6 +9,8 @@
 //! - [`housekeeping`] turns the Nodes, instances and records of a cluster into a
 //!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,
 //!   instances to terminate (with the reason), records to forget.
+//! - [`pod_events`] picks the Kubernetes Events a batch publishes on its pending pods
+//!   (nominated, unschedulable, launch failed), rate-limited per pod, reason and message.
 //!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
@@ -23,6 +25,7 @@ pub mod nodepools;
 pub mod packer;
 pub mod plan;
 pub mod pod;
+pub mod pod_events;
 pub mod scheduler;
 pub mod selector;
 pub mod subnet_zones;

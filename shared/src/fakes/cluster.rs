@@ -13,7 +13,7 @@ use super::Injected;
 use crate::decide::selector::Selector;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
+use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
 
 /// The apiserver's message for an eviction a PDB blocks.
 pub const PDB_BLOCKS: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -49,6 +49,8 @@ struct State {
     daemonsets: BTreeMap<Key, DaemonSet>,
     nodepools: BTreeMap<String, serde_json::Value>,
     ec2nodeclasses: BTreeMap<String, serde_json::Value>,
+    /// Events published, in order.
+    events: Vec<PodEvent>,
 }
 
 /// A cluster in memory: pods, nodes, PDBs, DaemonSets, NodePools and EC2NodeClasses.
@@ -60,6 +62,7 @@ struct State {
 /// pods the selector matches. An evicted pod is removed at once (no kubelet, no
 /// replacement) and still counts as expected for its PDB, so each eviction decrements
 /// the disruptions allowed. `pdbs()` returns the PDBs with that status filled in.
+/// Published Events are kept, in order ([`FakeCluster::events`]).
 #[derive(Debug, Default)]
 pub struct FakeCluster {
     state: Mutex<State>,
@@ -288,6 +291,11 @@ impl FakeCluster {
         state.pdbs.get(&k).map(|p| state.budget(&k, p).disruptions_allowed)
     }
 
+    /// The Events published so far, in order.
+    pub fn events(&self) -> Vec<PodEvent> {
+        lock(&self.state).events.clone()
+    }
+
     /// The calls made so far, as `method argument`.
     pub fn calls(&self) -> Vec<String> {
         lock(&self.calls).clone()
@@ -450,6 +458,12 @@ impl Cluster for FakeCluster {
         let meta = &mut state.node_mut(node)?.metadata;
         apply(&mut meta.labels, labels);
         apply(&mut meta.annotations, annotations);
+        Ok(())
+    }
+
+    async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("publish_event {} {}", event.pod.key(), event.reason))?;
+        state.events.push(event.clone());
         Ok(())
     }
 }
