@@ -68,6 +68,7 @@ pub struct FakeCluster {
     state: Mutex<State>,
     calls: Mutex<Vec<String>>,
     fail_next: Mutex<Vec<ClusterErrorKind>>,
+    fail_events: Mutex<Option<ClusterErrorKind>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -306,29 +307,40 @@ impl FakeCluster {
         lock(&self.fail_next).push(kind);
     }
 
+    /// Makes every `publish_event` fail with `kind` (`None`: publish again), the other
+    /// calls unchanged.
+    pub fn fail_events(&self, kind: Option<ClusterErrorKind>) {
+        *lock(&self.fail_events) = kind;
+    }
+
     fn enter(&self, call: String) -> Result<MutexGuard<'_, State>, ClusterError> {
         lock(&self.calls).push(call.clone());
         let mut failures = lock(&self.fail_next);
         if !failures.is_empty() {
-            let what = format!("injected on {call}");
-            return Err(match failures.remove(0) {
-                ClusterErrorKind::NotFound => ClusterError::NotFound {
-                    what,
-                    source: Some(Injected::boxed()),
-                },
-                ClusterErrorKind::Conflict => ClusterError::Conflict(what),
-                ClusterErrorKind::Throttled => ClusterError::Throttled {
-                    what,
-                    source: Injected::boxed(),
-                },
-                ClusterErrorKind::Unauthorized => ClusterError::Unauthorized {
-                    what,
-                    source: Injected::boxed(),
-                },
-                ClusterErrorKind::Api => ClusterError::Api(what.into()),
-            });
+            return Err(injected(failures.remove(0), &call));
         }
         Ok(lock(&self.state))
+    }
+}
+
+/// The error of an injected `kind` on `call`.
+fn injected(kind: ClusterErrorKind, call: &str) -> ClusterError {
+    let what = format!("injected on {call}");
+    match kind {
+        ClusterErrorKind::NotFound => ClusterError::NotFound {
+            what,
+            source: Some(Injected::boxed()),
+        },
+        ClusterErrorKind::Conflict => ClusterError::Conflict(what),
+        ClusterErrorKind::Throttled => ClusterError::Throttled {
+            what,
+            source: Injected::boxed(),
+        },
+        ClusterErrorKind::Unauthorized => ClusterError::Unauthorized {
+            what,
+            source: Injected::boxed(),
+        },
+        ClusterErrorKind::Api => ClusterError::Api(what.into()),
     }
 }
 
@@ -462,7 +474,11 @@ impl Cluster for FakeCluster {
     }
 
     async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
-        let mut state = self.enter(format!("publish_event {} {}", event.pod.key(), event.reason))?;
+        let call = format!("publish_event {} {}", event.pod.key(), event.reason);
+        let mut state = self.enter(call.clone())?;
+        if let Some(kind) = *lock(&self.fail_events) {
+            return Err(injected(kind, &call));
+        }
         state.events.push(event.clone());
         Ok(())
     }
