@@ -96,6 +96,11 @@ const NEEDED: &[Ask] = &[
     cluster("get", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("list", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("watch", "ec2nodeclasses.karpenter.k8s.aws"),
+    // Events on pending pods, in their namespaces.
+    all("create", "events.events.k8s.io"),
+    all("patch", "events.events.k8s.io"),
+    all("create", "events"),
+    all("patch", "events"),
 ];
 
 /// What Carpool must not be able to do.
@@ -118,6 +123,9 @@ const FORBIDDEN: &[Ask] = &[
     ns("delete", "daemonsets.apps"),
     ns("patch", "deployments.apps"),
     ns("delete", "poddisruptionbudgets.policy"),
+    // Events are written, never read or removed.
+    ns("delete", "events.events.k8s.io"),
+    ns("list", "events"),
     // Nodes register themselves; Carpool patches them and never PUTs a whole Node.
     cluster("create", "nodes"),
     cluster("update", "nodes"),
