@@ -121,7 +121,12 @@ fn a_nominated_pod_gets_one_event_naming_its_type_zone_and_capacity_type() {
     for i in 0..3 {
         let name = format!("web-{i}");
         let events = w.events_of(&name);
-        assert_eq!(events.len(), 1, "one Event over {} batches: {events:?}", report.batches.len());
+        assert_eq!(
+            events.len(),
+            1,
+            "one Event over {} batches: {events:?}",
+            report.batches.len()
+        );
         let e = &events[0];
         assert_eq!(e.reason, EventReason::Nominated);
         assert_eq!(e.event_type(), EventType::Normal);
@@ -157,11 +162,19 @@ fn an_unschedulable_pod_gets_its_reason_once_per_window() {
     let unschedulable = &first.batches[0].unschedulable;
     assert_eq!(unschedulable.len(), 1, "{unschedulable:?}");
     let events = w.events_of("huge");
-    assert_eq!(events.len(), 1, "one Event over {} batches: {events:?}", first.batches.len());
+    assert_eq!(
+        events.len(),
+        1,
+        "one Event over {} batches: {events:?}",
+        first.batches.len()
+    );
     let e = &events[0];
     assert_eq!(e.reason, EventReason::FailedScheduling);
     assert_eq!(e.event_type(), EventType::Warning);
-    assert_eq!(e.message, format!("Failed to schedule pod, {}", unschedulable[0].reason()));
+    assert_eq!(
+        e.message,
+        format!("Failed to schedule pod, {}", unschedulable[0].reason())
+    );
     assert!(e.message.contains("resources"), "{}", e.message);
 
     // The next run, a little later: still within the window.
@@ -222,7 +235,9 @@ fn a_launch_that_fails_is_told_to_its_pods_once_per_window() {
     assert_eq!(events[0].reason, EventReason::LaunchFailed);
     assert_eq!(events[0].event_type(), EventType::Warning);
     assert!(
-        events[0].message.starts_with("Failed to launch a node for the pod, launch: ")
+        events[0]
+            .message
+            .starts_with("Failed to launch a node for the pod, launch: ")
             && events[0].message.contains("InvalidGroup.NotFound"),
         "{}",
         events[0].message
@@ -237,7 +252,11 @@ fn without_a_nodepool_every_pod_is_told_why() {
     let events = w.events_of("web-0");
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].reason, EventReason::FailedScheduling);
-    assert!(events[0].message.starts_with("Failed to schedule pod, "), "{}", events[0].message);
+    assert!(
+        events[0].message.starts_with("Failed to schedule pod, "),
+        "{}",
+        events[0].message
+    );
 }
 
 #[test]
@@ -249,11 +268,20 @@ fn a_failure_to_publish_does_not_fail_the_run_and_is_tried_again() {
     let report = w.run("run-1");
     assert!(report.launched().count() > 0, "the batch went on");
     assert!(w.cluster.events().is_empty());
-    assert!(w.cluster.calls().iter().any(|c| c.starts_with("publish_event web/huge")));
+    assert!(
+        w.cluster
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("publish_event web/huge"))
+    );
     w.cluster.fail_events(None);
     w.run("run-2");
     let events = w.events_of("huge");
-    assert_eq!(events.len(), 1, "not remembered as published, so published now: {events:?}");
+    assert_eq!(
+        events.len(),
+        1,
+        "not remembered as published, so published now: {events:?}"
+    );
 }
 
 #[test]

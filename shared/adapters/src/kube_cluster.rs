@@ -16,12 +16,11 @@ use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPat
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
+    ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
@@ -426,7 +425,11 @@ mod tests {
         assert_eq!(e.reporting_controller.as_deref(), Some("carpool"));
         let regarding = e.regarding.unwrap();
         assert_eq!(
-            (regarding.kind.as_deref(), regarding.name.as_deref(), regarding.uid.as_deref()),
+            (
+                regarding.kind.as_deref(),
+                regarding.name.as_deref(),
+                regarding.uid.as_deref()
+            ),
             (Some("Pod"), Some("web-0"), Some("u-1"))
         );
         assert_eq!(e.event_time, Some(MicroTime(now)));

@@ -441,7 +441,9 @@ async fn pod_events(s: &mut Scene) -> Result<()> {
     ensure!(nomination.type_.as_deref() == Some("Normal"), "{nomination:?}");
     ensure!(
         nomination.message.as_deref()
-            == Some("Pod should schedule on: instance i-0123456789abcdef0 (m5.large, us-east-1a, spot) of NodePool general"),
+            == Some(
+                "Pod should schedule on: instance i-0123456789abcdef0 (m5.large, us-east-1a, spot) of NodePool general"
+            ),
         "{:?}",
         nomination.message
     );

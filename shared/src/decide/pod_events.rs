@@ -210,10 +210,13 @@ pub fn pod_events(outcome: &BatchOutcome<'_>, recent: &RecentEvents, now: System
             (pod_key(p), pod)
         })
         .collect();
-    let nominated = outcome
-        .nominated
-        .iter()
-        .filter_map(|n| Some(PodEvent::new(refs.get(&n.pod)?.clone(), EventReason::Nominated, n.message())));
+    let nominated = outcome.nominated.iter().filter_map(|n| {
+        Some(PodEvent::new(
+            refs.get(&n.pod)?.clone(),
+            EventReason::Nominated,
+            n.message(),
+        ))
+    });
     let unschedulable = outcome.unschedulable.iter().filter_map(|u| {
         let reason = unschedulable_reason(u.kind());
         Some(PodEvent::new(
@@ -289,7 +292,12 @@ mod tests {
     fn unschedulable_pods_get_their_reason_and_a_new_reason_is_published_at_once() {
         let pods = [pod("web-0"), pod("web-1")];
         let limits = [
-            Unschedulable::new("web/web-0", Reason::Limits { nodepool: "general".into() }),
+            Unschedulable::new(
+                "web/web-0",
+                Reason::Limits {
+                    nodepool: "general".into(),
+                },
+            ),
             Unschedulable::new(
                 "web/web-1",
                 Reason::Launch {
@@ -312,7 +320,11 @@ mod tests {
             format!("Failed to schedule pod, {}", limits[0].reason())
         );
         assert_eq!(events[1].reason, EventReason::LaunchFailed);
-        assert!(events[1].message.contains("UnauthorizedOperation"), "{}", events[1].message);
+        assert!(
+            events[1].message.contains("UnauthorizedOperation"),
+            "{}",
+            events[1].message
+        );
         for e in &events {
             recent.record(e, at(0));
         }
@@ -350,7 +362,9 @@ mod tests {
 
     #[test]
     fn a_batch_publishes_at_most_its_cap() {
-        let pods: Vec<Pod> = (0..MAX_EVENTS_PER_BATCH + 5).map(|i| pod(&format!("web-{i}"))).collect();
+        let pods: Vec<Pod> = (0..MAX_EVENTS_PER_BATCH + 5)
+            .map(|i| pod(&format!("web-{i}")))
+            .collect();
         let nominated: Vec<Nomination> = (0..pods.len()).map(|i| nomination(&format!("web/web-{i}"))).collect();
         let outcome = BatchOutcome {
             pods: &pods,
