@@ -94,6 +94,11 @@ const NEEDED: &[Ask] = &[
     cluster("get", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("list", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("watch", "ec2nodeclasses.karpenter.k8s.aws"),
+    // Events on pending pods, in their namespaces.
+    all("create", "events.events.k8s.io"),
+    all("patch", "events.events.k8s.io"),
+    all("create", "events"),
+    all("patch", "events"),
 ];
 
 /// What Carpool must not be able to do.
@@ -120,6 +125,9 @@ const FORBIDDEN: &[Ask] = &[
     // of their own.
     sub("create", "pods", "eviction", Scope::Namespace),
     cluster("delete", "nodes"),
+    // Events are written, never read or removed.
+    ns("delete", "events.events.k8s.io"),
+    ns("list", "events"),
     // Nodes register themselves; Carpool patches them and never PUTs a whole Node.
     cluster("create", "nodes"),
     cluster("update", "nodes"),

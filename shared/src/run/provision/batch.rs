@@ -1,6 +1,7 @@
 //! One batch: snapshot, drop the NodePools that cannot launch
 //! ([`crate::decide::nodepools`]), count capacity in flight, plan, launch every planned
-//! node at once ([`super::launch`]), re-plan after capacity errors, report.
+//! node at once ([`super::launch`]), re-plan after capacity errors, publish the pods'
+//! Events ([`super::events`]), report.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -82,7 +83,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         // and let the others work; with none left, launch nothing.
         nodepools::drop_without_node_class(&mut snapshot);
         if let Some(unschedulable) = nodepools::without_nodepool(&snapshot) {
-            return Ok(no_nodepool(&snapshot, unschedulable, self.settings.dry_run));
+            let report = no_nodepool(&snapshot, unschedulable, self.settings.dry_run);
+            self.publish_events(&snapshot, &report, &[]).await;
+            return Ok(report);
         }
         let mut zones_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
@@ -192,6 +195,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         report.unschedulable.extend(not_launched);
         report.pods_planned = report.pods_seen.saturating_sub(report.unschedulable.len());
         report.pending_to_fleet_ms.sort_unstable();
+        self.publish_events(&snapshot, &report, &launches).await;
         Ok(report)
     }
 

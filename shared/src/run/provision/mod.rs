@@ -18,7 +18,9 @@
 //!    ([`crate::decide::in_flight`]), plans with [`crate::decide`] (NodePool limits
 //!    included), [launches](launch) every planned node at once, and after capacity errors
 //!    marks those offerings unavailable for 3 minutes and re-plans, so spot falls back
-//!    to other offerings and to on-demand where the pool allows it.
+//!    to other offerings and to on-demand where the pool allows it. It then publishes
+//!    Kubernetes [Events](events) on the pods (nominated, unschedulable, launch failed),
+//!    rate-limited across batches and runs.
 //! 5. It releases the lease.
 //!
 //! Everything that acts goes through the ports; `now` comes from the [`Timer`].
@@ -26,6 +28,7 @@
 pub mod batch;
 pub mod batcher;
 pub mod config;
+pub mod events;
 pub mod housekeeping;
 pub mod launch;
 pub mod metrics;
@@ -37,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 pub use config::{ConfigError, ConfigRead, ProvisionerConfig};
+pub use events::SharedRecentEvents;
 pub use report::{BatchReport, HousekeepingReport, RunReport};
 
 use self::batcher::Batcher;
@@ -155,6 +159,7 @@ pub struct Provisioner<'a, C, K, S, T> {
     /// Who runs (the Lambda request id): the lease owner, and the launch ids' prefix.
     pub owner: String,
     launches: AtomicU64,
+    recent_events: SharedRecentEvents,
 }
 
 fn since(now: SystemTime, then: SystemTime) -> Duration {
@@ -172,7 +177,17 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             settings,
             owner: owner.to_string(),
             launches: AtomicU64::new(0),
+            recent_events: SharedRecentEvents::default(),
         }
+    }
+
+    /// The run remembers the Events it publishes in `recent` (for the rate limit), and
+    /// does not publish again what another run with the same `recent` published lately.
+    /// Without it, a run starts with none remembered.
+    #[must_use]
+    pub fn with_recent_events(mut self, recent: SharedRecentEvents) -> Self {
+        self.recent_events = recent;
+        self
     }
 
     /// A launch id unique to this run: the owner and a counter.
