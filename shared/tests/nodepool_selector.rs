@@ -45,13 +45,7 @@ fn world(pods: usize) -> (FakeCloud, FakeCluster, FakeStore, FakeClock) {
             .weight(100)
             .build(),
     );
-    cluster.add_ec2nodeclass(
-        EC2NodeClassBuilder::new("default")
-            .role("KarpenterNodeRole")
-            .discovery("prod")
-            .al2023()
-            .build(),
-    );
+    cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
     for i in 0..pods {
         cluster.add_pod(
             PodBuilder::new(&format!("web-{i}"))

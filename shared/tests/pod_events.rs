@@ -59,13 +59,7 @@ impl World {
                 .requirement("kubernetes.io/arch", "In", &["amd64"])
                 .build(),
         );
-        w.cluster.add_ec2nodeclass(
-            EC2NodeClassBuilder::new("default")
-                .role("KarpenterNodeRole")
-                .discovery("prod")
-                .al2023()
-                .build(),
-        );
+        w.cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
         w
     }
 

@@ -54,11 +54,7 @@ fn nodepool(name: &str, limits: Option<serde_json::Value>) -> serde_json::Value 
 }
 
 fn nodeclass() -> serde_json::Value {
-    EC2NodeClassBuilder::new("default")
-        .role("KarpenterNodeRole")
-        .discovery("prod")
-        .al2023()
-        .build()
+    EC2NodeClassBuilder::standard().build()
 }
 
 struct World {

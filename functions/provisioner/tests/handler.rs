@@ -29,13 +29,7 @@ fn app() -> App<FakeCloud, FakeCluster, FakeStore, FakeClock> {
             .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
             .build(),
     );
-    cluster.add_ec2nodeclass(
-        EC2NodeClassBuilder::new("default")
-            .role("KarpenterNodeRole")
-            .discovery("prod")
-            .al2023()
-            .build(),
-    );
+    cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
     for i in 0..8 {
         cluster.add_pod(
             PodBuilder::new(&format!("api-{i}"))

@@ -118,6 +118,22 @@ mod tests {
         region.prices().price(it, zone, capacity_type)
     }
 
+    /// A cloud whose live prices for m5.large are $0.0123 spot in us-east-1a and $0.5
+    /// on demand.
+    fn cloud_with_live_m5_large() -> FakeCloud {
+        let cloud = FakeCloud::new();
+        cloud.set_spot_prices(vec![SpotPrice {
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            price: 0.0123,
+        }]);
+        cloud.set_on_demand_prices(vec![OnDemandPrice {
+            instance_type: "m5.large".into(),
+            price: 0.5,
+        }]);
+        cloud
+    }
+
     fn reads(cloud: &FakeCloud) -> usize {
         cloud.calls().iter().filter(|c| c.starts_with("spot_prices")).count()
     }
@@ -129,16 +145,7 @@ mod tests {
     #[test]
     fn live_prices_and_offerings_are_read_once_per_ttl() {
         let catalog = catalog(true);
-        let cloud = FakeCloud::new();
-        cloud.set_spot_prices(vec![SpotPrice {
-            instance_type: "m5.large".into(),
-            zone: "us-east-1a".into(),
-            price: 0.0123,
-        }]);
-        cloud.set_on_demand_prices(vec![OnDemandPrice {
-            instance_type: "m5.large".into(),
-            price: 0.5,
-        }]);
+        let cloud = cloud_with_live_m5_large();
         cloud.set_offerings(vec![ZonalOffering {
             instance_type: "m5.large".into(),
             zone: "us-east-1a".into(),
@@ -176,16 +183,7 @@ mod tests {
     #[test]
     fn a_read_that_fails_leaves_the_embedded_data_and_the_others_apply() {
         let catalog = catalog(true);
-        let cloud = FakeCloud::new();
-        cloud.set_spot_prices(vec![SpotPrice {
-            instance_type: "m5.large".into(),
-            zone: "us-east-1a".into(),
-            price: 0.0123,
-        }]);
-        cloud.set_on_demand_prices(vec![OnDemandPrice {
-            instance_type: "m5.large".into(),
-            price: 0.5,
-        }]);
+        let cloud = cloud_with_live_m5_large();
         // The spot price read comes first, and fails.
         cloud.inject(CloudFault::Throttled);
         let clock = FakeClock::at(SystemTime::UNIX_EPOCH);
