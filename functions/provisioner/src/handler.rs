@@ -8,7 +8,7 @@ use carpool::catalog::RegionCatalog;
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::price_refresh::LiveCatalog;
-use carpool::run::provision::metrics::batch_metrics;
+use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics};
 use carpool::run::provision::report::quantile;
 use carpool::run::provision::{ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings};
 use lambda_runtime::{Diagnostic, LambdaEvent};
@@ -76,6 +76,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         for batch in &report.batches {
             // EMF goes to stdout as a raw line; CloudWatch turns it into metrics.
             println!("{}", batch_metrics(&self.config.cluster, now, batch));
+        }
+        for round in &report.housekeeping {
+            println!("{}", housekeeping_metrics(&self.config.cluster, now, round));
         }
         let summary = summary(&report);
         tracing::info!(summary = %summary, "run");

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::report::BatchReport;
+use super::report::{BatchReport, HousekeepingReport};
 use crate::ports::EpochMillis;
 
 /// The metrics namespace.
@@ -25,6 +25,7 @@ pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport)
                     {"Name": "LaunchErrors", "Unit": "Count"},
                     {"Name": "PlanMillis", "Unit": "Milliseconds"},
                     {"Name": "CostPerHourAdded", "Unit": "None"},
+                    {"Name": "LaunchBackoffs", "Unit": "Count"},
                 ],
             }],
         },
@@ -34,6 +35,29 @@ pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport)
         "LaunchErrors": batch.launch_errors.len(),
         "PlanMillis": batch.plan_ms,
         "CostPerHourAdded": batch.cost_per_hour_added,
+        "LaunchBackoffs": batch.launch_backoffs(),
+    })
+}
+
+/// The EMF object for one round of housekeeping of `cluster`, at `timestamp`:
+/// `RegistrationFailures` (instances that did not become Nodes within the registration
+/// TTL) and `LaunchBackoffs` (the backoffs those set), under the `Cluster` dimension.
+pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, round: &HousekeepingReport) -> Value {
+    json!({
+        "_aws": {
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["Cluster"]],
+                "Metrics": [
+                    {"Name": "RegistrationFailures", "Unit": "Count"},
+                    {"Name": "LaunchBackoffs", "Unit": "Count"},
+                ],
+            }],
+        },
+        "Cluster": cluster,
+        "RegistrationFailures": round.not_registered.len(),
+        "LaunchBackoffs": round.backoffs_set.len(),
     })
 }
 
@@ -42,7 +66,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_batch_becomes_an_emf_object_with_the_five_metrics_under_the_cluster_dimension() {
+    fn a_batch_becomes_an_emf_object_with_its_metrics_under_the_cluster_dimension() {
         let batch = BatchReport {
             pods_seen: 50,
             plan_ms: 12,
@@ -63,7 +87,8 @@ mod tests {
                 "NodesLaunched",
                 "LaunchErrors",
                 "PlanMillis",
-                "CostPerHourAdded"
+                "CostPerHourAdded",
+                "LaunchBackoffs"
             ]
         );
         for name in names {
@@ -72,5 +97,18 @@ mod tests {
         assert_eq!(v["Cluster"], "prod");
         assert_eq!(v["PendingPods"], 50);
         assert_eq!(v["_aws"]["Timestamp"], 1_700_000_000_000i64);
+    }
+
+    #[test]
+    fn a_housekeeping_round_counts_its_registration_failures() {
+        let round = HousekeepingReport {
+            not_registered: vec![("web".into(), "the node did not register within 900s".into())],
+            ..HousekeepingReport::default()
+        };
+        let v = housekeeping_metrics("prod", 1_700_000_000_000, &round);
+        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], NAMESPACE);
+        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "Cluster");
+        assert_eq!(v["RegistrationFailures"], 1);
+        assert_eq!(v["LaunchBackoffs"], 0);
     }
 }

@@ -16,10 +16,14 @@
 //!    included), [launches](launch) every planned node at once, and after capacity errors
 //!    marks those offerings unavailable for 3 minutes and re-plans, so spot falls back
 //!    to other offerings and to on-demand where the pool allows it.
+//!    A NodePool whose launches fail otherwise, or whose nodes do not register three
+//!    times in a row, is [backed off](crate::decide::backoff) (1 minute, doubling, up
+//!    to 30), in the state store so that it holds across runs.
 //! 5. It releases the lease.
 //!
 //! Everything that acts goes through the ports; `now` comes from the [`Timer`].
 
+pub mod backoff;
 pub mod batch;
 pub mod batcher;
 pub mod config;
