@@ -67,11 +67,14 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     }
 }
 
+/// Subnets as (id, zone), by the subnet selector terms' JSON and the zone asked for.
+pub type SubnetCache = TtlCache<(String, Option<String>), Vec<(String, String)>>;
+
 /// The EC2 adapter's lookups, shared by its clones.
 #[derive(Clone, Debug)]
 pub struct Lookups {
     /// Subnets as (id, zone), by the subnet selector terms' JSON and the zone asked for.
-    pub subnets: Arc<TtlCache<(String, Option<String>), Vec<(String, String)>>>,
+    pub subnets: Arc<SubnetCache>,
     /// Security group ids, by the security group selector terms' JSON.
     pub security_groups: Arc<TtlCache<String, Vec<String>>>,
     /// Launch template names known to exist.
