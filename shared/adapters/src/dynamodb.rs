@@ -1,6 +1,6 @@
 //! The `StateStore` on DynamoDB: one table, partition key `cluster` (the cluster name),
 //! sort key `sk` with a prefix per kind (`LEASE#`, `LAUNCH#`, `NODE#`, `DISRUPT#`, `ICE#`,
-//! `EVENT#`). Each item holds its record as JSON in `data`, a `version` for conditional
+//! `EVENT#`, `BACKOFF#`). Each item holds its record as JSON in `data`, a `version` for conditional
 //! updates, and `expires_at` (epoch seconds) for the kinds with a TTL, which is the table's
 //! TTL attribute. DynamoDB deletes expired items lazily, so reads check `expires_at` too.
 //!
@@ -15,8 +15,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use carpool::ports::{
-    DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering, epoch_millis,
-    sort_key,
+    Backoff, DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering,
+    epoch_millis, sort_key,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -382,6 +382,28 @@ impl StateStore for DynamoStore {
             })
             .map(from_item)
             .collect()
+    }
+
+    async fn create_backoff(&self, backoff: &Backoff) -> Result<Backoff, StoreError> {
+        self.create(sort_key::backoff(&backoff.nodepool, &backoff.node_class), backoff)
+            .await
+    }
+
+    async fn update_backoff(&self, backoff: &Backoff) -> Result<Backoff, StoreError> {
+        self.update(
+            sort_key::backoff(&backoff.nodepool, &backoff.node_class),
+            backoff,
+            backoff.version,
+        )
+        .await
+    }
+
+    async fn list_backoffs(&self) -> Result<Vec<Backoff>, StoreError> {
+        self.list(sort_key::BACKOFFS).await
+    }
+
+    async fn delete_backoff(&self, nodepool: &str, node_class: &str) -> Result<(), StoreError> {
+        self.delete(sort_key::backoff(nodepool, node_class)).await
     }
 
     async fn record_event(&self, id: &str, now: SystemTime, ttl: Duration) -> Result<bool, StoreError> {

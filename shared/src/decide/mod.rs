@@ -5,6 +5,8 @@
 //!   type, pods), which pods go on existing nodes, and which cannot be placed and why.
 //! - [`nodepools`] drops the NodePools whose EC2NodeClass is missing, and says what
 //!   becomes of the pods when no NodePool is left.
+//! - [`backoff`] decides how long a NodePool whose launches keep failing is held back,
+//!   and leaves it out of planning meanwhile.
 //! - [`checker`] re-checks a plan against the input, independently of the scheduling.
 //! - [`housekeeping`] turns the Nodes, instances and records of a cluster into a
 //!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,
@@ -17,6 +19,7 @@
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
 //! any valid plan.
 
+pub mod backoff;
 pub mod checker;
 pub mod daemonsets;
 pub mod housekeeping;

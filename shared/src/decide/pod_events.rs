@@ -92,7 +92,7 @@ pub struct BatchOutcome<'a> {
 /// The Event's reason for an unschedulable pod, by the kind of its last reason.
 fn unschedulable_reason(kind: Kind) -> EventReason {
     match kind {
-        Kind::Launch => EventReason::LaunchFailed,
+        Kind::Launch | Kind::BackedOff => EventReason::LaunchFailed,
         Kind::Taints
         | Kind::Requirements
         | Kind::Resources

@@ -29,6 +29,8 @@ pub enum Kind {
     InvalidPod,
     /// The launch of the pod's node failed.
     Launch,
+    /// The NodePool that would take the pod is backed off after failures in a row.
+    BackedOff,
     /// No NodePool in the cluster is valid.
     #[serde(rename = "no_valid_nodepool")]
     NoValidNodePool,
@@ -39,7 +41,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Taints,
         Kind::Requirements,
         Kind::Resources,
@@ -48,6 +50,7 @@ impl Kind {
         Kind::MinValues,
         Kind::InvalidPod,
         Kind::Launch,
+        Kind::BackedOff,
         Kind::NoValidNodePool,
         Kind::NoNodePool,
     ];
@@ -63,6 +66,7 @@ impl Kind {
             Kind::MinValues => "min_values",
             Kind::InvalidPod => "invalid_pod",
             Kind::Launch => "launch",
+            Kind::BackedOff => "backed_off",
             Kind::NoValidNodePool => "no_valid_nodepool",
             Kind::NoNodePool => "no_nodepool",
         }
@@ -159,6 +163,18 @@ pub enum Reason {
         /// The launch error.
         error: String,
     },
+    /// The NodePool that would take the pod is held back after failures in a row
+    /// ([`crate::decide::backoff`]).
+    BackedOff {
+        /// The NodePool.
+        nodepool: String,
+        /// Until when (epoch milliseconds).
+        until: crate::ports::EpochMillis,
+        /// Failures in a row.
+        failures: u32,
+        /// The last failure.
+        last_reason: String,
+    },
     /// No NodePool in the cluster is valid with its EC2NodeClass.
     #[serde(rename = "no_valid_nodepool")]
     NoValidNodePool,
@@ -179,6 +195,7 @@ impl Reason {
             Reason::MinValues { .. } => Kind::MinValues,
             Reason::InvalidPod { .. } => Kind::InvalidPod,
             Reason::Launch { .. } => Kind::Launch,
+            Reason::BackedOff { .. } => Kind::BackedOff,
             Reason::NoValidNodePool => Kind::NoValidNodePool,
             Reason::NoNodePool => Kind::NoNodePool,
         }
@@ -226,6 +243,19 @@ impl fmt::Display for Reason {
             Reason::MinValues { nodepool, detail } => write!(f, "minValues: NodePool {nodepool}: {detail}"),
             Reason::InvalidPod { detail } => write!(f, "invalid pod: {detail}"),
             Reason::Launch { error } => write!(f, "launch: {error}"),
+            Reason::BackedOff {
+                nodepool,
+                until,
+                failures,
+                last_reason,
+            } => {
+                let until = k8s_openapi::jiff::Timestamp::from_millisecond(*until)
+                    .map_or_else(|_| format!("{until} ms"), |t| t.to_string());
+                write!(
+                    f,
+                    "NodePool {nodepool} is backed off until {until} after {failures} failed launches: {last_reason}"
+                )
+            }
             Reason::NoValidNodePool => f.write_str("no valid NodePool with an EC2NodeClass in the cluster"),
             Reason::NoNodePool => f.write_str("no NodePool can launch a node for it"),
         }
@@ -282,6 +312,12 @@ mod tests {
             },
             Reason::InvalidPod { detail: "x".into() },
             Reason::Launch { error: "x".into() },
+            Reason::BackedOff {
+                nodepool: "a".into(),
+                until: 1_700_000_000_000,
+                failures: 3,
+                last_reason: "x".into(),
+            },
             Reason::NoValidNodePool,
             Reason::NoNodePool,
         ]
@@ -309,6 +345,7 @@ mod tests {
                 Kind::MinValues => "minValues: ",
                 Kind::InvalidPod => "invalid pod: ",
                 Kind::Launch => "launch: ",
+                Kind::BackedOff => "NodePool a is backed off until 2023-11-14T22:13:20Z after 3 failed launches: x",
                 Kind::NoValidNodePool => "no valid NodePool",
                 Kind::NoNodePool => "no NodePool",
             };

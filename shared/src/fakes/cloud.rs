@@ -7,7 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::Injected;
 use crate::model::EC2NodeClass;
 use crate::ports::{
-    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, NodeClassReason, OfferingKey, OnDemandPrice, SpotPrice,
+    ZonalOffering,
 };
 
 /// The zones a class's subnets are in unless told otherwise: us-east-1's six.
@@ -47,6 +48,8 @@ struct State {
     on_demand_prices: Vec<OnDemandPrice>,
     offerings: Vec<ZonalOffering>,
     faults: Vec<CloudFault>,
+    /// EC2NodeClasses every launch of which fails, and why.
+    broken: HashMap<String, NodeClassReason>,
     calls: Vec<String>,
     next_id: u64,
     now: i64,
@@ -94,6 +97,18 @@ impl FakeCloud {
     /// Queues an error for the next call (several queue up, one call each).
     pub fn inject(&self, fault: CloudFault) {
         self.lock().faults.push(fault);
+    }
+
+    /// Makes every launch with the EC2NodeClass `node_class` fail with
+    /// [`CloudError::NodeClass`] and `reason` (a bad security group, say), until
+    /// [`FakeCloud::fix_class`]. The calls are still recorded.
+    pub fn break_class(&self, node_class: &str, reason: NodeClassReason) {
+        self.lock().broken.insert(node_class.to_string(), reason);
+    }
+
+    /// Lets launches with `node_class` succeed again.
+    pub fn fix_class(&self, node_class: &str) {
+        self.lock().broken.remove(node_class);
     }
 
     /// Sets the spot prices `spot_prices` answers with.
@@ -177,6 +192,13 @@ impl Cloud for FakeCloud {
         } else {
             self.enter(call.clone())?
         };
+        if let Some(reason) = state.broken.get(request.node_class.name()) {
+            return Err(CloudError::NodeClass {
+                node_class: request.node_class.name().to_string(),
+                reason: reason.clone(),
+                source: None,
+            });
+        }
         let mut failed = Vec::new();
         for instance_type in &request.instance_types {
             let key = OfferingKey {

@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 
 use super::Injected;
 use crate::ports::{
-    DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering, epoch_millis,
-    sort_key,
+    Backoff, DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering,
+    epoch_millis, sort_key,
 };
 
 /// One stored item: its JSON and, for TTL'd kinds, its expiry.
@@ -286,6 +286,26 @@ impl StateStore for FakeStore {
             .filter(|(_, i)| i.expires_at.is_none_or(|e| e > now_ms))
             .map(|(_, i)| from_json(&i.json))
             .collect()
+    }
+
+    async fn create_backoff(&self, backoff: &Backoff) -> Result<Backoff, StoreError> {
+        self.create(sort_key::backoff(&backoff.nodepool, &backoff.node_class), backoff)
+    }
+
+    async fn update_backoff(&self, backoff: &Backoff) -> Result<Backoff, StoreError> {
+        self.update(
+            sort_key::backoff(&backoff.nodepool, &backoff.node_class),
+            backoff,
+            backoff.version,
+        )
+    }
+
+    async fn list_backoffs(&self) -> Result<Vec<Backoff>, StoreError> {
+        self.list(sort_key::BACKOFFS)
+    }
+
+    async fn delete_backoff(&self, nodepool: &str, node_class: &str) -> Result<(), StoreError> {
+        self.delete(sort_key::backoff(nodepool, node_class))
     }
 
     async fn record_event(&self, id: &str, now: SystemTime, ttl: Duration) -> Result<bool, StoreError> {

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::model::CapacityType;
 use crate::ports::{
-    DisruptionRecord, DisruptionStep, LaunchRecord, LaunchState, StateStore, StoreError, UnavailableOffering,
-    epoch_millis,
+    Backoff, DisruptionRecord, DisruptionStep, FailureReason, LaunchRecord, LaunchState, StateStore, StoreError,
+    UnavailableOffering, epoch_millis,
 };
 
 fn is_conflict<T: std::fmt::Debug>(r: &Result<T, StoreError>) -> bool {
@@ -187,4 +187,75 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
         ),
         "a seen event is not"
     );
+
+    // Backoffs: one per NodePool and EC2NodeClass, advanced by version, windows over kept.
+    let pool = format!("pool-{unique}");
+    let backoff = Backoff {
+        nodepool: pool.clone(),
+        node_class: "bad-sg".into(),
+        failures: 1,
+        registration_failures: 0,
+        windows: 1,
+        reason: FailureReason::Launch {
+            error: "EC2NodeClass bad-sg selects no security group".into(),
+        },
+        until: epoch_millis(now + Duration::from_secs(60)),
+        version: 0,
+    };
+    let b1 = store.create_backoff(&backoff).await;
+    assert!(
+        matches!(&b1, Ok(b) if b.version == 1),
+        "a new backoff is version 1: {b1:?}"
+    );
+    assert!(
+        is_conflict(&store.create_backoff(&backoff).await),
+        "one backoff per NodePool and EC2NodeClass"
+    );
+    let other_class = Backoff {
+        node_class: "other".into(),
+        ..backoff.clone()
+    };
+    assert!(
+        store.create_backoff(&other_class).await.is_ok(),
+        "the same NodePool with another class is another backoff"
+    );
+    if let Ok(b1) = b1 {
+        let next = Backoff {
+            failures: 2,
+            windows: 2,
+            reason: FailureReason::NotRegistered {
+                instance_id: Some("i-0abc".into()),
+                detail: "the node did not register within 900s".into(),
+            },
+            until: epoch_millis(now - Duration::from_secs(1)),
+            ..b1.clone()
+        };
+        let b2 = store.update_backoff(&next).await;
+        assert!(
+            matches!(&b2, Ok(b) if b.version == 2 && b.failures == 2),
+            "an update bumps the version: {b2:?}"
+        );
+        assert!(
+            is_conflict(&store.update_backoff(&next).await),
+            "an update from a stale version is a conflict"
+        );
+        let listed = store.list_backoffs().await;
+        assert!(
+            matches!(&listed, Ok(l) if l.iter().any(|b| b.nodepool == pool && b.node_class == "bad-sg"
+                && b.failures == 2 && b.reason == next.reason)),
+            "the list shows the update, its window over included: {listed:?}"
+        );
+    }
+    assert!(store.delete_backoff(&pool, "bad-sg").await.is_ok());
+    assert!(
+        store.delete_backoff(&pool, "bad-sg").await.is_ok(),
+        "deleting a missing backoff succeeds"
+    );
+    let left = store.list_backoffs().await;
+    assert!(
+        matches!(&left, Ok(l) if !l.iter().any(|b| b.nodepool == pool && b.node_class == "bad-sg")
+            && l.iter().any(|b| b.nodepool == pool && b.node_class == "other")),
+        "a delete removes that pair only: {left:?}"
+    );
+    assert!(store.delete_backoff(&pool, "other").await.is_ok());
 }

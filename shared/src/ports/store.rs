@@ -37,6 +37,10 @@ pub mod sort_key {
     pub fn event(id: &str) -> String {
         format!("EVENT#{id}")
     }
+    /// `BACKOFF#<nodepool>#<nodeclass>`.
+    pub fn backoff(nodepool: &str, node_class: &str) -> String {
+        format!("BACKOFF#{nodepool}#{node_class}")
+    }
     /// The prefixes, for listing a kind.
     pub const LAUNCHES: &str = "LAUNCH#";
     /// Node records.
@@ -45,6 +49,8 @@ pub mod sort_key {
     pub const DISRUPTIONS: &str = "DISRUPT#";
     /// Unavailable offerings.
     pub const UNAVAILABLE: &str = "ICE#";
+    /// Launch backoffs.
+    pub const BACKOFFS: &str = "BACKOFF#";
 }
 
 /// A lease held by one runner of a job.
@@ -175,6 +181,64 @@ pub struct UnavailableOffering {
     pub until: EpochMillis,
 }
 
+/// Why a NodePool and EC2NodeClass failed last, as a [`Backoff`] keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FailureReason {
+    /// A launch failed for another reason than capacity (CreateFleet, the launch
+    /// template, a subnet or security group, a misconfigured EC2NodeClass).
+    Launch {
+        /// The launch error.
+        error: String,
+    },
+    /// An instance did not become a Node within the registration TTL.
+    NotRegistered {
+        /// The instance, when one was launched.
+        instance_id: Option<String>,
+        /// What housekeeping found.
+        detail: String,
+    },
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailureReason::Launch { error } => write!(f, "launch failed: {error}"),
+            FailureReason::NotRegistered {
+                instance_id: Some(id),
+                detail,
+            } => write!(f, "instance {id} never joined: {detail}"),
+            FailureReason::NotRegistered {
+                instance_id: None,
+                detail,
+            } => write!(f, "launch never joined: {detail}"),
+        }
+    }
+}
+
+/// The failures in a row of one NodePool with one EC2NodeClass, and how long its
+/// launches are held back (see [`crate::decide::backoff`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    /// The NodePool.
+    pub nodepool: String,
+    /// The EC2NodeClass it launched with.
+    pub node_class: String,
+    /// Failures in a row (launch errors and registration failures), since the last node
+    /// of the pair registered.
+    pub failures: u32,
+    /// Registration failures in a row, since the last node of the pair registered.
+    pub registration_failures: u32,
+    /// Backoff windows set in a row: the next one lasts `first * 2^windows`, capped.
+    pub windows: u32,
+    /// The last failure.
+    pub reason: FailureReason,
+    /// Until when launches are held back (in the past once the window is over).
+    pub until: EpochMillis,
+    /// Incremented by every update; updates are conditional on it.
+    pub version: u64,
+}
+
 /// A state store that cannot do what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -279,6 +343,15 @@ pub trait StateStore: Send + Sync {
         &self,
         now: SystemTime,
     ) -> impl Future<Output = Result<Vec<UnavailableOffering>, StoreError>> + Send;
+
+    /// Records the failures of a NodePool and EC2NodeClass (version 1).
+    fn create_backoff(&self, backoff: &Backoff) -> impl Future<Output = Result<Backoff, StoreError>> + Send;
+    /// Replaces a backoff whose stored version is `backoff.version`.
+    fn update_backoff(&self, backoff: &Backoff) -> impl Future<Output = Result<Backoff, StoreError>> + Send;
+    /// Every backoff record.
+    fn list_backoffs(&self) -> impl Future<Output = Result<Vec<Backoff>, StoreError>> + Send;
+    /// Forgets the failures of a NodePool and EC2NodeClass (a node of theirs registered).
+    fn delete_backoff(&self, nodepool: &str, node_class: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Records an event id; `true` when it is new. The key expires after `ttl`.
     fn record_event(

@@ -2,6 +2,8 @@
 //! reused by content hash, reads Carpool's instances by the `carpool.sh/cluster` tag.
 //!
 //! - [`resolve`]: subnets, security groups and the AMI of an EC2NodeClass.
+//! - [`lookups`]: subnets, security groups and launch templates looked up lately, kept
+//!   for 5 minutes so that repeated launches do not repeat the Describe calls.
 //! - [`instance_profile`]: the instance profile of a class (its own, or the configured
 //!   node role's).
 //! - [`user_data`]: the AL2023 nodeadm NodeConfig merged with the class's user data.
@@ -17,6 +19,7 @@ pub mod block_devices;
 pub mod errors;
 pub mod fleet;
 pub mod instance_profile;
+pub mod lookups;
 pub mod mime;
 pub mod offerings;
 pub mod pricing;
@@ -40,6 +43,7 @@ use self::fleet::{
     is_template_not_found,
 };
 pub use self::instance_profile::NodeRole;
+pub use self::lookups::{LOOKUP_TTL, Lookups};
 use crate::cluster_info::ClusterInfo;
 
 /// The waits of [`Ec2Cloud::launched_type`] between DescribeInstances calls that find the
@@ -77,6 +81,7 @@ pub struct Ec2Cloud {
     cluster: ClusterInfo,
     ami_ssm_parameter: String,
     node_role: Option<NodeRole>,
+    lookups: Lookups,
 }
 
 impl Ec2Cloud {
@@ -91,7 +96,15 @@ impl Ec2Cloud {
             cluster,
             ami_ssm_parameter: ami_ssm_parameter.into(),
             node_role: None,
+            lookups: Lookups::default(),
         }
+    }
+
+    /// Keeps subnet, security group and launch template lookups for `ttl` instead of
+    /// [`LOOKUP_TTL`] (zero keeps none: every launch looks them up).
+    pub fn with_lookup_ttl(mut self, ttl: Duration) -> Self {
+        self.lookups = Lookups::new(ttl);
+        self
     }
 
     /// The node role the deployment created an instance profile for: a class whose
@@ -124,9 +137,21 @@ impl Ec2Cloud {
     }
 
     /// The name of a launch template holding `content`, created (tagged with the cluster)
-    /// when no template of that name exists.
+    /// when no template of that name exists (known to exist for [`LOOKUP_TTL`] once seen
+    /// or created).
     pub async fn ensure_launch_template(&self, content: &TemplateContent) -> Result<String, CloudError> {
         let name = content.name();
+        if self.lookups.templates.get(&name).is_some() {
+            return Ok(name);
+        }
+        let ensured = self.describe_or_create_template(content, name.clone()).await;
+        if ensured.is_ok() {
+            self.lookups.templates.put(name, ());
+        }
+        ensured
+    }
+
+    async fn describe_or_create_template(&self, content: &TemplateContent, name: String) -> Result<String, CloudError> {
         match self
             .ec2
             .describe_launch_templates()
@@ -167,7 +192,7 @@ impl Ec2Cloud {
         let node_class = &request.node_class;
         let profile = instance_profile::instance_profile(node_class, self.node_role.as_ref())?;
         let image_id = resolve::ami(&self.ssm, node_class, &self.ami_ssm_parameter).await?;
-        let security_groups = resolve::security_groups(&self.ec2, node_class).await?;
+        let security_groups = resolve::security_groups(&self.ec2, &self.lookups, node_class).await?;
         if security_groups.is_empty() {
             return Err(CloudError::NodeClass {
                 node_class: node_class.name().to_string(),
@@ -298,7 +323,7 @@ pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
 
 impl Cloud for Ec2Cloud {
     async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
-        let subnets = resolve::subnets(&self.ec2, &request.node_class, &request.zone).await?;
+        let subnets = resolve::subnets(&self.ec2, &self.lookups, &request.node_class, &request.zone).await?;
         if subnets.is_empty() {
             return Err(CloudError::NodeClass {
                 node_class: request.node_class.name().to_string(),
@@ -313,13 +338,22 @@ impl Cloud for Ec2Cloud {
         let out = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
             .send()
             .await
-            .map_err(map_launch_err)?;
+            .map_err(|e| {
+                if e.as_service_error().is_some_and(is_template_not_found) {
+                    // Deleted behind our back: look it up (and create it) again next time.
+                    self.lookups.templates.forget(&template);
+                }
+                map_launch_err(e)
+            })?;
         // Dated when CreateFleet answered: Ec2Cloud has no clock port, and the caller dates
         // its launch record by its own clock anyway.
         let launched_at = epoch_millis(SystemTime::now());
         // The outcome is CreateFleet's own answer: a DescribeInstances right after it can
         // answer NotFound or be throttled, and the launch must not be lost for that.
         let Some(answered) = Answered::from_answer(&out, request) else {
+            // The answer's errors may name the template (deleted behind our back): look
+            // it up again next time rather than trust the cache.
+            self.lookups.templates.forget(&template);
             return Err(fleet_failure(out.errors(), &request.zone, request.capacity_type));
         };
         let instance_type = match answered.instance_type.clone() {
@@ -330,7 +364,7 @@ impl Cloud for Ec2Cloud {
     }
 
     async fn zones(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<String>, CloudError> {
-        resolve::subnet_zones(&self.ec2, node_class).await
+        resolve::subnet_zones(&self.ec2, &self.lookups, node_class).await
     }
 
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {

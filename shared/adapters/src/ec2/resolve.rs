@@ -1,5 +1,6 @@
 //! Resolving an EC2NodeClass to what a launch needs: subnets in a zone and security groups
-//! by selector terms (terms ORed, a term's fields ANDed), and the AMI id.
+//! by selector terms (terms ORed, a term's fields ANDed), and the AMI id. Subnets and
+//! security groups are kept in the adapter's [`Lookups`] for a few minutes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,6 +9,7 @@ use carpool::model::EC2NodeClass;
 use carpool::ports::{CloudError, NodeClassReason};
 
 use super::errors::map_sdk_err;
+use super::lookups::Lookups;
 
 /// The filters of one selector term: each tag (`*` means any value), and the id or name
 /// under the given filter names.
@@ -31,8 +33,27 @@ pub fn term_filters(tags: &BTreeMap<String, String>, fields: &[(&str, Option<&St
 }
 
 /// The subnets the class's terms select (terms ORed, each term's fields ANDed), in `zone`
-/// when one is given, as (subnet id, zone) pairs, sorted and without repeats.
+/// when one is given, as (subnet id, zone) pairs, sorted and without repeats; from
+/// `lookups` when looked up lately.
 async fn selected_subnets(
+    ec2: &aws_sdk_ec2::Client,
+    lookups: &Lookups,
+    node_class: &EC2NodeClass,
+    zone: Option<&str>,
+) -> Result<BTreeSet<(String, String)>, CloudError> {
+    let key = (
+        serde_json::to_string(&node_class.spec.subnet_selector_terms).unwrap_or_default(),
+        zone.map(str::to_string),
+    );
+    if let Some(kept) = lookups.subnets.get(&key) {
+        return Ok(kept.into_iter().collect());
+    }
+    let found = describe_subnets(ec2, node_class, zone).await?;
+    lookups.subnets.put(key, found.iter().cloned().collect());
+    Ok(found)
+}
+
+async fn describe_subnets(
     ec2: &aws_sdk_ec2::Client,
     node_class: &EC2NodeClass,
     zone: Option<&str>,
@@ -67,10 +88,11 @@ async fn selected_subnets(
 /// The ids of the subnets of the class in `zone`, sorted.
 pub async fn subnets(
     ec2: &aws_sdk_ec2::Client,
+    lookups: &Lookups,
     node_class: &EC2NodeClass,
     zone: &str,
 ) -> Result<Vec<String>, CloudError> {
-    let ids: BTreeSet<String> = selected_subnets(ec2, node_class, Some(zone))
+    let ids: BTreeSet<String> = selected_subnets(ec2, lookups, node_class, Some(zone))
         .await?
         .into_iter()
         .map(|(id, _)| id)
@@ -79,8 +101,12 @@ pub async fn subnets(
 }
 
 /// The zones the class's subnets are in, sorted: where it can launch.
-pub async fn subnet_zones(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
-    let zones: BTreeSet<String> = selected_subnets(ec2, node_class, None)
+pub async fn subnet_zones(
+    ec2: &aws_sdk_ec2::Client,
+    lookups: &Lookups,
+    node_class: &EC2NodeClass,
+) -> Result<Vec<String>, CloudError> {
+    let zones: BTreeSet<String> = selected_subnets(ec2, lookups, node_class, None)
         .await?
         .into_iter()
         .map(|(_, zone)| zone)
@@ -89,8 +115,26 @@ pub async fn subnet_zones(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) 
     Ok(zones.into_iter().collect())
 }
 
-/// The ids of the security groups of the class, sorted.
-pub async fn security_groups(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
+/// The ids of the security groups of the class, sorted; from `lookups` when looked up
+/// lately.
+pub async fn security_groups(
+    ec2: &aws_sdk_ec2::Client,
+    lookups: &Lookups,
+    node_class: &EC2NodeClass,
+) -> Result<Vec<String>, CloudError> {
+    let key = serde_json::to_string(&node_class.spec.security_group_selector_terms).unwrap_or_default();
+    if let Some(kept) = lookups.security_groups.get(&key) {
+        return Ok(kept);
+    }
+    let ids = describe_security_groups(ec2, node_class).await?;
+    lookups.security_groups.put(key, ids.clone());
+    Ok(ids)
+}
+
+async fn describe_security_groups(
+    ec2: &aws_sdk_ec2::Client,
+    node_class: &EC2NodeClass,
+) -> Result<Vec<String>, CloudError> {
     let mut ids = BTreeSet::new();
     for term in &node_class.spec.security_group_selector_terms {
         let filters = term_filters(

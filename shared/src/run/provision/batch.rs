@@ -1,7 +1,8 @@
 //! One batch: snapshot, drop the NodePools that cannot launch
-//! ([`crate::decide::nodepools`]), count capacity in flight, plan, launch every planned
-//! node at once ([`super::launch`]), re-plan after capacity errors, publish the pods'
-//! Events ([`super::events`]), report.
+//! ([`crate::decide::nodepools`]) and those backed off ([`crate::decide::backoff`]),
+//! count capacity in flight, plan, launch every planned node at once
+//! ([`super::launch`]), re-plan after capacity errors, back off the NodePools whose
+//! launches failed otherwise, publish the pods' Events ([`super::events`]), report.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -10,6 +11,7 @@ use super::launch::LaunchOutcome;
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
+use crate::decide::backoff;
 use crate::decide::in_flight::capacity_view;
 use crate::decide::nodepools;
 use crate::decide::subnet_zones::narrow_to_subnet_zones;
@@ -33,6 +35,18 @@ fn offering_name(o: &UnavailableOffering) -> String {
     format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type.label())
 }
 
+/// The snapshot's skipped objects, with their reasons.
+fn skipped(snapshot: &Snapshot) -> Vec<Skipped> {
+    snapshot
+        .skipped
+        .iter()
+        .map(|(object, reason)| Skipped {
+            object: object.clone(),
+            reason: reason.clone(),
+        })
+        .collect()
+}
+
 /// The report of a batch with no valid NodePool: every pending pod unschedulable, the
 /// skipped objects with their reasons.
 fn no_nodepool(snapshot: &Snapshot, unschedulable: Vec<Unschedulable>, dry_run: bool) -> BatchReport {
@@ -40,14 +54,7 @@ fn no_nodepool(snapshot: &Snapshot, unschedulable: Vec<Unschedulable>, dry_run: 
     BatchReport {
         pods_seen: unschedulable.len(),
         unschedulable,
-        skipped: snapshot
-            .skipped
-            .iter()
-            .map(|(object, reason)| Skipped {
-                object: object.clone(),
-                reason: reason.clone(),
-            })
-            .collect(),
+        skipped: skipped(snapshot),
         rounds: 0,
         dry_run,
         ..BatchReport::default()
@@ -91,8 +98,27 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         for class in &snapshot.nodeclasses {
             zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
         }
-        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
         let now = self.clock.now();
+        // A NodePool backed off after failures in a row is left out until its window ends.
+        let backoffs = self.store.list_backoffs().await?;
+        let held = backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
+        for h in &held {
+            tracing::warn!(nodepool = %h.backoff.nodepool, node_class = %h.backoff.node_class,
+                until = h.backoff.until, failures = h.backoff.failures, reason = %h.backoff.reason,
+                "NodePool backed off: not launching for it");
+        }
+        report.backed_off = held.iter().map(|h| h.backoff.clone()).collect();
+        if snapshot.nodepools.is_empty() {
+            report.pods_seen = snapshot
+                .pods
+                .iter()
+                .filter(|p| crate::decide::pod::is_provisionable(p))
+                .count();
+            report.unschedulable = backoff::all_held_back(&snapshot, &held, base);
+            report.skipped = skipped(&snapshot);
+            return Ok(report);
+        }
+        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
         let mut launches = self.store.list_launches().await?;
         let mut region = base.clone();
         for o in self.store.unavailable_offerings(now).await? {
@@ -119,6 +145,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 report.skipped = plan.skipped.clone();
             }
             report.unschedulable = plan.unschedulable.clone();
+            backoff::attribute(&view, &held, &mut report.unschedulable, &region);
             not_launched.clear();
             if plan.nodes.is_empty() {
                 break;
@@ -137,6 +164,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             report.launch_ms += elapsed_ms(launch_start, self.clock.now());
 
             let mut out_of_capacity = false;
+            let mut failed: Vec<super::report::LaunchFailure> = Vec::new();
             for (node, outcome) in plan.nodes.iter().zip(outcomes) {
                 match outcome? {
                     LaunchOutcome::Launched(launched) => {
@@ -184,9 +212,22 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                                 },
                             )
                         }));
+                        failed.push(failure.clone());
                         report.launch_errors.push(failure);
                     }
                 }
+            }
+            if !failed.is_empty() {
+                // Failures that are not capacity back their NodePool off: it is left out of
+                // the next rounds, and of later batches until its window ends.
+                let rounds = super::backoff::launch_error_rounds(&failed, &snapshot);
+                let set = self
+                    .apply_backoffs(&rounds, &backoffs, epoch_millis(self.clock.now()))
+                    .await?;
+                snapshot
+                    .nodepools
+                    .retain(|p| !set.iter().any(|b| b.nodepool == p.name()));
+                report.backoffs_set.extend(set);
             }
             if !out_of_capacity {
                 break;

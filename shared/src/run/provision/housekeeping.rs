@@ -4,6 +4,9 @@
 //! Before deciding, the instances of launches in flight that the list does not show are
 //! read one by one ([`housekeeping::to_look_up`]), so that one already terminated is known
 //! to be gone at once.
+//! Registrations and registration failures then update the NodePools' launch backoffs
+//! ([`crate::decide::backoff`]): three instances in a row that never joined back the pair
+//! off, a node that registered resets it.
 //!
 //! Each step goes on after an error, which is reported; one bad record does not stop the
 //! others. A step that depends on another (the failed record written after its instance
@@ -16,9 +19,30 @@ use std::collections::BTreeMap;
 use super::report::HousekeepingReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
-use crate::decide::housekeeping::{self, Forget, HousekeepingPlan, Observed, Registration, Termination};
+use crate::decide::backoff;
+use crate::decide::housekeeping::{
+    self, Forget, HousekeepingPlan, Observed, Registration, Termination, TerminationReason,
+};
 use crate::error_chain::Chain;
-use crate::ports::{Cloud, CloudError, Cluster, MetadataPatch, StateStore, StoreError, Timer, epoch_millis};
+use crate::ports::{
+    Cloud, CloudError, Cluster, EpochMillis, MetadataPatch, StateStore, StoreError, Timer, epoch_millis,
+};
+
+/// The launches in flight whose instance did not register, as `nodepool → reason`.
+fn not_registered(plan: &HousekeepingPlan) -> Vec<(String, String)> {
+    plan.terminate
+        .iter()
+        .filter(|t| matches!(t.reason, TerminationReason::NotRegistered { .. }))
+        .filter_map(|t| Some((t.then_write.as_ref()?.nodepool.clone(), t.reason.to_string())))
+        .chain(plan.fail.iter().map(|l| {
+            let reason = match &l.state {
+                crate::ports::LaunchState::Failed { reason } => reason.clone(),
+                _ => String::new(),
+            };
+            (l.nodepool.clone(), reason)
+        }))
+        .collect()
+}
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// One round of housekeeping.
@@ -59,11 +83,47 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             registration_ttl: self.settings.registration_ttl,
         };
         let plan = housekeeping::plan(&observed, region);
+        report.not_registered = not_registered(&plan);
+        let backoff_plan = (!plan.register.is_empty() || !report.not_registered.is_empty()).then(|| plan.clone());
         self.carry_out(plan, &mut report).await;
+        if let Some(plan) = backoff_plan {
+            self.registration_backoffs(&plan, now, &mut report).await;
+        }
         for e in &report.errors {
             tracing::warn!(error = %e, "housekeeping");
         }
         Ok(report)
+    }
+
+    /// Updates the backoffs of the NodePools whose launches registered or did not.
+    async fn registration_backoffs(&self, plan: &HousekeepingPlan, now: EpochMillis, report: &mut HousekeepingReport) {
+        let pools = match self.cluster.nodepools().await {
+            Ok(pools) => pools.valid,
+            Err(e) => {
+                report.errors.push(format!("launch backoffs: NodePools: {}", Chain(&e)));
+                return;
+            }
+        };
+        let rounds = backoff::registration_rounds(plan, |name| {
+            pools
+                .iter()
+                .find(|p| p.name() == name)
+                .map(|p| p.spec.template.spec.node_class_ref.name.clone())
+        });
+        if rounds.is_empty() {
+            return;
+        }
+        let stored = match self.store.list_backoffs().await {
+            Ok(stored) => stored,
+            Err(e) => {
+                report.errors.push(format!("launch backoffs: {}", Chain(&e)));
+                return;
+            }
+        };
+        match self.apply_backoffs(&rounds, &stored, now).await {
+            Ok(set) => report.backoffs_set = set,
+            Err(e) => report.errors.push(format!("launch backoffs: {}", Chain(&e))),
+        }
     }
 
     /// Carries a plan out, in its order, reporting what was done and what failed.

@@ -25,6 +25,7 @@ pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport)
                     {"Name": "LaunchErrors", "Unit": "Count"},
                     {"Name": "PlanMillis", "Unit": "Milliseconds"},
                     {"Name": "CostPerHourAdded", "Unit": "None"},
+                    {"Name": "LaunchBackoffs", "Unit": "Count"},
                 ],
             }],
         },
@@ -34,12 +35,15 @@ pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport)
         "LaunchErrors": batch.launch_errors.len(),
         "PlanMillis": batch.plan_ms,
         "CostPerHourAdded": batch.cost_per_hour_added,
+        "LaunchBackoffs": batch.launch_backoffs(),
     })
 }
 
 /// The EMF object for the housekeeping rounds of one run of `cluster`, at `timestamp`:
 /// instances terminated, terminations held back by the per-round cap (the template alarms
-/// on it), and launches in flight found lost (their pods planned again).
+/// on it), launches in flight found lost (their pods planned again), instances that did
+/// not become Nodes within the registration TTL (`RegistrationFailures`) and the backoffs
+/// those set (`LaunchBackoffs`, also counted per batch), under the `Cluster` dimension.
 pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, rounds: &[HousekeepingReport]) -> Value {
     let sum = |f: fn(&HousekeepingReport) -> usize| rounds.iter().map(f).sum::<usize>();
     json!({
@@ -52,6 +56,8 @@ pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, rounds: &[Hou
                     {"Name": "InstancesTerminated", "Unit": "Count"},
                     {"Name": "TerminationsHeldBack", "Unit": "Count"},
                     {"Name": "LaunchesLost", "Unit": "Count"},
+                    {"Name": "RegistrationFailures", "Unit": "Count"},
+                    {"Name": "LaunchBackoffs", "Unit": "Count"},
                 ],
             }],
         },
@@ -59,6 +65,8 @@ pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, rounds: &[Hou
         "InstancesTerminated": sum(|r| r.terminated.len()),
         "TerminationsHeldBack": sum(|r| r.held_back.len()),
         "LaunchesLost": sum(|r| r.lost.len()),
+        "RegistrationFailures": sum(|r| r.not_registered.len()),
+        "LaunchBackoffs": sum(|r| r.backoffs_set.len()),
     })
 }
 
@@ -84,7 +92,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_becomes_an_emf_object_with_the_five_metrics_under_the_cluster_dimension() {
+    fn a_batch_becomes_an_emf_object_with_its_metrics_under_the_cluster_dimension() {
         let batch = BatchReport {
             pods_seen: 50,
             plan_ms: 12,
@@ -105,7 +113,8 @@ mod tests {
                 "NodesLaunched",
                 "LaunchErrors",
                 "PlanMillis",
-                "CostPerHourAdded"
+                "CostPerHourAdded",
+                "LaunchBackoffs"
             ]
         );
         for name in names {
@@ -114,5 +123,18 @@ mod tests {
         assert_eq!(v["Cluster"], "prod");
         assert_eq!(v["PendingPods"], 50);
         assert_eq!(v["_aws"]["Timestamp"], 1_700_000_000_000i64);
+    }
+
+    #[test]
+    fn a_housekeeping_round_counts_its_registration_failures() {
+        let round = HousekeepingReport {
+            not_registered: vec![("web".into(), "the node did not register within 900s".into())],
+            ..HousekeepingReport::default()
+        };
+        let v = housekeeping_metrics("prod", 1_700_000_000_000, std::slice::from_ref(&round));
+        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], NAMESPACE);
+        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "Cluster");
+        assert_eq!(v["RegistrationFailures"], 1);
+        assert_eq!(v["LaunchBackoffs"], 0);
     }
 }

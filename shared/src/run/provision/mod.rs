@@ -21,10 +21,14 @@
 //!    to other offerings and to on-demand where the pool allows it. It then publishes
 //!    Kubernetes [Events](events) on the pods (nominated, unschedulable, launch failed),
 //!    rate-limited across batches and runs.
+//!    A NodePool whose launches fail otherwise, or whose nodes do not register three
+//!    times in a row, is [backed off](crate::decide::backoff) (1 minute, doubling, up
+//!    to 30), in the state store so that it holds across runs.
 //! 5. It releases the lease.
 //!
 //! Everything that acts goes through the ports; `now` comes from the [`Timer`].
 
+pub mod backoff;
 pub mod batch;
 pub mod batcher;
 pub mod config;
@@ -288,6 +292,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             pods_planned = batch.pods_planned,
             nodes_launched = batch.launched.len(),
             launch_errors = batch.launch_errors.len(),
+            launch_backoffs = batch.launch_backoffs(),
             unschedulable = batch.unschedulable.len(),
             cost_per_hour_added = batch.cost_per_hour_added,
             plan_ms = batch.plan_ms,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::decide::Unschedulable;
 use crate::decide::templates::Skipped;
 use crate::model::CapacityType;
+use crate::ports::Backoff;
 
 /// A node launched.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +59,12 @@ pub struct BatchReport {
     pub launch_errors: Vec<LaunchFailure>,
     /// Offerings marked unavailable after a capacity error, as `type/zone/capacity`.
     pub marked_unavailable: Vec<String>,
+    /// NodePools left out because they were backed off when the batch started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backed_off: Vec<Backoff>,
+    /// Backoffs this batch's launch errors set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backoffs_set: Vec<Backoff>,
     /// Pods no node can take, and why.
     pub unschedulable: Vec<Unschedulable>,
     /// NodePools and EC2NodeClasses left out, and why.
@@ -104,6 +111,12 @@ pub struct HousekeepingReport {
     pub spared: Vec<(String, String)>,
     /// Records removed because their instance is gone.
     pub records_removed: usize,
+    /// Launches whose instance did not register within the TTL, as `nodepool → reason`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_registered: Vec<(String, String)>,
+    /// Backoffs these registration failures set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backoffs_set: Vec<Backoff>,
     /// Nodes given the labels of their instance type.
     pub labelled: Vec<String>,
     /// Errors met (housekeeping goes on after each).
@@ -121,6 +134,14 @@ pub struct RunReport {
     pub batches: Vec<BatchReport>,
     /// How long the run watched.
     pub watched_ms: u64,
+}
+
+impl BatchReport {
+    /// NodePools backed off in this batch: held back at its start, or by its launch
+    /// errors (the `LaunchBackoffs` metric).
+    pub fn launch_backoffs(&self) -> usize {
+        self.backed_off.len() + self.backoffs_set.len()
+    }
 }
 
 impl RunReport {
