@@ -14,6 +14,7 @@
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
 //! any valid plan.
 
+pub mod ami_requirements;
 pub mod checker;
 pub mod daemonsets;
 pub mod housekeeping;

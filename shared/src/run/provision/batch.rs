@@ -9,6 +9,7 @@ use super::launch::LaunchOutcome;
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
+use crate::decide::ami_requirements::narrow_to_images;
 use crate::decide::in_flight::capacity_view;
 use crate::decide::nodepools;
 use crate::decide::subnet_zones::narrow_to_subnet_zones;
@@ -84,6 +85,19 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
         }
         narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
+        let mut images_by_class = BTreeMap::new();
+        for class in &snapshot.nodeclasses {
+            // A class whose AMIs cannot be resolved launches nothing; the others still do.
+            let images = match self.cloud.images(class).await {
+                Err(e @ crate::ports::CloudError::NodeClass { .. }) => {
+                    tracing::warn!(node_class = %class.name(), error = %e, "no AMI: the class launches nothing");
+                    Vec::new()
+                }
+                other => other?,
+            };
+            images_by_class.insert(class.name().to_string(), images);
+        }
+        narrow_to_images(&mut snapshot.nodepools, &images_by_class, base.types());
         let now = self.clock.now();
         let mut launches = self.store.list_launches().await?;
         let mut region = base.clone();
