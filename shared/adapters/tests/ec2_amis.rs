@@ -79,8 +79,9 @@ async fn two_images(stack: &Stack) -> Result<(String, String)> {
 async fn seed_al2023(stack: &Stack, root: &str, x86: &str, arm: &str) -> Result<()> {
     let ssm = aws_sdk_ssm::Client::new(&stack.aws_config().await?);
     for (arch, id) in [("x86_64", x86), ("arm64", arm)] {
-        let name =
-            format!("{root}/eks/optimized-ami/{KUBERNETES_VERSION}/amazon-linux-2023/{arch}/standard/recommended/image_id");
+        let name = format!(
+            "{root}/eks/optimized-ami/{KUBERNETES_VERSION}/amazon-linux-2023/{arch}/standard/recommended/image_id"
+        );
         ssm.put_parameter()
             .name(&name)
             .value(id)
@@ -121,7 +122,10 @@ async fn al2023_latest_launches_each_architecture_with_its_own_ami() -> Result<(
     // The images: one per architecture, standard (no GPU or Neuron parameter seeded).
     let mut images = cloud.images(&node_class).await?;
     images.sort_by_key(|i| i.arch);
-    let got: Vec<_> = images.iter().map(|i| (i.id.as_str(), i.arch, i.variants.clone())).collect();
+    let got: Vec<_> = images
+        .iter()
+        .map(|i| (i.id.as_str(), i.arch, i.variants.clone()))
+        .collect();
     assert_eq!(
         got,
         vec![

@@ -243,6 +243,13 @@ pub enum NodeClassReason {
         /// What was looked for.
         detail: String,
     },
+    /// Its AMI alias names a family whose user data Carpool does not write yet (only
+    /// AL2023's nodeadm NodeConfig is written; a Bottlerocket or AL2 node would never join).
+    #[error("selects AMI alias {alias:?}, but Carpool writes only AL2023 user data so far; use an al2023 alias")]
+    UnsupportedUserData {
+        /// The alias.
+        alias: String,
+    },
     /// Its AMIs boot none of the request's instance types.
     #[error("has no AMI that boots any of {instance_types}")]
     NoImageForTypes {

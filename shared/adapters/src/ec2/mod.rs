@@ -254,6 +254,23 @@ impl Ec2Cloud {
         image_id: String,
     ) -> Result<TemplateContent, CloudError> {
         let node_class = &request.node_class;
+        // Only AL2023's NodeConfig is written: a Bottlerocket or AL2 image would boot a
+        // node that never joins, so such an alias fails the launch with the reason.
+        if let Some(alias) = node_class
+            .spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|t| t.alias.as_deref())
+            && ami::parse_alias(alias).is_ok_and(|a| a.family != ami::AliasFamily::Al2023)
+        {
+            return Err(CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::UnsupportedUserData {
+                    alias: alias.to_string(),
+                },
+                source: None,
+            });
+        }
         let profile = instance_profile::instance_profile(node_class, self.node_role.as_ref())?;
         let security_groups = resolve::security_groups(&self.ec2, node_class).await?;
         if security_groups.is_empty() {
