@@ -5,6 +5,8 @@
 //!   type, pods), which pods go on existing nodes, and which cannot be placed and why.
 //! - [`nodepools`] drops the NodePools whose EC2NodeClass is missing, and says what
 //!   becomes of the pods when no NodePool is left.
+//! - [`subnet_zones`] and [`ami_requirements`] narrow each NodePool, before planning, to
+//!   the zones its EC2NodeClass has subnets in and the instance types its AMIs boot.
 //! - [`checker`] re-checks a plan against the input, independently of the scheduling.
 //! - [`housekeeping`] turns the Nodes, instances and records of a cluster into a
 //!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,

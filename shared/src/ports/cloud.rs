@@ -328,6 +328,10 @@ pub enum CloudError {
 ///   when the request's EC2NodeClass cannot launch (no subnet in the zone, no security
 ///   group, a role without an instance profile, an AMI parameter without a value) it is
 ///   `NodeClass` with the reason, before anything is launched.
+/// - `images` gives at least one image for a class that can launch; a class whose AMIs
+///   cannot be resolved (a Windows alias, no image for the terms or the cluster's version)
+///   is `NodeClass` with the reason. `launch` uses the image that boots the request's
+///   preferred type and launches only the alternatives that image boots.
 /// - `get` of an unknown instance is `NotFound`; `list` returns every instance of this
 ///   cluster that is not terminated.
 /// - `terminate` is idempotent: terminating a terminated or unknown instance succeeds.
