@@ -18,12 +18,9 @@ const START: u64 = 1_790_000_000;
 
 fn settings() -> Settings {
     Settings {
+        deployment: "carpool-test".into(),
         watch: Duration::from_secs(0),
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
-        poll: Duration::from_millis(250),
-        registration_ttl: Duration::from_secs(900),
-        dry_run: false,
+        ..Settings::default()
     }
 }
 

@@ -8,6 +8,7 @@ use pollster::block_on;
 fn request(types: &[&str]) -> LaunchRequest {
     LaunchRequest {
         launch_id: "launch-1".into(),
+        deployment: "carpool-test".into(),
         nodepool: "default".into(),
         node_class: carpool::model::EC2NodeClass::named("default"),
         instance_types: types.iter().map(|t| t.to_string()).collect(),
@@ -116,4 +117,18 @@ fn the_fake_cloud_keeps_the_cloud_contract() {
         &FakeCloud::new(),
         &request(&["m5.large", "c5.large"]),
     ));
+}
+
+#[test]
+fn a_launch_that_times_out_after_launching_leaves_a_tagged_instance_and_other_calls_pass_it_by() {
+    let cloud = FakeCloud::new();
+    cloud.inject(CloudFault::LaunchedThenUnknown);
+    assert!(block_on(cloud.list()).unwrap().is_empty(), "a list passes the fault by");
+    let launched = block_on(cloud.launch(&request(&["m5.large"])));
+    assert!(matches!(&launched, Err(e) if e.is_outcome_unknown()), "{launched:?}");
+    let listed = block_on(cloud.list()).unwrap();
+    assert_eq!(listed.len(), 1, "the instance exists all the same");
+    assert_eq!(listed[0].launch_id, "launch-1");
+    assert_eq!(listed[0].deployment.as_deref(), Some("carpool-test"));
+    assert!(block_on(cloud.launch(&request(&["m5.large"]))).is_ok(), "one call only");
 }

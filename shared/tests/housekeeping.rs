@@ -1,12 +1,15 @@
 //! Housekeeping as a pure decision: a situation (Nodes, instances, launch and node
 //! records, now) in, the plan out ([`carpool::decide::housekeeping`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use carpool::catalog::{Catalog, RegionCatalog};
 use carpool::decide::housekeeping::{
-    Forget, HousekeepingPlan, Labelling, Observed, Registration, Termination, TerminationReason, plan,
+    Forget, HousekeepingPlan, Labelling, LostLaunch, LostReason, Observed, Registration, Spared, Termination,
+    TerminationReason, plan, to_look_up,
 };
+use carpool::decide::ownership::{SpareReason, termination_cap};
 use carpool::model::CapacityType;
 use carpool::model::well_known as wk;
 use carpool::ports::{EpochMillis, Instance, InstanceState, LaunchRecord, LaunchState, NodeRecord};
@@ -14,6 +17,8 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 
 const NOW: EpochMillis = 10_000_000;
+/// This deployment.
+const DEPLOYMENT: &str = "carpool-prod";
 const TTL: Duration = Duration::from_secs(900);
 /// Launched within the TTL.
 const RECENT: EpochMillis = NOW - 60_000;
@@ -36,8 +41,9 @@ fn instance(id: &str, launch_id: &str, launched_at: EpochMillis) -> Instance {
         capacity_type: CapacityType::OnDemand,
         nodepool: "default".into(),
         launch_id: launch_id.into(),
+        deployment: Some(DEPLOYMENT.into()),
         state: InstanceState::Running,
-        launched_at,
+        launched_at: Some(launched_at),
     }
 }
 
@@ -109,13 +115,42 @@ fn failed(id: &str, instance: Option<&str>, launched_at: EpochMillis) -> LaunchR
     )
 }
 
-/// A situation: what is listed.
-#[derive(Default)]
+/// The termination of `instance` (of launch `launch`), and the record written after it.
+fn terminate(
+    instance: &str,
+    launch: Option<&str>,
+    reason: TerminationReason,
+    then_write: Option<LaunchRecord>,
+) -> Termination {
+    Termination {
+        instance_id: instance.into(),
+        launch_id: launch.map(str::to_string),
+        reason,
+        then_write,
+    }
+}
+
+/// A situation: what is listed (by default, no node records at all, listed fine).
 struct World {
     nodes: Vec<Node>,
     instances: Vec<Instance>,
     launches: Vec<LaunchRecord>,
     node_records: Option<Vec<NodeRecord>>,
+    looked_up: BTreeMap<String, Option<Instance>>,
+    dry_run: bool,
+}
+
+impl Default for World {
+    fn default() -> Self {
+        World {
+            nodes: Vec::new(),
+            instances: Vec::new(),
+            launches: Vec::new(),
+            node_records: Some(Vec::new()),
+            looked_up: BTreeMap::new(),
+            dry_run: false,
+        }
+    }
 }
 
 impl World {
@@ -123,8 +158,11 @@ impl World {
         let observed = Observed {
             nodes: &self.nodes,
             instances: &self.instances,
+            looked_up: &self.looked_up,
             launches: &self.launches,
             node_records: self.node_records.as_deref(),
+            deployment: DEPLOYMENT,
+            dry_run: self.dry_run,
             now: NOW,
             registration_ttl: TTL,
         };
@@ -162,7 +200,7 @@ fn each_situation_gets_its_plan() {
                 nodes: vec![node("n1", "i-1", json!({}))],
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
+                ..World::default()
             },
             HousekeepingPlan {
                 register: vec![registration(&region, "l1", "i-1", false)],
@@ -175,7 +213,7 @@ fn each_situation_gets_its_plan() {
                 nodes: vec![node("n1", "i-1", json!({}))],
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", None, RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
+                ..World::default()
             },
             HousekeepingPlan {
                 register: vec![registration(&region, "l1", "i-1", false)],
@@ -188,7 +226,7 @@ fn each_situation_gets_its_plan() {
                 nodes: vec![node("n1", "i-1", json!({}))],
                 instances: vec![],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
+                ..World::default()
             },
             HousekeepingPlan {
                 register: vec![registration(&region, "l1", "i-1", true)],
@@ -200,7 +238,6 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", Some("i-1"), RECENT, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan::default(),
@@ -210,16 +247,15 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", OLD)],
                 launches: vec![launch("l1", Some("i-1"), OLD, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
-                terminate: vec![Termination {
-                    instance_id: "i-1".into(),
-                    launch_id: Some("l1".into()),
-                    reason: TerminationReason::NotRegistered { ttl_seconds: 900 },
-                    then_write: Some(failed("l1", Some("i-1"), OLD)),
-                }],
+                terminate: vec![terminate(
+                    "i-1",
+                    Some("l1"),
+                    TerminationReason::NotRegistered { ttl_seconds: 900 },
+                    Some(failed("l1", Some("i-1"), OLD)),
+                )],
                 ..HousekeepingPlan::default()
             },
         ),
@@ -227,7 +263,6 @@ fn each_situation_gets_its_plan() {
             "a launch in flight past the TTL with no instance at all is only marked failed",
             World {
                 launches: vec![launch("l1", None, OLD, in_flight.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -240,19 +275,18 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", OLD)],
                 launches: vec![launch("l1", Some("i-1"), OLD, gone_failed.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
-                terminate: vec![Termination {
-                    instance_id: "i-1".into(),
-                    launch_id: Some("l1".into()),
-                    reason: TerminationReason::FailedLaunchNotRegistered {
+                terminate: vec![terminate(
+                    "i-1",
+                    Some("l1"),
+                    TerminationReason::FailedLaunchNotRegistered {
                         launch_id: "l1".into(),
                         ttl_seconds: 900,
                     },
-                    then_write: None,
-                }],
+                    None,
+                )],
                 ..HousekeepingPlan::default()
             },
         ),
@@ -261,7 +295,6 @@ fn each_situation_gets_its_plan() {
             World {
                 instances: vec![instance("i-1", "l1", RECENT)],
                 launches: vec![launch("l1", Some("i-1"), RECENT, gone_failed.clone())],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan::default(),
@@ -275,7 +308,6 @@ fn each_situation_gets_its_plan() {
                     launch("l3", None, OLD, gone_failed.clone()),
                     launch("l4", None, RECENT, gone_failed.clone()),
                 ],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -294,6 +326,7 @@ fn each_situation_gets_its_plan() {
                 instances: vec![instance("i-1", "l1", OLD)],
                 launches: vec![launch("l1", Some("i-1"), OLD, registered.clone())],
                 node_records: Some(vec![record("i-1")]),
+                ..World::default()
             },
             HousekeepingPlan::default(),
         ),
@@ -306,19 +339,18 @@ fn each_situation_gets_its_plan() {
                     instance("i-2", "", RECENT),
                     instance("i-3", "", OLD),
                 ],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
-                terminate: vec![Termination {
-                    instance_id: "i-1".into(),
-                    launch_id: None,
-                    reason: TerminationReason::NoLaunchRecord {
+                terminate: vec![terminate(
+                    "i-1",
+                    None,
+                    TerminationReason::NoLaunchRecord {
                         launch_id: "lost".into(),
                         ttl_seconds: 900,
                     },
-                    then_write: None,
-                }],
+                    None,
+                )],
                 ..HousekeepingPlan::default()
             },
         ),
@@ -329,6 +361,7 @@ fn each_situation_gets_its_plan() {
                 launches: vec![launch("l2", Some("i-2"), OLD, registered.clone())],
                 node_records: Some(vec![record("i-1"), record("i-2")]),
                 nodes: vec![node("n1", "i-1", json!({}))],
+                ..World::default()
             },
             HousekeepingPlan {
                 forget: vec![Forget::Launch("l2".into()), Forget::NodeRecord("i-2".into())],
@@ -365,7 +398,6 @@ fn each_situation_gets_its_plan() {
                         json!({wk::CARPOOL_MANAGED: "true", wk::INSTANCE_TYPE: "x9.huge"}),
                     ),
                 ],
-                node_records: Some(vec![]),
                 ..World::default()
             },
             HousekeepingPlan {
@@ -391,15 +423,15 @@ fn each_situation_gets_its_plan() {
 #[test]
 fn a_plan_is_a_serde_value_with_typed_reasons() {
     let plan = HousekeepingPlan {
-        terminate: vec![Termination {
-            instance_id: "i-1".into(),
-            launch_id: None,
-            reason: TerminationReason::NoLaunchRecord {
+        terminate: vec![terminate(
+            "i-1",
+            None,
+            TerminationReason::NoLaunchRecord {
                 launch_id: "l9".into(),
                 ttl_seconds: 900,
             },
-            then_write: None,
-        }],
+            None,
+        )],
         forget: vec![Forget::NodeRecord("i-2".into())],
         ..HousekeepingPlan::default()
     };
@@ -431,4 +463,294 @@ fn reasons_read_as_the_reports_and_records_always_said() {
         .to_string(),
         "instance of launch \"\" has no launch record and no node after 900s"
     );
+}
+
+fn foreign(id: &str, launch_id: &str, deployment: Option<&str>, launched_at: Option<EpochMillis>) -> Instance {
+    Instance {
+        deployment: deployment.map(str::to_string),
+        launched_at,
+        ..instance(id, launch_id, 0)
+    }
+}
+
+fn orphan(id: &str, launch_id: &str) -> Termination {
+    terminate(
+        id,
+        None,
+        TerminationReason::NoLaunchRecord {
+            launch_id: launch_id.into(),
+            ttl_seconds: 900,
+        },
+        None,
+    )
+}
+
+fn spared(id: &str, launch_id: &str, reason: SpareReason) -> Spared {
+    Spared {
+        instance_id: id.into(),
+        would_be: orphan(id, launch_id).reason,
+        reason,
+    }
+}
+
+fn lost(launch: &LaunchRecord, reason: LostReason) -> LostLaunch {
+    let mut failed = launch.clone();
+    failed.state = LaunchState::Failed {
+        reason: reason.to_string(),
+    };
+    LostLaunch { launch: failed, reason }
+}
+
+/// Within the grace of a launch.
+const JUST_NOW: EpochMillis = NOW - 30_000;
+/// Past the grace, within the TTL.
+const PAST_GRACE: EpochMillis = NOW - 180_000;
+
+#[test]
+fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are_reconciled() {
+    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+    let in_flight = LaunchState::InFlight;
+    let shutting_down = Instance {
+        state: InstanceState::ShuttingDown,
+        ..instance("i-1", "l1", RECENT)
+    };
+    let terminated = Instance {
+        state: InstanceState::Terminated,
+        ..instance("i-1", "l1", RECENT)
+    };
+    let no_instance = launch("l1", None, PAST_GRACE, in_flight.clone());
+    let with_instance = launch("l1", Some("i-1"), PAST_GRACE, in_flight.clone());
+    let mut found = launch("l1", Some("i-9"), JUST_NOW, in_flight.clone());
+    found.instance_type = "c5.large".into();
+    found.zone = "us-east-1b".into();
+    let mut found_instance = instance("i-9", "l1", JUST_NOW);
+    found_instance.instance_type = "c5.large".into();
+    found_instance.zone = "us-east-1b".into();
+    let five_orphans: Vec<Instance> = (1..=5)
+        .map(|n| instance(&format!("i-{n}"), &format!("lost-{n}"), OLD))
+        .collect();
+    let cases: Vec<(&str, World, HousekeepingPlan)> = vec![
+        (
+            "an instance tagged for the cluster with no deployment tag survives, past the TTL",
+            World {
+                instances: vec![foreign("i-1", "l9", None, Some(OLD))],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                spared: vec![spared("i-1", "l9", SpareReason::OtherDeployment { deployment: None })],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "another deployment's instance survives",
+            World {
+                instances: vec![foreign("i-1", "l9", Some("carpool-staging"), Some(OLD))],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                spared: vec![spared(
+                    "i-1",
+                    "l9",
+                    SpareReason::OtherDeployment {
+                        deployment: Some("carpool-staging".into()),
+                    },
+                )],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "an instance without Carpool's launch-id tag survives, even with this deployment's tag",
+            World {
+                instances: vec![foreign("i-1", "", Some(DEPLOYMENT), Some(OLD))],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                spared: vec![spared("i-1", "", SpareReason::NoLaunchIdTag)],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "an instance without a launch time is never terminated",
+            World {
+                instances: vec![foreign("i-1", "l9", Some(DEPLOYMENT), None)],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                spared: vec![spared("i-1", "l9", SpareReason::NoLaunchTime)],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch past the TTL whose instance is not this deployment's is failed, its instance spared",
+            World {
+                instances: vec![foreign("i-1", "l1", None, Some(OLD))],
+                launches: vec![launch("l1", Some("i-1"), OLD, in_flight.clone())],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                fail: vec![failed("l1", Some("i-1"), OLD)],
+                spared: vec![Spared {
+                    instance_id: "i-1".into(),
+                    would_be: TerminationReason::NotRegistered { ttl_seconds: 900 },
+                    reason: SpareReason::OtherDeployment { deployment: None },
+                }],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "past the cap (3 of 5 instances), the other terminations are held back",
+            World {
+                instances: five_orphans.clone(),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                terminate: (1..=3)
+                    .map(|n| orphan(&format!("i-{n}"), &format!("lost-{n}")))
+                    .collect(),
+                held_back: (4..=5)
+                    .map(|n| orphan(&format!("i-{n}"), &format!("lost-{n}")))
+                    .collect(),
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "dry run plans the terminations and carries none out",
+            World {
+                instances: vec![instance("i-1", "lost", OLD)],
+                dry_run: true,
+                ..World::default()
+            },
+            HousekeepingPlan {
+                would_terminate: vec![orphan("i-1", "lost")],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch in flight whose answer was lost is recorded with the instance its tag names",
+            World {
+                instances: vec![found_instance],
+                launches: vec![launch("l1", None, JUST_NOW, in_flight.clone())],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                reconcile: vec![found],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch in flight with no instance is left alone within the grace",
+            World {
+                launches: vec![launch("l1", None, JUST_NOW, in_flight.clone())],
+                ..World::default()
+            },
+            HousekeepingPlan::default(),
+        ),
+        (
+            "a launch in flight with no instance and none carrying its tag after the grace is lost",
+            World {
+                launches: vec![no_instance.clone()],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                lost: vec![lost(&no_instance, LostReason::NoInstance { grace_seconds: 120 })],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch whose instance is shutting down is lost at once, and the instance is not terminated again",
+            World {
+                instances: vec![shutting_down],
+                launches: vec![launch("l1", Some("i-1"), JUST_NOW, in_flight.clone())],
+                ..World::default()
+            },
+            HousekeepingPlan {
+                lost: vec![lost(
+                    &launch("l1", Some("i-1"), JUST_NOW, in_flight.clone()),
+                    LostReason::InstanceGone {
+                        instance_id: "i-1".into(),
+                    },
+                )],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch whose instance, read by id, is terminated is lost at once",
+            World {
+                launches: vec![launch("l1", Some("i-1"), JUST_NOW, in_flight.clone())],
+                looked_up: BTreeMap::from([("i-1".to_string(), Some(terminated))]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                lost: vec![lost(
+                    &launch("l1", Some("i-1"), JUST_NOW, in_flight.clone()),
+                    LostReason::InstanceGone {
+                        instance_id: "i-1".into(),
+                    },
+                )],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch whose instance EC2 does not know yet is left alone within the grace",
+            World {
+                launches: vec![launch("l1", Some("i-1"), JUST_NOW, in_flight.clone())],
+                looked_up: BTreeMap::from([("i-1".to_string(), None)]),
+                ..World::default()
+            },
+            HousekeepingPlan::default(),
+        ),
+        (
+            "a launch whose instance EC2 still does not know after the grace is lost",
+            World {
+                launches: vec![with_instance.clone()],
+                looked_up: BTreeMap::from([("i-1".to_string(), None)]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                lost: vec![lost(
+                    &with_instance,
+                    LostReason::InstanceGone {
+                        instance_id: "i-1".into(),
+                    },
+                )],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a launch whose unlisted instance could not be read waits, even past the grace",
+            World {
+                launches: vec![with_instance.clone()],
+                ..World::default()
+            },
+            HousekeepingPlan::default(),
+        ),
+    ];
+    for (name, world, expected) in cases {
+        let plan = world.plan(&region);
+        assert_eq!(plan, expected, "{name}");
+        assert_eq!(plan.is_empty(), expected == HousekeepingPlan::default(), "{name}");
+    }
+}
+
+#[test]
+fn the_cap_is_three_or_a_tenth_of_carpools_instances_rounded_up() {
+    assert_eq!(termination_cap(0), 3);
+    assert_eq!(termination_cap(30), 3);
+    assert_eq!(termination_cap(31), 4);
+    assert_eq!(termination_cap(100), 10);
+    assert_eq!(termination_cap(1000), 100);
+}
+
+#[test]
+fn only_the_unlisted_instances_of_launches_in_flight_are_read_one_by_one() {
+    let launches = vec![
+        launch("l1", Some("i-1"), RECENT, LaunchState::InFlight),
+        launch("l2", Some("i-2"), RECENT, LaunchState::InFlight),
+        launch("l3", None, RECENT, LaunchState::InFlight),
+        launch("l4", Some("i-4"), RECENT, LaunchState::InFlight),
+        launch("l5", Some("i-5"), RECENT, LaunchState::Registered { node: "n5".into() }),
+    ];
+    let nodes = vec![node("n4", "i-4", json!({}))];
+    let instances = vec![instance("i-1", "l1", RECENT)];
+    assert_eq!(to_look_up(&nodes, &instances, &launches), vec!["i-2".to_string()]);
 }

@@ -23,12 +23,8 @@ fn start() -> SystemTime {
 
 fn settings() -> Settings {
     Settings {
-        watch: Duration::from_secs(50),
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
-        poll: Duration::from_millis(250),
-        registration_ttl: Duration::from_secs(900),
-        dry_run: false,
+        deployment: "carpool-test".into(),
+        ..Settings::default()
     }
 }
 
@@ -325,6 +321,7 @@ fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_register
     // CreateFleet timed out as far as the run knew, but EC2 did start the instance.
     let request = carpool::ports::LaunchRequest {
         launch_id: "lost-1".into(),
+        deployment: "carpool-test".into(),
         nodepool: "general".into(),
         node_class: carpool::model::EC2NodeClass::named("default"),
         instance_types: vec!["m5.large".into()],
@@ -392,4 +389,23 @@ fn with_no_valid_nodepool_nothing_is_launched_and_every_pod_says_why() {
     assert_eq!(batch.unschedulable[0].kind(), Kind::NoValidNodePool);
     assert!(batch.skipped.iter().any(|s| s.object == "NodePool/general"));
     assert!(block_on(w.cloud.list()).unwrap().is_empty());
+}
+
+#[test]
+fn the_default_settings_are_those_of_a_configuration_that_sets_nothing_optional() {
+    let vars = |k: &str| {
+        [
+            ("CARPOOL_CLUSTER_NAME", "prod"),
+            ("CARPOOL_TABLE_NAME", "carpool"),
+            ("AWS_REGION", "us-east-1"),
+        ]
+        .iter()
+        .find(|(name, _)| *name == k)
+        .map(|(_, v)| v.to_string())
+    };
+    let config = carpool::run::provision::ProvisionerConfig::from_vars(vars).unwrap();
+    assert_eq!(
+        Settings::from_config(&config, Duration::from_secs(60)),
+        Settings::default()
+    );
 }

@@ -449,12 +449,8 @@ fn a_gpu_node_that_registers_before_its_gpus_show_up_causes_no_second_launch() {
         cluster: &cluster,
     };
     let settings = Settings {
-        watch: Duration::from_secs(50),
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
-        poll: Duration::from_millis(250),
         registration_ttl: Duration::from_millis(TTL_MS as u64),
-        dry_run: false,
+        ..Settings::default()
     };
     let region = region();
     let launches = |cloud: &FakeCloud| cloud.calls().iter().filter(|c| c.starts_with("launch ")).count();

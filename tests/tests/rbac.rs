@@ -76,18 +76,16 @@ const fn sub(verb: &'static str, resource: &'static str, subresource: &'static s
     }
 }
 
-/// What Carpool calls (shared/adapters/src/kube_cluster.rs, and the provisioner's watch of
-/// pending pods).
+/// What the provisioner calls (shared/src/run/provision/ through
+/// shared/adapters/src/kube_cluster.rs, and its watch of pending pods).
 const NEEDED: &[Ask] = &[
     all("get", "pods"),
     all("list", "pods"),
     all("watch", "pods"),
-    sub("create", "pods", "eviction", Scope::Namespace),
     cluster("get", "nodes"),
     cluster("list", "nodes"),
     cluster("watch", "nodes"),
     cluster("patch", "nodes"),
-    cluster("delete", "nodes"),
     all("list", "daemonsets.apps"),
     all("list", "poddisruptionbudgets.policy"),
     cluster("get", "nodepools.karpenter.sh"),
@@ -96,6 +94,11 @@ const NEEDED: &[Ask] = &[
     cluster("get", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("list", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("watch", "ec2nodeclasses.karpenter.k8s.aws"),
+    // Events on pending pods, in their namespaces.
+    all("create", "events.events.k8s.io"),
+    all("patch", "events.events.k8s.io"),
+    all("create", "events"),
+    all("patch", "events"),
 ];
 
 /// What Carpool must not be able to do.
@@ -118,6 +121,13 @@ const FORBIDDEN: &[Ask] = &[
     ns("delete", "daemonsets.apps"),
     ns("patch", "deployments.apps"),
     ns("delete", "poddisruptionbudgets.policy"),
+    // The provisioner neither drains nor removes nodes: the functions that do get a role
+    // of their own.
+    sub("create", "pods", "eviction", Scope::Namespace),
+    cluster("delete", "nodes"),
+    // Events are written, never read or removed.
+    ns("delete", "events.events.k8s.io"),
+    ns("list", "events"),
     // Nodes register themselves; Carpool patches them and never PUTs a whole Node.
     cluster("create", "nodes"),
     cluster("update", "nodes"),
@@ -291,4 +301,117 @@ fn carpool_permissions_come_from_the_group_binding_alone() -> Result<()> {
         allowed.join("; ")
     );
     Ok(())
+}
+
+impl Kubectl {
+    /// Runs kubectl with `args` as the admin, or as [`USER`] in [`GROUP`]; the output on
+    /// success, else the error's text.
+    fn run(&self, args: &[&str], as_carpool: bool, stdin: Option<&str>) -> Result<Result<String, String>> {
+        use std::io::Write;
+        let mut c = self.command();
+        c.args(args);
+        if as_carpool {
+            c.args(["--as", USER, "--as-group", GROUP]);
+        }
+        c.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().with_context(|| format!("running {}", self.bin))?;
+        if let Some(text) = stdin
+            && let Some(mut pipe) = child.stdin.take()
+        {
+            pipe.write_all(text.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        Ok(if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        })
+    }
+}
+
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels() -> Result<()> {
+    // RBAC grants `patch nodes` whole; infra/rbac/carpool-node-patch.yaml's
+    // ValidatingAdmissionPolicy narrows it. The apiserver enforces it here for real, on
+    // `kubectl label` and `kubectl taint` (PATCHes) made as the group.
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let node = format!("carpool-vap-{}", std::process::id());
+    let manifest = format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\n"
+    );
+    kubectl
+        .run(&["apply", "-f", "-"], false, Some(&manifest))?
+        .map_err(anyhow::Error::msg)?;
+    let label = |args: &[&str]| -> Result<Result<String, String>> {
+        let mut all = vec!["label", "node", node.as_str(), "--overwrite"];
+        all.extend_from_slice(args);
+        // A policy that binds a moment after it is created may not be enforced yet: retry
+        // a refusal that should not be there, and an acceptance that should not be, for a
+        // few seconds before judging.
+        kubectl.run(&all, true, None)
+    };
+    let eventually = |f: &dyn Fn() -> Result<bool>| -> Result<bool> {
+        for _ in 0..20 {
+            if f()? {
+                return Ok(true);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        Ok(false)
+    };
+    let outcome = (|| -> Result<()> {
+        ensure!(
+            eventually(&|| Ok(label(&["team=batch"])?.is_err()))?,
+            "the group could relabel `team`, a label pods select on"
+        );
+        let refused = label(&["team=batch"])?.unwrap_err();
+        ensure!(
+            refused.contains("carpool-node-patch"),
+            "refused, but not by the policy: {refused}"
+        );
+        ensure!(label(&["team-"])?.is_err(), "the group could remove `team`");
+        ensure!(
+            eventually(&|| Ok(label(&[
+                "karpenter.k8s.aws/instance-family=m5",
+                "karpenter.k8s.aws/instance-size=large"
+            ])?
+            .is_ok()))?,
+            "the group could not set the instance-type labels housekeeping sets: {:?}",
+            label(&["karpenter.k8s.aws/instance-family=m5"])?
+        );
+        let taint = kubectl.run(
+            &["taint", "node", node.as_str(), "carpool.sh/test=x:NoSchedule"],
+            true,
+            None,
+        )?;
+        ensure!(taint.is_err(), "the provisioner's group could taint a node");
+        // `kubectl cordon` prints a refusal but exits 0: read the Node back instead.
+        let _ = kubectl.run(&["cordon", node.as_str()], true, None)?;
+        let unschedulable = kubectl
+            .run(
+                &["get", "node", node.as_str(), "-o", "jsonpath={.spec.unschedulable}"],
+                false,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        ensure!(
+            unschedulable.trim() != "true",
+            "the provisioner's group could cordon a node"
+        );
+        // The admin is not bound by it.
+        kubectl
+            .run(
+                &["label", "node", node.as_str(), "team=batch", "--overwrite"],
+                false,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        Ok(())
+    })();
+    let _ = kubectl.run(&["delete", "node", node.as_str(), "--wait=false"], false, None);
+    outcome
 }

@@ -80,11 +80,8 @@ pub fn run(region: &RegionCatalog<'_>, pods: usize, instance_types: usize) -> Re
     let clock = SkippingClock::default();
     let settings = Settings {
         watch: Duration::from_secs(2),
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
-        poll: Duration::from_millis(250),
-        registration_ttl: Duration::from_secs(900),
-        dry_run: false,
+        deployment: "bench".into(),
+        ..Settings::default()
     };
     let mut provisioner = Provisioner::new(&cloud, &cluster, &store, &clock, settings, "bench");
     let start = Instant::now();

@@ -8,17 +8,20 @@ use carpool::catalog::RegionCatalog;
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::price_refresh::LiveCatalog;
-use carpool::run::provision::metrics::batch_metrics;
+use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics};
 use carpool::run::provision::report::quantile;
-use carpool::run::provision::{ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings};
+use carpool::run::provision::{
+    ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings, SharedRecentEvents,
+};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
 
 /// Time kept back from the function's deadline for the last batch and the summary.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
 
-/// What lives across invocations of a warm function: the ports, the settings and the
-/// region's catalog with its live prices ([`LiveCatalog`]).
+/// What lives across invocations of a warm function: the ports, the settings, the
+/// region's catalog with its live prices ([`LiveCatalog`]), and the Events published
+/// lately (their rate limit holds across invocations).
 pub struct App<C, K, S, T> {
     /// EC2.
     pub cloud: C,
@@ -32,6 +35,8 @@ pub struct App<C, K, S, T> {
     pub config: ProvisionerConfig,
     /// The region's catalog; live prices and offerings refreshed in place.
     pub catalog: LiveCatalog<'static>,
+    /// The pod Events published lately, for their rate limit.
+    pub recent_events: SharedRecentEvents,
 }
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
@@ -51,6 +56,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             clock,
             catalog: LiveCatalog::new(region, config.live_prices),
             config,
+            recent_events: SharedRecentEvents::default(),
         }
     }
 
@@ -70,13 +76,18 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             &self.clock,
             settings,
             request_id,
-        );
+        )
+        .with_recent_events(self.recent_events.clone());
         let report = provisioner.run(&region).await?;
         let now = epoch_millis(self.clock.now());
         for batch in &report.batches {
             // EMF goes to stdout as a raw line; CloudWatch turns it into metrics.
             println!("{}", batch_metrics(&self.config.cluster, now, batch));
         }
+        println!(
+            "{}",
+            housekeeping_metrics(&self.config.cluster, now, &report.housekeeping)
+        );
         let summary = summary(&report);
         tracing::info!(summary = %summary, "run");
         Ok(report)
@@ -164,6 +175,9 @@ pub fn summary(report: &RunReport) -> Value {
         "pending_to_fleet_p50_ms": quantile(&latencies, 0.5),
         "pending_to_fleet_p99_ms": quantile(&latencies, 0.99),
         "terminated": report.housekeeping.iter().flat_map(|h| h.terminated.clone()).collect::<Vec<_>>(),
+        "terminations_held_back": report.housekeeping.iter().flat_map(|h| h.held_back.clone()).collect::<Vec<_>>(),
+        "would_terminate": report.housekeeping.iter().flat_map(|h| h.would_terminate.clone()).collect::<Vec<_>>(),
+        "launches_lost": report.housekeeping.iter().flat_map(|h| h.lost.clone()).collect::<Vec<_>>(),
         "watched_ms": report.watched_ms,
     })
 }

@@ -3,19 +3,31 @@
 //! Build the client with `kube::Config::default_retry = false`: kube 5 otherwise retries
 //! every 429 (up to 15 times, backing off towards 1000 s), and a 429 is how the Eviction
 //! API says a PDB blocks, which the caller must see at once.
+//!
+//! Events are created with the `events.k8s.io/v1` API (reporting controller `carpool`),
+//! which `kubectl describe pod` shows as it shows core/v1 Events. Not through
+//! `kube::runtime::events::Recorder`: its dedupe key leaves the message out, so a pod whose
+//! reason changes within its 6-minute cache would get the old Event's count bumped, with
+//! the old message. The core rate-limits instead ([`carpool::decide::pod_events`]).
 
 use carpool::model::manifest::{Validate, from_value};
 use carpool::model::{EC2NodeClass, NodePool};
-use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
+use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams,
+    ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::json;
+
+/// The Events' reporting controller and instance.
+pub const REPORTING_CONTROLLER: &str = "carpool";
 
 /// Objects per list page.
 const PAGE: u32 = 500;
@@ -128,6 +140,37 @@ fn without_taint(node: &Node, taint: &Taint) -> Option<Vec<Taint>> {
     let taints = current_taints(node);
     let kept: Vec<Taint> = taints.iter().filter(|t| !same_taint(t, taint)).cloned().collect();
     (kept.len() != taints.len()).then_some(kept)
+}
+
+/// The `events.k8s.io/v1` Event for `event`, observed at `now`. Its name is the pod's and
+/// the time in hex nanoseconds, as client-go names Events.
+fn k8s_event(event: &PodEvent, now: Timestamp) -> Event {
+    let pod = &event.pod;
+    // Room for `.` and 16 hex digits within a name's 253 characters.
+    let prefix: String = pod.name.chars().take(236).collect();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{prefix}.{:x}", now.as_nanosecond())),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some(event.event_type().as_str().to_string()),
+        reason: Some(event.reason.as_str().to_string()),
+        action: Some(event.reason.action().to_string()),
+        note: Some(event.message.clone()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(pod.namespace.clone()),
+            name: Some(pod.name.clone()),
+            uid: pod.uid.clone(),
+            ..ObjectReference::default()
+        }),
+        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: Some(REPORTING_CONTROLLER.into()),
+        ..Event::default()
+    }
 }
 
 impl KubeCluster {
@@ -313,6 +356,14 @@ impl Cluster for KubeCluster {
             .map(drop)
             .map_err(|e| map_err(&format!("node {node}"), e))
     }
+
+    async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &event.pod.namespace);
+        api.create(&PostParams::default(), &k8s_event(event, Timestamp::now()))
+            .await
+            .map(drop)
+            .map_err(|e| map_err(&format!("event {} on pod {}", event.reason, event.pod.key()), e))
+    }
 }
 
 #[cfg(test)]
@@ -349,6 +400,39 @@ mod tests {
         assert_eq!(with_taint(&n, &a_exec), Some(vec![a.clone(), a_exec.clone()]));
         assert_eq!(without_taint(&n, &a_exec), None, "absent: no write");
         assert_eq!(without_taint(&n, &a2), Some(vec![]), "value not compared");
+    }
+
+    #[test]
+    fn an_event_regards_the_pod_by_uid_in_its_namespace() {
+        use carpool::ports::{EventReason, PodRef};
+        let event = PodEvent::new(
+            PodRef {
+                namespace: "web".into(),
+                name: "web-0".into(),
+                uid: Some("u-1".into()),
+            },
+            EventReason::Nominated,
+            "Pod should schedule on: instance i-1 (m5.large, us-east-1a, spot) of NodePool general",
+        );
+        let now = Timestamp::from_second(1_790_000_000).unwrap();
+        let e = k8s_event(&event, now);
+        assert_eq!(e.metadata.namespace.as_deref(), Some("web"));
+        assert!(e.metadata.name.as_deref().unwrap().starts_with("web-0."));
+        assert_eq!(e.type_.as_deref(), Some("Normal"));
+        assert_eq!(e.reason.as_deref(), Some("Nominated"));
+        assert_eq!(e.action.as_deref(), Some("Provision"));
+        assert_eq!(e.note.as_deref(), Some(event.message.as_str()));
+        assert_eq!(e.reporting_controller.as_deref(), Some("carpool"));
+        let regarding = e.regarding.unwrap();
+        assert_eq!(
+            (
+                regarding.kind.as_deref(),
+                regarding.name.as_deref(),
+                regarding.uid.as_deref()
+            ),
+            (Some("Pod"), Some("web-0"), Some("u-1"))
+        );
+        assert_eq!(e.event_time, Some(MicroTime(now)));
     }
 
     #[test]

@@ -76,6 +76,7 @@ async fn template_data(
 fn launch_request(zone: &str, capacity_type: CapacityType) -> Result<LaunchRequest> {
     Ok(LaunchRequest {
         launch_id: unique("launch"),
+        deployment: "carpool-test".into(),
         nodepool: "general".into(),
         node_class: node_class()?,
         instance_types: vec!["m5.large".into(), "c5.large".into()],
@@ -107,6 +108,7 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
     assert_eq!(instance.instance_type, "m5.large");
     assert_eq!(instance.nodepool, "general");
     assert_eq!(instance.launch_id, request.launch_id);
+    assert_eq!(instance.deployment.as_deref(), Some("carpool-test"));
     assert_eq!(instance.capacity_type, CapacityType::OnDemand);
 
     let ec2 = cloud.ec2();
@@ -122,6 +124,7 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
     assert_eq!(tags.get("carpool.sh/nodepool"), Some(&"general"));
     assert_eq!(tags.get("karpenter.sh/nodepool"), Some(&"general"));
     assert_eq!(tags.get("carpool.sh/launch-id"), Some(&request.launch_id.as_str()));
+    assert_eq!(tags.get("carpool.sh/deployment"), Some(&"carpool-test"));
     assert!(tags.contains_key("Name"), "{tags:?}");
     let subnet = raw.subnet_id().context("no subnet")?;
     let subnets = ec2.describe_subnets().subnet_ids(subnet).send().await?;

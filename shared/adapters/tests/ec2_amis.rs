@@ -97,6 +97,7 @@ async fn seed_al2023(stack: &Stack, root: &str, x86: &str, arm: &str) -> Result<
 fn request(node_class: &EC2NodeClass, zone: &str, instance_types: &[&str]) -> LaunchRequest {
     LaunchRequest {
         launch_id: unique("launch"),
+        deployment: "carpool-test".into(),
         nodepool: "general".into(),
         node_class: node_class.clone(),
         instance_types: instance_types.iter().map(|t| t.to_string()).collect(),

@@ -198,6 +198,7 @@ async fn fleet_capacity_errors_become_insufficient_capacity_naming_the_offerings
         .typed()?;
     let request = LaunchRequest {
         launch_id: unique("launch"),
+        deployment: "carpool-test".into(),
         nodepool: "general".into(),
         node_class,
         instance_types: vec!["m5.large".into(), "c5.large".into()],

@@ -346,3 +346,127 @@ async fn stale_taint(s: &mut Scene) -> Result<()> {
     );
     Ok(())
 }
+
+// --- a pod's Events, read back from the apiserver ------------------------------------
+
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_nominated_pod_has_the_event_on_the_apiserver() -> Result<()> {
+    let _stack = shared().await;
+    let mut scene = Scene::new("cc-ev").await?;
+    let result = pod_events(&mut scene).await;
+    scene.finish(result).await
+}
+
+async fn pod_events(s: &mut Scene) -> Result<()> {
+    use carpool::decide::Unschedulable;
+    use carpool::decide::pod_events::{BatchOutcome, Nomination, RecentEvents, pod_events};
+    use carpool::decide::unschedulable::Reason;
+    use carpool::model::CapacityType;
+    use carpool::ports::{EventReason, MAX_MESSAGE_BYTES};
+    use k8s_openapi::api::core::v1::Event;
+
+    s.namespace().await?;
+    let ns = s.ns().to_string();
+    // A pod no node takes (its node does not exist): it stays Pending, as the ones Carpool
+    // launches for do until their node registers.
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "labels": {"app": "web"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": format!("{ns}-no-such-node")},
+            "containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    });
+    let pods: Api<Pod> = Api::namespaced(s.kube.clone(), &ns);
+    let created = pods
+        .create(&PostParams::default(), &serde_json::from_value(pod)?)
+        .await?;
+    let uid = created.metadata.uid.clone().context("a pod without a uid")?;
+
+    // The pod as the provisioner's snapshot reads it, through the port.
+    let pending: Vec<Pod> = s
+        .cluster
+        .pending_pods()
+        .await?
+        .into_iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .collect();
+    ensure!(pending.len() == 1, "pending in {ns}: {}", pending.len());
+    let key = format!("{ns}/web-0");
+    let nominated = [Nomination {
+        pod: key.clone(),
+        instance_id: "i-0123456789abcdef0".into(),
+        nodepool: "general".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::Spot,
+    }];
+    // A long reason: the Events API takes at most 1 kB of message.
+    let failed = [Unschedulable::new(
+        key.clone(),
+        Reason::Launch {
+            error: "x".repeat(2 * MAX_MESSAGE_BYTES),
+        },
+    )];
+    let outcome = BatchOutcome {
+        pods: &pending,
+        nominated: &nominated,
+        unschedulable: &failed,
+    };
+    let events = pod_events(&outcome, &RecentEvents::new(), std::time::SystemTime::now());
+    ensure!(events.len() == 2, "{events:?}");
+    for event in &events {
+        s.cluster.publish_event(event).await?;
+    }
+
+    // What `kubectl describe pod` lists: core/v1 Events selected by the pod.
+    let api: Api<Event> = Api::namespaced(s.kube.clone(), &ns);
+    let listed = wait::until("the pod's two Events", WAIT, async || {
+        let list = api
+            .list(&ListParams::default().fields("involvedObject.kind=Pod,involvedObject.name=web-0"))
+            .await?
+            .items;
+        if list.len() == 2 {
+            Ok(list)
+        } else {
+            bail!("{} Events", list.len())
+        }
+    })
+    .await?;
+    let nomination = listed
+        .iter()
+        .find(|e| e.reason.as_deref() == Some(EventReason::Nominated.as_str()))
+        .context("no Nominated Event")?;
+    ensure!(nomination.type_.as_deref() == Some("Normal"), "{nomination:?}");
+    ensure!(
+        nomination.message.as_deref()
+            == Some(
+                "Pod should schedule on: instance i-0123456789abcdef0 (m5.large, us-east-1a, spot) of NodePool general"
+            ),
+        "{:?}",
+        nomination.message
+    );
+    ensure!(
+        nomination.involved_object.uid.as_deref() == Some(uid.as_str()),
+        "regarding {:?}, the pod's uid is {uid}",
+        nomination.involved_object
+    );
+    ensure!(
+        nomination.reporting_component.as_deref() == Some("carpool"),
+        "{:?}",
+        nomination.reporting_component
+    );
+    let launch = listed
+        .iter()
+        .find(|e| e.reason.as_deref() == Some(EventReason::LaunchFailed.as_str()))
+        .context("no LaunchFailed Event")?;
+    ensure!(launch.type_.as_deref() == Some("Warning"), "{launch:?}");
+    let message = launch.message.clone().unwrap_or_default();
+    ensure!(
+        message.starts_with("Failed to launch a node for the pod, launch: xxx") && message.len() <= MAX_MESSAGE_BYTES,
+        "{} bytes: {message:.80}",
+        message.len()
+    );
+    Ok(())
+}

@@ -10,7 +10,10 @@
 //! - [`checker`] re-checks a plan against the input, independently of the scheduling.
 //! - [`housekeeping`] turns the Nodes, instances and records of a cluster into a
 //!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,
-//!   instances to terminate (with the reason), records to forget.
+//!   launches reconciled with the cloud, instances to terminate (with the reason; only
+//!   those [`ownership`] says are this deployment's, a few per round), records to forget.
+//! - [`pod_events`] picks the Kubernetes Events a batch publishes on its pending pods
+//!   (nominated, unschedulable, launch failed), rate-limited per pod, reason and message.
 //!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
@@ -23,9 +26,11 @@ pub mod housekeeping;
 pub mod in_flight;
 pub mod lower_bound;
 pub mod nodepools;
+pub mod ownership;
 pub mod packer;
 pub mod plan;
 pub mod pod;
+pub mod pod_events;
 pub mod scheduler;
 pub mod selector;
 pub mod subnet_zones;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Unschedulable;
 use super::pod::{is_provisionable, pod_key};
+use super::selector::Selector;
 use super::unschedulable::Reason;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::snapshot::Snapshot;
@@ -68,6 +69,18 @@ pub fn with_node_class(pools: Vec<NodePool>, classes: &[EC2NodeClass]) -> (Vec<N
         })
         .collect();
     (kept, dropped)
+}
+
+/// Keeps the snapshot's NodePools that `selector` picks (by the NodePool's own labels),
+/// and returns the names of the others. Those are not Carpool's to launch for (Karpenter,
+/// say, serves them while a cluster moves over one NodePool at a time): they are left out
+/// quietly, not skipped as invalid. The empty selector picks every NodePool.
+pub fn keep_managed(snapshot: &mut Snapshot, selector: &Selector) -> Vec<String> {
+    let (kept, unmanaged): (Vec<NodePool>, Vec<NodePool>) = std::mem::take(&mut snapshot.nodepools)
+        .into_iter()
+        .partition(|p| selector.matches(&p.metadata.labels.clone().unwrap_or_default()));
+    snapshot.nodepools = kept;
+    unmanaged.iter().map(|p| p.name().to_string()).collect()
 }
 
 /// Drops the snapshot's NodePools that have no EC2NodeClass, adding each to its skipped

@@ -40,6 +40,10 @@ pub enum CloudFault {
     Unauthorized,
     /// `CloudError::Api`.
     Api,
+    /// `CloudError::OutcomeUnknown`, as a CreateFleet that timed out after EC2 started
+    /// the instance: the next `launch` creates the instance (tagged as asked) and fails.
+    /// Other calls pass it by (it waits at the head of the queue for a launch).
+    LaunchedThenUnknown,
 }
 
 #[derive(Debug, Default)]
@@ -143,7 +147,7 @@ impl FakeCloud {
     fn enter(&self, call: String) -> Result<MutexGuard<'_, State>, CloudError> {
         let mut state = self.lock();
         state.calls.push(call.clone());
-        if state.faults.is_empty() {
+        if state.faults.is_empty() || state.faults.first() == Some(&CloudFault::LaunchedThenUnknown) {
             return Ok(state);
         }
         Err(match state.faults.remove(0) {
@@ -156,13 +160,41 @@ impl FakeCloud {
                 source: Injected::boxed(),
             },
             CloudFault::Api => CloudError::Api(format!("injected failure on {call}").into()),
+            CloudFault::LaunchedThenUnknown => CloudError::OutcomeUnknown(format!("injected timeout on {call}").into()),
         })
+    }
+
+    /// Adds an instance as it is (another deployment's, a box tagged by hand), as if
+    /// launched outside Carpool.
+    pub fn add_instance(&self, instance: Instance) {
+        self.lock().instances.insert(instance.id.clone(), instance);
+    }
+
+    /// Marks an instance terminated, as EC2 does when it reclaims one.
+    pub fn reclaim(&self, id: &str) {
+        if let Some(i) = self.lock().instances.get_mut(id) {
+            i.state = InstanceState::Terminated;
+        }
     }
 }
 
 impl Cloud for FakeCloud {
     async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
-        let mut state = self.enter(format!("launch {}", request.launch_id))?;
+        let call = format!("launch {}", request.launch_id);
+        let then_unknown = {
+            let mut state = self.lock();
+            let first = state.faults.first() == Some(&CloudFault::LaunchedThenUnknown);
+            if first {
+                state.faults.remove(0);
+                state.calls.push(call.clone());
+            }
+            first
+        };
+        let mut state = if then_unknown {
+            self.lock()
+        } else {
+            self.enter(call.clone())?
+        };
         let mut failed = Vec::new();
         for instance_type in &request.instance_types {
             let key = OfferingKey {
@@ -186,10 +218,14 @@ impl Cloud for FakeCloud {
                 capacity_type: request.capacity_type,
                 nodepool: request.nodepool.clone(),
                 launch_id: request.launch_id.clone(),
+                deployment: Some(request.deployment.clone()),
                 state: InstanceState::Running,
-                launched_at: state.now,
+                launched_at: Some(state.now),
             };
             state.instances.insert(instance.id.clone(), instance.clone());
+            if then_unknown {
+                return Err(CloudError::OutcomeUnknown(format!("injected timeout on {call}").into()));
+            }
             return Ok(instance);
         }
         Err(CloudError::InsufficientCapacity { offerings: failed })

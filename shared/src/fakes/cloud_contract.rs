@@ -32,14 +32,23 @@ pub async fn cloud_contract<C: Cloud>(cloud: &C, request: &LaunchRequest) {
     );
     assert_eq!(instance.nodepool, request.nodepool, "it carries its NodePool");
     assert_eq!(instance.launch_id, request.launch_id, "and its launch id");
+    assert_eq!(
+        instance.deployment.as_deref(),
+        Some(request.deployment.as_str()),
+        "and its deployment"
+    );
+    assert!(instance.launched_at.is_some(), "and its launch time");
     assert_ne!(instance.state, InstanceState::Terminated);
 
     let got = cloud.get(&instance.id).await;
     assert!(matches!(&got, Ok(i) if i.id == instance.id), "get finds it: {got:?}");
     let listed = cloud.list().await;
     assert!(
-        matches!(&listed, Ok(l) if l.iter().any(|i| i.id == instance.id)),
-        "list has it: {listed:?}"
+        matches!(&listed, Ok(l) if l.iter().any(|i| i.id == instance.id
+            && i.launch_id == request.launch_id
+            && i.deployment.as_deref() == Some(request.deployment.as_str())
+            && i.launched_at.is_some())),
+        "list has it, with its launch-id and deployment tags and its launch time, as read back: {listed:?}"
     );
 
     let first = cloud.terminate(&instance.id).await;

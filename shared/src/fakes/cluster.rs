@@ -13,7 +13,7 @@ use super::Injected;
 use crate::decide::selector::Selector;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
+use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
 
 /// The apiserver's message for an eviction a PDB blocks.
 pub const PDB_BLOCKS: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -49,6 +49,8 @@ struct State {
     daemonsets: BTreeMap<Key, DaemonSet>,
     nodepools: BTreeMap<String, serde_json::Value>,
     ec2nodeclasses: BTreeMap<String, serde_json::Value>,
+    /// Events published, in order.
+    events: Vec<PodEvent>,
 }
 
 /// A cluster in memory: pods, nodes, PDBs, DaemonSets, NodePools and EC2NodeClasses.
@@ -60,11 +62,13 @@ struct State {
 /// pods the selector matches. An evicted pod is removed at once (no kubelet, no
 /// replacement) and still counts as expected for its PDB, so each eviction decrements
 /// the disruptions allowed. `pdbs()` returns the PDBs with that status filled in.
+/// Published Events are kept, in order ([`FakeCluster::events`]).
 #[derive(Debug, Default)]
 pub struct FakeCluster {
     state: Mutex<State>,
     calls: Mutex<Vec<String>>,
     fail_next: Mutex<Vec<ClusterErrorKind>>,
+    fail_events: Mutex<Option<ClusterErrorKind>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -288,6 +292,11 @@ impl FakeCluster {
         state.pdbs.get(&k).map(|p| state.budget(&k, p).disruptions_allowed)
     }
 
+    /// The Events published so far, in order.
+    pub fn events(&self) -> Vec<PodEvent> {
+        lock(&self.state).events.clone()
+    }
+
     /// The calls made so far, as `method argument`.
     pub fn calls(&self) -> Vec<String> {
         lock(&self.calls).clone()
@@ -298,29 +307,40 @@ impl FakeCluster {
         lock(&self.fail_next).push(kind);
     }
 
+    /// Makes every `publish_event` fail with `kind` (`None`: publish again), the other
+    /// calls unchanged.
+    pub fn fail_events(&self, kind: Option<ClusterErrorKind>) {
+        *lock(&self.fail_events) = kind;
+    }
+
     fn enter(&self, call: String) -> Result<MutexGuard<'_, State>, ClusterError> {
         lock(&self.calls).push(call.clone());
         let mut failures = lock(&self.fail_next);
         if !failures.is_empty() {
-            let what = format!("injected on {call}");
-            return Err(match failures.remove(0) {
-                ClusterErrorKind::NotFound => ClusterError::NotFound {
-                    what,
-                    source: Some(Injected::boxed()),
-                },
-                ClusterErrorKind::Conflict => ClusterError::Conflict(what),
-                ClusterErrorKind::Throttled => ClusterError::Throttled {
-                    what,
-                    source: Injected::boxed(),
-                },
-                ClusterErrorKind::Unauthorized => ClusterError::Unauthorized {
-                    what,
-                    source: Injected::boxed(),
-                },
-                ClusterErrorKind::Api => ClusterError::Api(what.into()),
-            });
+            return Err(injected(failures.remove(0), &call));
         }
         Ok(lock(&self.state))
+    }
+}
+
+/// The error of an injected `kind` on `call`.
+fn injected(kind: ClusterErrorKind, call: &str) -> ClusterError {
+    let what = format!("injected on {call}");
+    match kind {
+        ClusterErrorKind::NotFound => ClusterError::NotFound {
+            what,
+            source: Some(Injected::boxed()),
+        },
+        ClusterErrorKind::Conflict => ClusterError::Conflict(what),
+        ClusterErrorKind::Throttled => ClusterError::Throttled {
+            what,
+            source: Injected::boxed(),
+        },
+        ClusterErrorKind::Unauthorized => ClusterError::Unauthorized {
+            what,
+            source: Injected::boxed(),
+        },
+        ClusterErrorKind::Api => ClusterError::Api(what.into()),
     }
 }
 
@@ -450,6 +470,16 @@ impl Cluster for FakeCluster {
         let meta = &mut state.node_mut(node)?.metadata;
         apply(&mut meta.labels, labels);
         apply(&mut meta.annotations, annotations);
+        Ok(())
+    }
+
+    async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
+        let call = format!("publish_event {} {}", event.pod.key(), event.reason);
+        let mut state = self.enter(call.clone())?;
+        if let Some(kind) = *lock(&self.fail_events) {
+            return Err(injected(kind, &call));
+        }
+        state.events.push(event.clone());
         Ok(())
     }
 }

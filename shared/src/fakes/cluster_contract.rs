@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::FakeCluster;
 use crate::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
-use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch};
+use crate::ports::{Cluster, ClusterError, EventReason, Eviction, MetadataPatch, PodEvent, PodRef};
 
 /// The label of the scene's node that every write must keep.
 pub const KEEP_LABEL: &str = "example.com/keep";
@@ -467,6 +467,19 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
     assert!(not_found(&r), "patch of a missing node: {r:?}");
     let r = cluster.delete_node(&missing).await;
     assert!(r.is_ok(), "deleting a missing node succeeds: {r:?}");
+
+    // An Event about a pod of the scene (evicted by now: the pod need not exist).
+    let event = PodEvent::new(
+        PodRef {
+            namespace: ns.to_string(),
+            name: "pending-0".into(),
+            uid: None,
+        },
+        EventReason::FailedScheduling,
+        "Failed to schedule pod, contract",
+    );
+    let r = cluster.publish_event(&event).await;
+    assert!(r.is_ok(), "publish_event: {r:?}");
 
     // Delete, twice.
     let r = cluster.delete_node(&node).await;

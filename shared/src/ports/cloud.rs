@@ -25,6 +25,9 @@ pub struct OfferingKey {
 pub struct LaunchRequest {
     /// The launch id; the instance is tagged with it, so a retried launch can be found.
     pub launch_id: String,
+    /// The deployment launching it (`CARPOOL_DEPLOYMENT`); the instance is tagged with it,
+    /// and housekeeping terminates only instances that carry this deployment's tag.
+    pub deployment: String,
     /// The NodePool.
     pub nodepool: String,
     /// The EC2NodeClass that says how to launch (read from the cluster by this run).
@@ -138,15 +141,24 @@ pub struct Instance {
     pub capacity_type: CapacityType,
     /// The NodePool it was launched for.
     pub nodepool: String,
-    /// The launch id it was launched for.
+    /// The launch id it was launched for (its launch-id tag; empty without one).
     pub launch_id: String,
+    /// The deployment that launched it (its deployment tag); `None` without one: an
+    /// instance tagged for the cluster by someone else, or launched before the tag existed.
+    pub deployment: Option<String>,
     /// Where it stands.
     pub state: InstanceState,
-    /// When it was launched.
-    pub launched_at: EpochMillis,
+    /// When it was launched; `None` when EC2 did not say (such an instance is never
+    /// terminated by housekeeping).
+    pub launched_at: Option<EpochMillis>,
 }
 
 impl Instance {
+    /// Whether it is on its way out: shutting down or terminated.
+    pub fn is_gone(&self) -> bool {
+        matches!(self.state, InstanceState::ShuttingDown | InstanceState::Terminated)
+    }
+
     /// `aws:///<zone>/<id>`, as the node's providerID.
     pub fn provider_id(&self) -> String {
         format!("aws:///{}/{}", self.zone, self.id)
@@ -317,6 +329,19 @@ pub enum CloudError {
     /// Any other failure.
     #[error("cloud")]
     Api(#[source] BoxError),
+    /// The request was sent and no answer says what it did: a timeout, a connection lost,
+    /// a 5xx after retries. A launch may or may not have happened; it is resolved later
+    /// through the launch-id tag.
+    #[error("outcome unknown")]
+    OutcomeUnknown(#[source] BoxError),
+}
+
+impl CloudError {
+    /// Whether the request may have taken effect although it failed
+    /// ([`CloudError::OutcomeUnknown`]): a launch that ends so keeps its record in flight.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, CloudError::OutcomeUnknown(..))
+    }
 }
 
 /// Carpool's instances in one cluster.
@@ -327,7 +352,10 @@ pub enum CloudError {
 ///   none has capacity it is `InsufficientCapacity` naming every offering that failed;
 ///   when the request's EC2NodeClass cannot launch (no subnet in the zone, no security
 ///   group, a role without an instance profile, an AMI parameter without a value) it is
-///   `NodeClass` with the reason, before anything is launched.
+///   `NodeClass` with the reason, before anything is launched. The instance carries the
+///   request's launch id and deployment as tags, read back by `get` and `list`. When the
+///   call was sent and its answer is lost, it is `OutcomeUnknown`: the instance may exist,
+///   and `list` finds it by its launch-id tag.
 /// - `images` gives at least one image for a class that can launch; a class whose AMIs
 ///   cannot be resolved (a Windows alias, no image for the terms or the cluster's version)
 ///   is `NodeClass` with the reason. `launch` uses the image that boots the request's

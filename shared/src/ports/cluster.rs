@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+use super::PodEvent;
 use crate::model::{EC2NodeClass, NodePool};
 
 /// What became of an eviction.
@@ -116,6 +117,11 @@ pub enum ClusterError {
 ///   terminating are evicted regardless of PDBs, as the apiserver does.
 /// - A write whose read went stale (a concurrent change) is a `Conflict`; implementations
 ///   may retry it a few times first.
+/// - `publish_event` creates one Kubernetes Event about the pod (reporting controller
+///   `carpool`), so that `kubectl describe pod` shows it: its type, reason and message as
+///   given, regarding the pod by namespace, name and uid. It does not check that the pod
+///   exists and does not deduplicate (the caller rate-limits). Events are best effort: a
+///   caller logs a failure to publish and goes on; it never fails a batch.
 pub trait Cluster: Send + Sync {
     /// Pods in phase Pending that are not bound to a node.
     fn pending_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
@@ -152,4 +158,6 @@ pub trait Cluster: Send + Sync {
         labels: &MetadataPatch,
         annotations: &MetadataPatch,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Publishes a Kubernetes Event about a pod (best effort: see the contract).
+    fn publish_event(&self, event: &PodEvent) -> impl Future<Output = Result<(), ClusterError>> + Send;
 }

@@ -10,6 +10,7 @@
 mod clock;
 mod cloud;
 mod cluster;
+mod pod_event;
 mod store;
 
 pub use clock::{Clock, EpochMillis, Timer, epoch_millis};
@@ -19,6 +20,7 @@ pub use cloud::{
     SpotPrice, ZonalOffering,
 };
 pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
+pub use pod_event::{EventReason, EventType, MAX_MESSAGE_BYTES, PodEvent, PodRef};
 pub use store::{
     DisruptionRecord, DisruptionStep, LaunchRecord, LaunchState, Lease, NodeRecord, StateStore, StoreError,
     UnavailableOffering, sort_key,

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
+use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::operation::create_fleet::CreateFleetError as CreateFleetCallError;
 use aws_sdk_ec2::types::{CreateFleetError, InstanceLifecycle};
 use carpool::model::CapacityType;
 use carpool::ports::{BoxError, CloudError, OfferingKey};
@@ -90,6 +92,26 @@ where
     by_code(&code, what, Box::new(e)).unwrap_or_else(CloudError::Api)
 }
 
+/// Maps an error of the CreateFleet call itself. When the request may have reached EC2
+/// and no answer says what it did, the outcome is unknown
+/// ([`CloudError::OutcomeUnknown`]): a timeout, a failure while sending or reading
+/// (the request may have been sent), a response that did not parse, or a 5xx (the SDK
+/// has retried those with the same client token already). The launch record then stays in
+/// flight and is resolved through the launch-id tag. Anything else is a refusal, mapped
+/// as [`map_sdk_err`] does: nothing was launched.
+pub fn map_launch_err(e: SdkError<CreateFleetCallError, HttpResponse>) -> CloudError {
+    let unknown = match &e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => true,
+        SdkError::ServiceError(_) => e.raw_response().is_some_and(|r| r.status().is_server_error()),
+        _ => false,
+    };
+    if unknown {
+        CloudError::OutcomeUnknown(Box::new(e))
+    } else {
+        map_sdk_err("CreateFleet", e)
+    }
+}
+
 /// Whether a fleet error code means no capacity.
 pub fn is_capacity_error(code: &str) -> bool {
     CAPACITY_ERROR_CODES.contains(&code)
@@ -158,8 +180,37 @@ pub fn fleet_failure(errors: &[CreateFleetError], zone: &str, capacity_type: Cap
 #[cfg(test)]
 mod tests {
     use aws_sdk_ec2::types::{FleetLaunchTemplateOverrides, InstanceType, LaunchTemplateAndOverridesResponse};
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::error::ErrorMetadata;
 
     use super::*;
+
+    fn response(status: u16) -> HttpResponse {
+        HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty())
+    }
+
+    fn service_error(code: &str, status: u16) -> SdkError<CreateFleetCallError, HttpResponse> {
+        let meta = ErrorMetadata::builder().code(code).message("m").build();
+        SdkError::service_error(CreateFleetCallError::generic(meta), response(status))
+    }
+
+    #[test]
+    fn a_create_fleet_call_that_may_have_launched_is_an_unknown_outcome() {
+        let timeout: SdkError<CreateFleetCallError, HttpResponse> = SdkError::timeout_error("read timed out");
+        assert!(map_launch_err(timeout).is_outcome_unknown());
+        assert!(map_launch_err(service_error("InternalError", 500)).is_outcome_unknown());
+        assert!(map_launch_err(service_error("Unavailable", 503)).is_outcome_unknown());
+        let refused = map_launch_err(service_error("InvalidParameterValue", 400));
+        assert!(matches!(refused, CloudError::Api(..)), "{refused:?}");
+        let throttled = map_launch_err(service_error("RequestLimitExceeded", 400));
+        assert!(matches!(throttled, CloudError::Throttled { .. }), "{throttled:?}");
+        let unauthorized = map_launch_err(service_error("UnauthorizedOperation", 403));
+        assert!(
+            matches!(unauthorized, CloudError::Unauthorized { .. }),
+            "{unauthorized:?}"
+        );
+    }
 
     fn error(
         code: &str,

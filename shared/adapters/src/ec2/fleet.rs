@@ -3,8 +3,9 @@
 //! its answer says was launched.
 //!
 //! Tags: the EC2NodeClass's `spec.tags` go on the launch template and, through CreateFleet,
-//! on the instance and its volumes; Carpool's own tags (cluster, NodePool, launch id,
-//! `Name`) win over user tags of the same key.
+//! on the instance and its volumes; Carpool's own tags (cluster, deployment, NodePool,
+//! launch id, `Name`) win over user tags of the same key. Housekeeping terminates only
+//! instances with both the launch-id tag and this deployment's tag.
 
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
@@ -32,6 +33,8 @@ pub const NODEPOOL_TAG: &str = "carpool.sh/nodepool";
 pub const KARPENTER_NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
 /// The tag carrying the launch id of an instance.
 pub const LAUNCH_ID_TAG: &str = "carpool.sh/launch-id";
+/// The tag naming the deployment (`CARPOOL_DEPLOYMENT`) that launched an instance.
+pub const DEPLOYMENT_TAG: &str = "carpool.sh/deployment";
 
 /// What a launch template holds; its hash names it, so equal content reuses one template.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -192,6 +195,7 @@ pub fn launch_tags(cluster: &str, request: &LaunchRequest) -> BTreeMap<String, S
         &request.node_class.spec.tags,
         [
             (CLUSTER_TAG, cluster),
+            (DEPLOYMENT_TAG, request.deployment.as_str()),
             (NODEPOOL_TAG, request.nodepool.as_str()),
             (KARPENTER_NODEPOOL_TAG, request.nodepool.as_str()),
             (LAUNCH_ID_TAG, request.launch_id.as_str()),
@@ -332,7 +336,7 @@ impl Answered {
     }
 
     /// Our view of the launched instance, of `instance_type`: pending, of the request's
-    /// NodePool and launch id, launched at `launched_at`.
+    /// NodePool, launch id and deployment, launched at `launched_at`.
     pub fn instance(self, instance_type: String, request: &LaunchRequest, launched_at: EpochMillis) -> Instance {
         Instance {
             id: self.id,
@@ -341,8 +345,9 @@ impl Answered {
             capacity_type: self.capacity_type,
             nodepool: request.nodepool.clone(),
             launch_id: request.launch_id.clone(),
+            deployment: Some(request.deployment.clone()),
             state: InstanceState::Pending,
-            launched_at,
+            launched_at: Some(launched_at),
         }
     }
 }
@@ -358,6 +363,7 @@ mod tests {
     fn request(capacity_type: CapacityType) -> LaunchRequest {
         LaunchRequest {
             launch_id: "l-1".into(),
+            deployment: "carpool-test".into(),
             nodepool: "default".into(),
             node_class: EC2NodeClass::named("default"),
             instance_types: vec!["m5.large".into(), "c5.large".into()],
@@ -452,6 +458,7 @@ mod tests {
             assert_eq!(tags[KARPENTER_NODEPOOL_TAG], "default");
             assert_eq!(tags[NODEPOOL_TAG], "default");
             assert_eq!(tags[LAUNCH_ID_TAG], "l-1");
+            assert_eq!(tags[DEPLOYMENT_TAG], "carpool-test");
             assert_eq!(tags["team"], "a");
         }
         let lt = content(&r.node_class, "ami-1").tag_specification();
@@ -519,8 +526,9 @@ mod tests {
                 capacity_type: CapacityType::OnDemand,
                 nodepool: "default".into(),
                 launch_id: "l-1".into(),
+                deployment: Some("carpool-test".into()),
                 state: InstanceState::Pending,
-                launched_at: 42,
+                launched_at: Some(42),
             })
         );
     }

@@ -38,9 +38,10 @@ use carpool::ports::{
     SpotPrice, ZonalOffering, epoch_millis,
 };
 
-use self::errors::{NOT_FOUND_CODES, fleet_failure, map_sdk_err};
+use self::errors::{NOT_FOUND_CODES, fleet_failure, map_launch_err, map_sdk_err};
 use self::fleet::{
-    Answered, CLUSTER_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet, is_template_not_found,
+    Answered, CLUSTER_TAG, DEPLOYMENT_TAG, LAUNCH_ID_TAG, NODEPOOL_TAG, TemplateContent, create_fleet,
+    is_template_not_found,
 };
 pub use self::instance_profile::NodeRole;
 use crate::cluster_info::ClusterInfo;
@@ -395,8 +396,9 @@ pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         },
         nodepool: tags.get(NODEPOOL_TAG).copied().unwrap_or_default().to_string(),
         launch_id: tags.get(LAUNCH_ID_TAG).copied().unwrap_or_default().to_string(),
+        deployment: tags.get(DEPLOYMENT_TAG).map(|d| d.to_string()),
         state,
-        launched_at: i.launch_time().and_then(|t| t.to_millis().ok()).unwrap_or_default(),
+        launched_at: i.launch_time().and_then(|t| t.to_millis().ok()),
     })
 }
 
@@ -419,7 +421,7 @@ impl Cloud for Ec2Cloud {
         let out = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
             .send()
             .await
-            .map_err(|e| map_sdk_err("CreateFleet", e))?;
+            .map_err(map_launch_err)?;
         // Dated when CreateFleet answered: Ec2Cloud has no clock port, and the caller dates
         // its launch record by its own clock anyway.
         let launched_at = epoch_millis(SystemTime::now());

@@ -1,6 +1,7 @@
 //! One batch: snapshot, drop the NodePools that cannot launch
 //! ([`crate::decide::nodepools`]), count capacity in flight, plan, launch every planned
-//! node at once ([`super::launch`]), re-plan after capacity errors, report.
+//! node at once ([`super::launch`]), re-plan after capacity errors, publish the pods'
+//! Events ([`super::events`]), report.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -74,11 +75,18 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             ..BatchReport::default()
         };
         let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        // Only the NodePools the deployment's selector picks are Carpool's.
+        let unmanaged = nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
+        if !unmanaged.is_empty() {
+            tracing::debug!(nodepools = ?unmanaged, "NodePools the selector leaves to another autoscaler");
+        }
         // A NodePool whose EC2NodeClass is missing cannot launch: skip it with the reason,
         // and let the others work; with none left, launch nothing.
         nodepools::drop_without_node_class(&mut snapshot);
         if let Some(unschedulable) = nodepools::without_nodepool(&snapshot) {
-            return Ok(no_nodepool(&snapshot, unschedulable, self.settings.dry_run));
+            let report = no_nodepool(&snapshot, unschedulable, self.settings.dry_run);
+            self.publish_events(&snapshot, &report, &[]).await;
+            return Ok(report);
         }
         let mut zones_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
@@ -175,6 +183,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         }
                         report.launch_errors.push(failure);
                     }
+                    LaunchOutcome::Unknown(unknown) => {
+                        // Its pods are provided for by the record in flight.
+                        let (failure, record) = *unknown;
+                        report.launch_errors.push(failure);
+                        launches.push(record);
+                    }
                     LaunchOutcome::Failed(failure) => {
                         not_launched.extend(node.pods.iter().map(|p| {
                             Unschedulable::new(
@@ -195,6 +209,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         report.unschedulable.extend(not_launched);
         report.pods_planned = report.pods_seen.saturating_sub(report.unschedulable.len());
         report.pending_to_fleet_ms.sort_unstable();
+        self.publish_events(&snapshot, &report, &launches).await;
         Ok(report)
     }
 

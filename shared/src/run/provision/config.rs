@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::decide::selector::Selector;
+
 /// A variable that is missing or does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{variable}: {message}")]
@@ -19,6 +21,12 @@ pub struct ProvisionerConfig {
     pub cluster: String,
     /// `CARPOOL_TABLE_NAME`: the DynamoDB table (required).
     pub table: String,
+    /// `CARPOOL_DEPLOYMENT` (default: the table's name): this deployment's name (the
+    /// template passes the stack's). Every instance Carpool launches carries it as the
+    /// `carpool.sh/deployment` tag, and housekeeping terminates only instances that carry
+    /// it, so two deployments for one cluster, or a box tagged for the cluster by hand,
+    /// are never terminated by this one.
+    pub deployment: String,
     /// `AWS_REGION`: the region (set by Lambda; required).
     pub region: String,
     /// `CARPOOL_AMI_SSM_PARAMETER`: the SSM parameter holding the AL2023 AMI id, for
@@ -45,6 +53,10 @@ pub struct ProvisionerConfig {
     pub registration_ttl: Duration,
     /// `CARPOOL_DRY_RUN` (default false): plan and log, launch nothing.
     pub dry_run: bool,
+    /// `CARPOOL_NODEPOOL_SELECTOR` (default empty: every NodePool): a label selector in
+    /// `kubectl -l` syntax over the NodePools' labels; Carpool launches only for the
+    /// NodePools it picks, so another autoscaler can keep the rest.
+    pub nodepool_selector: Selector,
     /// `CARPOOL_LIVE_PRICES` (default true): read spot and on-demand prices and the
     /// offerings per zone from AWS (hourly); false keeps the embedded catalog's.
     pub live_prices: bool,
@@ -113,6 +125,14 @@ fn flag(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result
     }
 }
 
+/// A label selector variable; unset or empty is the selector that picks everything.
+fn selector(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result<Selector, ConfigError> {
+    Selector::parse(&optional(get, variable).unwrap_or_default()).map_err(|e| ConfigError {
+        variable,
+        message: e.to_string(),
+    })
+}
+
 /// The log level, read on its own so that logging starts at it even when the rest of the
 /// configuration is invalid (see [`ProvisionerConfig::log_level`]).
 fn log_level(get: &impl Fn(&str) -> Option<String>) -> String {
@@ -147,9 +167,12 @@ impl ProvisionerConfig {
     }
 
     fn with_log_level(get: &impl Fn(&str) -> Option<String>, log_level: String) -> Result<Self, ConfigError> {
+        let cluster = required(&get, "CARPOOL_CLUSTER_NAME")?;
+        let table = required(&get, "CARPOOL_TABLE_NAME")?;
         let config = ProvisionerConfig {
-            cluster: required(&get, "CARPOOL_CLUSTER_NAME")?,
-            table: required(&get, "CARPOOL_TABLE_NAME")?,
+            cluster,
+            deployment: optional(&get, "CARPOOL_DEPLOYMENT").unwrap_or_else(|| table.clone()),
+            table,
             region: required(&get, "AWS_REGION")?,
             ami_ssm_parameter: optional(&get, "CARPOOL_AMI_SSM_PARAMETER")
                 .unwrap_or_else(|| DEFAULT_AMI_SSM_PARAMETER.to_string()),
@@ -162,6 +185,7 @@ impl ProvisionerConfig {
             batch_max: seconds(&get, "CARPOOL_BATCH_MAX_SECONDS", 10.0)?,
             registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,
             dry_run: flag(&get, "CARPOOL_DRY_RUN")?,
+            nodepool_selector: selector(&get, "CARPOOL_NODEPOOL_SELECTOR")?,
             live_prices: optional(&get, "CARPOOL_LIVE_PRICES").is_none() || flag(&get, "CARPOOL_LIVE_PRICES")?,
             log_level,
             cluster_endpoint: optional(&get, "CARPOOL_CLUSTER_ENDPOINT"),
@@ -221,6 +245,13 @@ mod tests {
         assert!(c.live_prices);
         assert_eq!(c.ami_ssm_parameter, DEFAULT_AMI_SSM_PARAMETER);
         assert_eq!(c.public_ssm_root, DEFAULT_PUBLIC_SSM_ROOT);
+        assert_eq!(c.deployment, "carpool", "the deployment defaults to the table's name");
+        let mut named = BASE.to_vec();
+        named.push(("CARPOOL_DEPLOYMENT", "carpool-prod"));
+        assert_eq!(
+            ProvisionerConfig::from_vars(vars(&named)).unwrap().deployment,
+            "carpool-prod"
+        );
     }
 
     #[test]
@@ -260,6 +291,22 @@ mod tests {
         assert_eq!(
             ProvisionerConfig::from_vars(vars(&bad)).unwrap_err().variable,
             "CARPOOL_BATCH_IDLE_SECONDS"
+        );
+    }
+
+    #[test]
+    fn a_nodepool_selector_that_does_not_parse_is_an_error_naming_the_variable() {
+        let mut bad = BASE.to_vec();
+        bad.push(("CARPOOL_NODEPOOL_SELECTOR", "team in web"));
+        let e = ProvisionerConfig::from_vars(vars(&bad)).unwrap_err();
+        assert_eq!(e.variable, "CARPOOL_NODEPOOL_SELECTOR");
+        let mut good = BASE.to_vec();
+        good.push(("CARPOOL_NODEPOOL_SELECTOR", "carpool.sh/managed=true"));
+        let c = ProvisionerConfig::from_vars(vars(&good)).unwrap();
+        assert_eq!(c.nodepool_selector, Selector::parse("carpool.sh/managed=true").unwrap());
+        assert_eq!(
+            ProvisionerConfig::from_vars(vars(BASE)).unwrap().nodepool_selector,
+            Selector::default()
         );
     }
 }

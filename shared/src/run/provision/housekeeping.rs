@@ -1,16 +1,24 @@
 //! Following launches up, every run and every batch: list the Nodes, the instances, the
 //! launch and node records, [decide](crate::decide::housekeeping) what to do, and do it.
 //!
+//! Before deciding, the instances of launches in flight that the list does not show are
+//! read one by one ([`housekeeping::to_look_up`]), so that one already terminated is known
+//! to be gone at once.
+//!
 //! Each step goes on after an error, which is reported; one bad record does not stop the
 //! others. A step that depends on another (the failed record written after its instance
-//! is terminated) is skipped when that one failed.
+//! is terminated) is skipped when that one failed. Terminations held back by the cap, and
+//! in dry-run mode the terminations planned, are logged (and counted in the run's
+//! metrics), not carried out.
+
+use std::collections::BTreeMap;
 
 use super::report::HousekeepingReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::housekeeping::{self, Forget, HousekeepingPlan, Observed, Registration, Termination};
 use crate::error_chain::Chain;
-use crate::ports::{Cloud, Cluster, MetadataPatch, StateStore, StoreError, Timer, epoch_millis};
+use crate::ports::{Cloud, CloudError, Cluster, MetadataPatch, StateStore, StoreError, Timer, epoch_millis};
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// One round of housekeeping.
@@ -27,11 +35,26 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 None
             }
         };
+        let mut looked_up = BTreeMap::new();
+        for id in housekeeping::to_look_up(&nodes, &instances, &launches) {
+            match self.cloud.get(&id).await {
+                Ok(instance) => {
+                    looked_up.insert(id, Some(instance));
+                }
+                Err(CloudError::NotFound { .. }) => {
+                    looked_up.insert(id, None);
+                }
+                Err(e) => report.errors.push(format!("instance {id}: {e}")),
+            }
+        }
         let observed = Observed {
             nodes: &nodes,
             instances: &instances,
+            looked_up: &looked_up,
             launches: &launches,
             node_records: node_records.as_deref(),
+            deployment: &self.settings.deployment,
+            dry_run: self.settings.dry_run,
             now,
             registration_ttl: self.settings.registration_ttl,
         };
@@ -52,10 +75,55 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     .push(format!("launch {}: {}", registration.launch.id, Chain(&e)));
             }
         }
+        for found in &plan.reconcile {
+            let instance = found.instance_id.clone().unwrap_or_default();
+            match self.store.update_launch(found).await {
+                Ok(_) => {
+                    tracing::info!(launch_id = %found.id, instance_id = %instance,
+                        instance_type = %found.instance_type, zone = %found.zone,
+                        "launch found by its launch-id tag; recorded");
+                    report.reconciled.push((found.id.clone(), instance));
+                }
+                Err(e) => report.errors.push(format!("launch {}: {e}", found.id)),
+            }
+        }
         for failed in &plan.fail {
             if let Err(e) = self.store.update_launch(failed).await {
                 report.errors.push(format!("launch {}: {}", failed.id, Chain(&e)));
             }
+        }
+        for lost in &plan.lost {
+            let reason = lost.reason.to_string();
+            match self.store.update_launch(&lost.launch).await {
+                Ok(_) => {
+                    tracing::warn!(launch_id = %lost.launch.id, reason = %reason,
+                        pods = %lost.launch.pods.join(","), "launch lost; its pods are planned again");
+                    report.lost.push((lost.launch.id.clone(), reason));
+                }
+                Err(e) => report.errors.push(format!("launch {}: {e}", lost.launch.id)),
+            }
+        }
+        for spared in &plan.spared {
+            tracing::debug!(instance_id = %spared.instance_id, would_be = %spared.would_be,
+                reason = %spared.reason, "not terminating an instance this deployment does not own");
+            report
+                .spared
+                .push((spared.instance_id.clone(), spared.reason.to_string()));
+        }
+        for held in &plan.held_back {
+            tracing::warn!(instance_id = %held.instance_id, launch_id = held.launch_id.as_deref().unwrap_or(""),
+                reason = %held.reason, cap = plan.terminate.len(),
+                "termination held back: past the cap of terminations per round");
+            report
+                .held_back
+                .push((held.instance_id.clone(), held.reason.to_string()));
+        }
+        for would in &plan.would_terminate {
+            tracing::info!(instance_id = %would.instance_id, launch_id = would.launch_id.as_deref().unwrap_or(""),
+                reason = %would.reason, "dry run: would terminate");
+            report
+                .would_terminate
+                .push((would.instance_id.clone(), would.reason.to_string()));
         }
         for termination in &plan.terminate {
             if let Err(e) = self.terminate(termination, report).await {

@@ -1,7 +1,9 @@
 //! One planned node's launch: recorded in the state store before CreateFleet (so a crash
 //! after the call leaves a record, and the instance its launch-id tag, for housekeeping),
 //! CreateFleet, then the record updated with the instance or marked failed, and the
-//! outcome the batch acts on.
+//! outcome the batch acts on. A call whose outcome is unknown (a timeout, a 5xx after the
+//! request was sent) leaves the record in flight: it counts as capacity, and housekeeping
+//! resolves it through the launch-id tag (or fails it after a short grace).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -49,7 +51,13 @@ fn capacity_message(offerings: &[UnavailableOffering]) -> String {
 }
 
 /// The launch request for a planned node.
-fn request(launch_id: &str, node: &PlannedNode, pool: Option<&NodePool>, snapshot: &Snapshot) -> LaunchRequest {
+fn request(
+    launch_id: &str,
+    deployment: &str,
+    node: &PlannedNode,
+    pool: Option<&NodePool>,
+    snapshot: &Snapshot,
+) -> LaunchRequest {
     let mut labels = pool.map(pool_labels).unwrap_or_default();
     labels.insert(wk::NODEPOOL.into(), node.nodepool.clone());
     labels.insert(wk::CAPACITY_TYPE.into(), node.capacity_type.label().to_string());
@@ -62,6 +70,7 @@ fn request(launch_id: &str, node: &PlannedNode, pool: Option<&NodePool>, snapsho
         .unwrap_or_else(|| EC2NodeClass::named("default"));
     LaunchRequest {
         launch_id: launch_id.to_string(),
+        deployment: deployment.to_string(),
         nodepool: node.nodepool.clone(),
         node_class,
         instance_types: node.instance_types.clone(),
@@ -84,6 +93,9 @@ pub(super) enum LaunchOutcome {
     OutOfCapacity(Vec<UnavailableOffering>, LaunchFailure),
     /// Any other failure; the record is marked failed.
     Failed(LaunchFailure),
+    /// The call may have launched an instance: the failure to report, and the record as
+    /// stored, still in flight (it counts as capacity until housekeeping resolves it).
+    Unknown(Box<(LaunchFailure, LaunchRecord)>),
 }
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
@@ -119,7 +131,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     ) -> Result<LaunchOutcome, ProvisionError> {
         let launch_id = self.next_launch_id();
         let pool = snapshot.nodepools.iter().find(|p| p.name() == node.nodepool);
-        let request = request(&launch_id, node, pool, snapshot);
+        let request = request(&launch_id, &self.settings.deployment, node, pool, snapshot);
         let failure = |error: String| LaunchFailure {
             nodepool: node.nodepool.clone(),
             instance_type: node.instance_type.clone(),
@@ -214,6 +226,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 tracing::warn!(launch_id = %launch_id, nodepool = %node.nodepool, zone = %node.zone,
                     capacity_type = %node.capacity_type.label(), error = %message, "launch: insufficient capacity; re-planning");
                 Ok(LaunchOutcome::OutOfCapacity(unavailable, failure(message)))
+            }
+            Err(e) if e.is_outcome_unknown() => {
+                let message = e.to_string();
+                tracing::warn!(launch_id = %launch_id, nodepool = %node.nodepool, error = %message,
+                    "launch outcome unknown; the record stays in flight, to be resolved by its launch-id tag");
+                Ok(LaunchOutcome::Unknown(Box::new((failure(message), record))))
             }
             Err(e) => {
                 let message = crate::error_chain::Chain(&e).to_string();

@@ -1,11 +1,11 @@
-//! CloudWatch metrics in Embedded Metric Format: one JSON object per batch, printed on its
-//! own line to stdout, which Lambda forwards to CloudWatch Logs, where CloudWatch turns it
+//! CloudWatch metrics in Embedded Metric Format: one JSON object per batch, and one per
+//! run for its housekeeping, each printed on its own line to stdout, which Lambda forwards to CloudWatch Logs, where CloudWatch turns it
 //! into metrics. Written by hand: EMF is a small documented JSON shape, and the crates
 //! that emit it are not maintained.
 
 use serde_json::{Value, json};
 
-use super::report::BatchReport;
+use super::report::{BatchReport, HousekeepingReport};
 use crate::ports::EpochMillis;
 
 /// The metrics namespace.
@@ -37,9 +37,51 @@ pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport)
     })
 }
 
+/// The EMF object for the housekeeping rounds of one run of `cluster`, at `timestamp`:
+/// instances terminated, terminations held back by the per-round cap (the template alarms
+/// on it), and launches in flight found lost (their pods planned again).
+pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, rounds: &[HousekeepingReport]) -> Value {
+    let sum = |f: fn(&HousekeepingReport) -> usize| rounds.iter().map(f).sum::<usize>();
+    json!({
+        "_aws": {
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["Cluster"]],
+                "Metrics": [
+                    {"Name": "InstancesTerminated", "Unit": "Count"},
+                    {"Name": "TerminationsHeldBack", "Unit": "Count"},
+                    {"Name": "LaunchesLost", "Unit": "Count"},
+                ],
+            }],
+        },
+        "Cluster": cluster,
+        "InstancesTerminated": sum(|r| r.terminated.len()),
+        "TerminationsHeldBack": sum(|r| r.held_back.len()),
+        "LaunchesLost": sum(|r| r.lost.len()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn housekeeping_rounds_sum_into_one_emf_object() {
+        let held = |n: usize| HousekeepingReport {
+            held_back: (0..n).map(|i| (format!("i-{i}"), "r".to_string())).collect(),
+            terminated: vec![("i-x".into(), "r".into())],
+            ..HousekeepingReport::default()
+        };
+        let v = housekeeping_metrics("prod", 1, &[held(2), held(5)]);
+        assert_eq!(v["TerminationsHeldBack"], 7);
+        assert_eq!(v["InstancesTerminated"], 2);
+        assert_eq!(v["LaunchesLost"], 0);
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Name"],
+            "TerminationsHeldBack"
+        );
+    }
 
     #[test]
     fn a_batch_becomes_an_emf_object_with_the_five_metrics_under_the_cluster_dimension() {

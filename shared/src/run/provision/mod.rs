@@ -6,8 +6,11 @@
 //! 1. It takes the `provisioner` lease; a run that cannot returns at once, saying who
 //!    holds it. Two overlapping runs therefore never launch for the same pods.
 //! 2. [Housekeeping](Provisioner::housekeeping) carries out the plan
-//!    [`crate::decide::housekeeping`] makes: launches whose node registered, instances
-//!    that never did (terminated after the registration TTL), records of instances gone.
+//!    [`crate::decide::housekeeping`] makes: launches whose node registered, launches in
+//!    flight reconciled with the cloud's list (found by their launch-id tag, or failed
+//!    when their instance is gone), instances that never registered (terminated after the
+//!    registration TTL, only when this deployment owns them, a few per round), records of
+//!    instances gone.
 //! 3. It polls the pods kube-scheduler left pending and [batches](batcher) them: a batch
 //!    closes after 1 s without a new pod, or after 10 s.
 //! 4. Each [batch](Provisioner::batch) takes a snapshot, keeps the NodePools that can
@@ -15,7 +18,9 @@
 //!    ([`crate::decide::in_flight`]), plans with [`crate::decide`] (NodePool limits
 //!    included), [launches](launch) every planned node at once, and after capacity errors
 //!    marks those offerings unavailable for 3 minutes and re-plans, so spot falls back
-//!    to other offerings and to on-demand where the pool allows it.
+//!    to other offerings and to on-demand where the pool allows it. It then publishes
+//!    Kubernetes [Events](events) on the pods (nominated, unschedulable, launch failed),
+//!    rate-limited across batches and runs.
 //! 5. It releases the lease.
 //!
 //! Everything that acts goes through the ports; `now` comes from the [`Timer`].
@@ -23,6 +28,7 @@
 pub mod batch;
 pub mod batcher;
 pub mod config;
+pub mod events;
 pub mod housekeeping;
 pub mod launch;
 pub mod metrics;
@@ -34,11 +40,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 pub use config::{ConfigError, ConfigRead, ProvisionerConfig};
+pub use events::SharedRecentEvents;
 pub use report::{BatchReport, HousekeepingReport, RunReport};
 
 use self::batcher::Batcher;
 use crate::catalog::RegionCatalog;
 use crate::decide::pod::{is_provisionable, pod_key};
+use crate::decide::selector::Selector;
 use crate::ports::{Cloud, CloudError, Cluster, ClusterError, Lease, StateStore, StoreError, Timer};
 
 /// The lease's name.
@@ -86,8 +94,31 @@ pub struct Settings {
     pub poll: Duration,
     /// Registration TTL.
     pub registration_ttl: Duration,
-    /// Plan and log, launch nothing.
+    /// Plan and log, launch and terminate nothing.
     pub dry_run: bool,
+    /// This deployment's name ([`ProvisionerConfig::deployment`]): launches are tagged
+    /// with it, and housekeeping terminates only instances that carry it.
+    pub deployment: String,
+    /// The NodePools Carpool manages, by their labels (empty: every NodePool).
+    pub nodepool_selector: Selector,
+}
+
+impl Default for Settings {
+    /// The function's defaults (those of an empty [`ProvisionerConfig`]): a 50 s watch,
+    /// batches of 1 s idle and 10 s at most, a 15 min registration TTL, every NodePool,
+    /// launching for real, as the deployment `carpool`.
+    fn default() -> Self {
+        Settings {
+            watch: Duration::from_secs(50),
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            poll: poll_interval(Duration::from_secs(1)),
+            registration_ttl: Duration::from_secs(900),
+            dry_run: false,
+            nodepool_selector: Selector::default(),
+            deployment: "carpool".into(),
+        }
+    }
 }
 
 impl Settings {
@@ -101,6 +132,8 @@ impl Settings {
             poll: poll_interval(config.batch_idle),
             registration_ttl: config.registration_ttl,
             dry_run: config.dry_run,
+            nodepool_selector: config.nodepool_selector.clone(),
+            deployment: config.deployment.clone(),
         }
     }
 }
@@ -126,6 +159,7 @@ pub struct Provisioner<'a, C, K, S, T> {
     /// Who runs (the Lambda request id): the lease owner, and the launch ids' prefix.
     pub owner: String,
     launches: AtomicU64,
+    recent_events: SharedRecentEvents,
 }
 
 fn since(now: SystemTime, then: SystemTime) -> Duration {
@@ -143,7 +177,17 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             settings,
             owner: owner.to_string(),
             launches: AtomicU64::new(0),
+            recent_events: SharedRecentEvents::default(),
         }
+    }
+
+    /// The run remembers the Events it publishes in `recent` (for the rate limit), and
+    /// does not publish again what another run with the same `recent` published lately.
+    /// Without it, a run starts with none remembered.
+    #[must_use]
+    pub fn with_recent_events(mut self, recent: SharedRecentEvents) -> Self {
+        self.recent_events = recent;
+        self
     }
 
     /// A launch id unique to this run: the owner and a counter.

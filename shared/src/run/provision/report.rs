@@ -84,6 +84,24 @@ pub struct HousekeepingReport {
     pub registered: Vec<(String, String)>,
     /// Instances terminated because their node never registered, and why.
     pub terminated: Vec<(String, String)>,
+    /// Launches in flight whose instance was found by its launch-id tag and recorded, as
+    /// `launch id → instance`.
+    #[serde(default)]
+    pub reconciled: Vec<(String, String)>,
+    /// Launches in flight marked failed because their instance is gone or never came, as
+    /// `launch id → reason`; their pods are planned again.
+    #[serde(default)]
+    pub lost: Vec<(String, String)>,
+    /// Terminations past the per-round cap, not carried out, and why they were planned.
+    #[serde(default)]
+    pub held_back: Vec<(String, String)>,
+    /// In dry-run mode, the instances that would have been terminated, and why.
+    #[serde(default)]
+    pub would_terminate: Vec<(String, String)>,
+    /// Instances that would have been terminated but are not this deployment's, and why
+    /// they are spared.
+    #[serde(default)]
+    pub spared: Vec<(String, String)>,
     /// Records removed because their instance is gone.
     pub records_removed: usize,
     /// Nodes given the labels of their instance type.
