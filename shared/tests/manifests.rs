@@ -241,6 +241,11 @@ fn ec2nodeclass_errors_name_the_field_path() {
         ),
         ("alias: \"al2023@latest\"", "id: ami-1", "spec.amiFamily"),
         (
+            "alias: \"al2023@latest\"",
+            "alias: \"windows2022@latest\"",
+            "spec.amiSelectorTerms[0].alias",
+        ),
+        (
             "  subnetSelectorTerms:\n    - tags:\n        karpenter.sh/discovery: \"my-cluster\"\n",
             "  subnetSelectorTerms: []\n",
             "spec.subnetSelectorTerms",

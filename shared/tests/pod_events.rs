@@ -185,6 +185,9 @@ impl Cloud for RefusingLaunches<'_> {
     async fn zones(&self, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
         self.0.zones(node_class).await
     }
+    async fn images(&self, node_class: &EC2NodeClass) -> Result<Vec<carpool::ports::ResolvedImage>, CloudError> {
+        self.0.images(node_class).await
+    }
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {
         self.0.get(id).await
     }

@@ -58,7 +58,8 @@ pub async fn app(config: ProvisionerConfig) -> Result<RealApp, InitError> {
         Ec2Clients::new(&sdk),
         eks.cluster_info().await?,
         &config.ami_ssm_parameter,
-    );
+    )
+    .with_public_ssm_root(&config.public_ssm_root);
     if let (Some(role), Some(profile)) = (&config.node_role, &config.node_instance_profile) {
         cloud = cloud.with_node_role(role, profile);
     }

@@ -486,6 +486,9 @@ impl<C: Cloud> Cloud for OutOfCapacityOnce<C> {
     async fn zones(&self, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
         self.inner.zones(node_class).await
     }
+    async fn images(&self, node_class: &EC2NodeClass) -> Result<Vec<carpool::ports::ResolvedImage>, CloudError> {
+        self.inner.images(node_class).await
+    }
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {
         self.inner.get(id).await
     }

@@ -394,7 +394,8 @@ impl EksAccess {
     /// What nodes need to join the cluster. With an endpoint override: its URL and CA,
     /// and the configured service CIDR ([`EksAccess::with_service_cidr`]). Otherwise
     /// `DescribeCluster`'s endpoint, CA and `kubernetesNetworkConfig.serviceIpv4Cidr`
-    /// (or `serviceIpv6Cidr` for an IPv6 cluster), the configured CIDR if it names none.
+    /// (or `serviceIpv6Cidr` for an IPv6 cluster), the configured CIDR if it names none,
+    /// and the control plane's Kubernetes `version`.
     pub async fn cluster_info(&self) -> Result<ClusterInfo, EksError> {
         if let Some(e) = &self.endpoint_override {
             return Ok(ClusterInfo::new(
@@ -407,7 +408,11 @@ impl EksAccess {
         let cluster = self.describe_cluster().await?;
         let (url, ca) = self.endpoint_and_ca(&cluster)?;
         let cidr = service_cidr(cluster.kubernetes_network_config(), &self.service_cidr);
-        Ok(ClusterInfo::new(&self.cluster, url, ca, cidr))
+        let info = ClusterInfo::new(&self.cluster, url, ca, cidr);
+        Ok(match cluster.version() {
+            Some(v) => info.with_kubernetes_version(v),
+            None => info,
+        })
     }
 
     /// The endpoint clients use: the override, else `DescribeCluster`'s.

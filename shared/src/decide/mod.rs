@@ -7,6 +7,8 @@
 //!   becomes of the pods when no NodePool is left.
 //! - [`backoff`] decides how long a NodePool whose launches keep failing is held back,
 //!   and leaves it out of planning meanwhile.
+//! - [`subnet_zones`] and [`ami_requirements`] narrow each NodePool, before planning, to
+//!   the zones its EC2NodeClass has subnets in and the instance types its AMIs boot.
 //! - [`checker`] re-checks a plan against the input, independently of the scheduling.
 //! - [`housekeeping`] turns the Nodes, instances and records of a cluster into a
 //!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,
@@ -19,6 +21,7 @@
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
 //! any valid plan.
 
+pub mod ami_requirements;
 pub mod backoff;
 pub mod checker;
 pub mod daemonsets;

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::Injected;
-use crate::model::EC2NodeClass;
+use crate::model::{Arch, EC2NodeClass};
 use crate::ports::{
-    Cloud, CloudError, Instance, InstanceState, LaunchRequest, NodeClassReason, OfferingKey, OnDemandPrice, SpotPrice,
-    ZonalOffering,
+    Cloud, CloudError, ImageVariant, Instance, InstanceState, LaunchRequest, NodeClassReason, OfferingKey,
+    OnDemandPrice, ResolvedImage, SpotPrice, ZonalOffering,
 };
 
 /// The zones a class's subnets are in unless told otherwise: us-east-1's six.
@@ -20,6 +20,16 @@ pub const DEFAULT_ZONES: &[&str] = &[
     "us-east-1e",
     "us-east-1f",
 ];
+
+/// The AMIs a class resolves to unless told otherwise: one image per architecture with
+/// every variant, so they boot every instance type and constrain no plan.
+pub fn default_images() -> Vec<ResolvedImage> {
+    let all = [ImageVariant::Standard, ImageVariant::Nvidia, ImageVariant::Neuron];
+    vec![
+        ResolvedImage::new("ami-fake-amd64", Arch::Amd64, &all),
+        ResolvedImage::new("ami-fake-arm64", Arch::Arm64, &all),
+    ]
+}
 
 /// An error to inject into the next call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +55,8 @@ struct State {
     spot_prices: Vec<SpotPrice>,
     /// Zones of the subnets, per EC2NodeClass; absent: [`DEFAULT_ZONES`].
     zones: HashMap<String, Vec<String>>,
+    /// AMIs per EC2NodeClass; absent: [`default_images`].
+    images: HashMap<String, Vec<ResolvedImage>>,
     on_demand_prices: Vec<OnDemandPrice>,
     offerings: Vec<ZonalOffering>,
     faults: Vec<CloudFault>,
@@ -77,6 +89,11 @@ impl FakeCloud {
         self.lock()
             .zones
             .insert(node_class.to_string(), zones.iter().map(|z| z.to_string()).collect());
+    }
+
+    /// Sets the AMIs an EC2NodeClass resolves to.
+    pub fn set_images(&self, node_class: &str, images: Vec<ResolvedImage>) {
+        self.lock().images.insert(node_class.to_string(), images);
     }
 
     /// Makes an offering out of capacity until [`FakeCloud::restore`].
@@ -242,6 +259,17 @@ impl Cloud for FakeCloud {
             .get(node_class.name())
             .cloned()
             .unwrap_or_else(|| DEFAULT_ZONES.iter().map(|z| z.to_string()).collect()))
+    }
+
+    /// Not recorded in [`FakeCloud::calls`] and takes no injected fault: it stands for the
+    /// adapter's cached resolution.
+    async fn images(&self, node_class: &EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError> {
+        Ok(self
+            .lock()
+            .images
+            .get(node_class.name())
+            .cloned()
+            .unwrap_or_else(default_images))
     }
 
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {

@@ -313,6 +313,13 @@ impl Validate for EC2NodeClass {
                         ),
                     ));
                 }
+                if family.starts_with("windows") {
+                    // Karpenter launches Windows nodes; Carpool plans and boots Linux ones only.
+                    return Err(ManifestError::at(
+                        format!("{path}.alias"),
+                        format!("{alias:?}: Windows nodes are not supported by Carpool"),
+                    ));
+                }
                 alias_family = Some(family.to_string());
             } else if t.tags.is_empty() && t.id.is_none() && t.name.is_none() && t.ssm_parameter.is_none() {
                 return Err(ManifestError::at(

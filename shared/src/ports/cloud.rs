@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Taint;
 use serde::{Deserialize, Serialize};
 
 use super::clock::EpochMillis;
-use crate::model::{CapacityType, EC2NodeClass};
+use crate::model::{Arch, CapacityType, EC2NodeClass, InstanceType};
 
 /// One instance type in one zone with one capacity type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -44,6 +44,70 @@ pub struct LaunchRequest {
     pub taints: Vec<Taint>,
     /// Taints the node starts with, removed by an agent.
     pub startup_taints: Vec<Taint>,
+}
+
+/// Which instance types an image boots besides its architecture, as Karpenter's AMI
+/// variants say (`pkg/providers/amifamily/types.go`, `Variant.Requirements`): a standard
+/// image boots types with neither GPUs nor accelerators, an NVIDIA image types with GPUs,
+/// a Neuron image types with Inferentia or Trainium devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageVariant {
+    /// No GPU, no accelerator.
+    Standard,
+    /// NVIDIA GPUs (`karpenter.k8s.aws/instance-gpu-count` exists).
+    Nvidia,
+    /// AWS Neuron devices (`karpenter.k8s.aws/instance-accelerator-count` exists).
+    Neuron,
+}
+
+impl ImageVariant {
+    /// Whether an image of this variant boots `it` (its architecture aside).
+    pub fn boots(self, it: &InstanceType) -> bool {
+        match self {
+            ImageVariant::Standard => it.gpu_count == 0 && it.neuron_devices == 0,
+            ImageVariant::Nvidia => it.gpu_count > 0,
+            ImageVariant::Neuron => it.neuron_devices > 0,
+        }
+    }
+}
+
+/// An AMI an EC2NodeClass resolves to, with the instance types it can boot.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ResolvedImage {
+    /// `ami-…`.
+    pub id: String,
+    /// Its architecture; `None` when unknown (an AMI named by id or SSM parameter whose
+    /// architecture was not read): it constrains no type.
+    pub arch: Option<Arch>,
+    /// Its variants; empty when unknown: it constrains no type by accelerator.
+    pub variants: Vec<ImageVariant>,
+}
+
+impl ResolvedImage {
+    /// An image of `arch` with these variants.
+    pub fn new(id: impl Into<String>, arch: Arch, variants: &[ImageVariant]) -> Self {
+        ResolvedImage {
+            id: id.into(),
+            arch: Some(arch),
+            variants: variants.to_vec(),
+        }
+    }
+
+    /// An image whose architecture and variants are unknown: it boots any type.
+    pub fn unconstrained(id: impl Into<String>) -> Self {
+        ResolvedImage {
+            id: id.into(),
+            arch: None,
+            variants: Vec::new(),
+        }
+    }
+
+    /// Whether this image boots `it`: its architecture, and one of its variants.
+    pub fn boots(&self, it: &InstanceType) -> bool {
+        self.arch.is_none_or(|a| a == it.arch)
+            && (self.variants.is_empty() || self.variants.iter().any(|v| v.boots(it)))
+    }
 }
 
 /// Where an instance stands, as EC2 says.
@@ -178,6 +242,32 @@ pub enum NodeClassReason {
         /// The parameter's name.
         parameter: String,
     },
+    /// Its AMI alias names a Windows family, which Carpool does not launch.
+    #[error("selects AMI alias {alias:?}: Windows nodes are not supported")]
+    WindowsAlias {
+        /// The alias.
+        alias: String,
+    },
+    /// Its AMI selector terms select no image (no public parameter for the cluster's
+    /// Kubernetes version, or no image matching the terms).
+    #[error("selects no AMI{}", if detail.is_empty() { String::new() } else { format!(" ({detail})") })]
+    NoImage {
+        /// What was looked for.
+        detail: String,
+    },
+    /// Its AMI alias names a family whose user data Carpool does not write yet (only
+    /// AL2023's nodeadm NodeConfig is written; a Bottlerocket or AL2 node would never join).
+    #[error("selects AMI alias {alias:?}, but Carpool writes only AL2023 user data so far; use an al2023 alias")]
+    UnsupportedUserData {
+        /// The alias.
+        alias: String,
+    },
+    /// Its AMIs boot none of the request's instance types.
+    #[error("has no AMI that boots any of {instance_types}")]
+    NoImageForTypes {
+        /// The request's types, comma-separated.
+        instance_types: String,
+    },
     /// Its `spec.userData` cannot be merged into the node's user data (the error's source
     /// says why).
     #[error("has a userData that cannot be used")]
@@ -266,6 +356,10 @@ impl CloudError {
 ///   request's launch id and deployment as tags, read back by `get` and `list`. When the
 ///   call was sent and its answer is lost, it is `OutcomeUnknown`: the instance may exist,
 ///   and `list` finds it by its launch-id tag.
+/// - `images` gives at least one image for a class that can launch; a class whose AMIs
+///   cannot be resolved (a Windows alias, no image for the terms or the cluster's version)
+///   is `NodeClass` with the reason. `launch` uses the image that boots the request's
+///   preferred type and launches only the alternatives that image boots.
 /// - `get` of an unknown instance is `NotFound`; `list` returns every instance of this
 ///   cluster that is not terminated.
 /// - `terminate` is idempotent: terminating a terminated or unknown instance succeeds.
@@ -294,6 +388,10 @@ pub trait Cloud: Send + Sync {
         &self,
         instance_types: &[String],
     ) -> impl Future<Output = Result<Vec<OnDemandPrice>, CloudError>> + Send;
+    /// The AMIs an EC2NodeClass resolves to, each with the architecture and variants it
+    /// boots: the planner chooses only instance types one of them boots. The answer may
+    /// be cached for a few minutes.
+    fn images(&self, node_class: &EC2NodeClass) -> impl Future<Output = Result<Vec<ResolvedImage>, CloudError>> + Send;
     /// Every instance type offered in each zone of the region.
     fn offerings(&self) -> impl Future<Output = Result<Vec<ZonalOffering>, CloudError>> + Send;
 }

@@ -16,7 +16,8 @@ mod store;
 pub use clock::{Clock, EpochMillis, Timer, epoch_millis};
 pub use cloud::{BoxError, ConfiguredNodeRole, NodeClassReason};
 pub use cloud::{
-    Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, ZonalOffering,
+    Cloud, CloudError, ImageVariant, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, ResolvedImage,
+    SpotPrice, ZonalOffering,
 };
 pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
 pub use pod_event::{EventReason, EventType, MAX_MESSAGE_BYTES, PodEvent, PodRef};

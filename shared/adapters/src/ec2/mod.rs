@@ -1,9 +1,11 @@
 //! The `Cloud` port on EC2: launches through an instant CreateFleet with a launch template
 //! reused by content hash, reads Carpool's instances by the `carpool.sh/cluster` tag.
 //!
-//! - [`resolve`]: subnets, security groups and the AMI of an EC2NodeClass.
+//! - [`resolve`]: subnets and security groups of an EC2NodeClass.
 //! - [`lookups`]: subnets, security groups and launch templates looked up lately, kept
 //!   for 5 minutes so that repeated launches do not repeat the Describe calls.
+//! - [`ami`]: its AMIs, as Karpenter resolves them (aliases through the public SSM
+//!   parameters, terms through DescribeImages), each with what it boots; cached.
 //! - [`instance_profile`]: the instance profile of a class (its own, or the configured
 //!   node role's).
 //! - [`user_data`]: the AL2023 nodeadm NodeConfig merged with the class's user data.
@@ -15,6 +17,7 @@
 //! - [`offerings`]: the instance types offered in each zone.
 //! - [`errors`]: SDK errors and fleet errors as `CloudError`.
 
+pub mod ami;
 pub mod block_devices;
 pub mod errors;
 pub mod fleet;
@@ -27,14 +30,15 @@ pub mod resolve;
 pub mod user_data;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use base64::Engine as _;
 use carpool::model::CapacityType;
 use carpool::ports::{
-    Cloud, CloudError, Instance, InstanceState, LaunchRequest, NodeClassReason, OnDemandPrice, SpotPrice,
-    ZonalOffering, epoch_millis,
+    Cloud, CloudError, Instance, InstanceState, LaunchRequest, NodeClassReason, OnDemandPrice, ResolvedImage,
+    SpotPrice, ZonalOffering, epoch_millis,
 };
 
 use self::errors::{NOT_FOUND_CODES, fleet_failure, map_launch_err, map_sdk_err};
@@ -49,6 +53,14 @@ use crate::cluster_info::ClusterInfo;
 /// The waits of [`Ec2Cloud::launched_type`] between DescribeInstances calls that find the
 /// instance not visible yet or are throttled: four calls over 1.5 s at most.
 const LAUNCHED_TYPE_WAITS_MS: [u64; 3] = [250, 500, 750];
+
+/// How long a class's resolved AMIs are reused before they are resolved again: a batch
+/// (and the launches of a run) read SSM and DescribeImages once per class, and a new
+/// `@latest` release is picked up within this.
+pub const AMI_REFRESH: Duration = Duration::from_secs(300);
+
+/// Resolved AMIs by the class's terms (and the Kubernetes version), with when.
+type AmiCache = Arc<Mutex<BTreeMap<String, (Instant, Vec<ResolvedImage>)>>>;
 
 /// The SDK clients the EC2 adapter uses.
 #[derive(Clone, Debug)]
@@ -80,8 +92,10 @@ pub struct Ec2Cloud {
     pricing: aws_sdk_pricing::Client,
     cluster: ClusterInfo,
     ami_ssm_parameter: String,
+    public_ssm_root: String,
     node_role: Option<NodeRole>,
     lookups: Lookups,
+    amis: AmiCache,
 }
 
 impl Ec2Cloud {
@@ -95,8 +109,10 @@ impl Ec2Cloud {
             pricing: clients.pricing,
             cluster,
             ami_ssm_parameter: ami_ssm_parameter.into(),
+            public_ssm_root: carpool::run::provision::config::DEFAULT_PUBLIC_SSM_ROOT.to_string(),
             node_role: None,
             lookups: Lookups::default(),
+            amis: AmiCache::default(),
         }
     }
 
@@ -105,6 +121,70 @@ impl Ec2Cloud {
     pub fn with_lookup_ttl(mut self, ttl: Duration) -> Self {
         self.lookups = Lookups::new(ttl);
         self
+    }
+
+    /// The root AWS's public SSM parameters are read under (default `/aws/service`):
+    /// AMI aliases resolve through `<root>/eks/optimized-ami/...` and
+    /// `<root>/bottlerocket/...`.
+    pub fn with_public_ssm_root(mut self, root: impl Into<String>) -> Self {
+        self.public_ssm_root = root.into();
+        self
+    }
+
+    /// The AMIs of a class, from the cache when resolved less than [`AMI_REFRESH`] ago.
+    pub async fn resolved_images(
+        &self,
+        node_class: &carpool::model::EC2NodeClass,
+    ) -> Result<Vec<ResolvedImage>, CloudError> {
+        let key = format!(
+            "{}|{:?}",
+            serde_json::to_string(&node_class.spec.ami_selector_terms).unwrap_or_default(),
+            self.cluster.kubernetes_version
+        );
+        let cached = self
+            .amis
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < AMI_REFRESH)
+            .map(|(_, images)| images.clone());
+        if let Some(images) = cached {
+            return Ok(images);
+        }
+        let sources = ami::AmiSources {
+            ssm: &self.ssm,
+            ec2: &self.ec2,
+            public_root: &self.public_ssm_root,
+            kubernetes_version: self.cluster.kubernetes_version.as_deref(),
+            default_parameter: &self.ami_ssm_parameter,
+        };
+        let images = ami::images(&sources, node_class).await?;
+        self.amis
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, (Instant::now(), images.clone()));
+        Ok(images)
+    }
+
+    /// The image a request launches with, and the request narrowed to the types that
+    /// image boots (a request's types may span architectures; one launch template has one
+    /// image).
+    async fn image_for(&self, request: &LaunchRequest) -> Result<(String, LaunchRequest), CloudError> {
+        let images = self.resolved_images(&request.node_class).await?;
+        let no_image = || CloudError::NodeClass {
+            node_class: request.node_class.name().to_string(),
+            reason: NodeClassReason::NoImageForTypes {
+                instance_types: request.instance_types.join(", "),
+            },
+            source: None,
+        };
+        let (image, types) = ami::pick(&images, &request.instance_types).ok_or_else(no_image)?;
+        if types.is_empty() {
+            return Err(no_image());
+        }
+        let mut narrowed = request.clone();
+        narrowed.instance_types = types;
+        Ok((image.id, narrowed))
     }
 
     /// The node role the deployment created an instance profile for: a class whose
@@ -185,13 +265,39 @@ impl Ec2Cloud {
         }
     }
 
-    /// The template content for a request: the class's AMI, security groups, instance
-    /// profile, volumes and tags, and user data with the request's labels and taints
-    /// (startup taints included) merged with the class's own.
+    /// The template content for a request: the class's AMI for the request's first type
+    /// ([`ami::pick`]), security groups, instance profile, volumes and tags, and user data
+    /// with the request's labels and taints (startup taints included) merged with the
+    /// class's own.
     pub async fn template_content(&self, request: &LaunchRequest) -> Result<TemplateContent, CloudError> {
+        let (image_id, _) = self.image_for(request).await?;
+        self.template_content_with(request, image_id).await
+    }
+
+    async fn template_content_with(
+        &self,
+        request: &LaunchRequest,
+        image_id: String,
+    ) -> Result<TemplateContent, CloudError> {
         let node_class = &request.node_class;
+        // Only AL2023's NodeConfig is written: a Bottlerocket or AL2 image would boot a
+        // node that never joins, so such an alias fails the launch with the reason.
+        if let Some(alias) = node_class
+            .spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|t| t.alias.as_deref())
+            && ami::parse_alias(alias).is_ok_and(|a| a.family != ami::AliasFamily::Al2023)
+        {
+            return Err(CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::UnsupportedUserData {
+                    alias: alias.to_string(),
+                },
+                source: None,
+            });
+        }
         let profile = instance_profile::instance_profile(node_class, self.node_role.as_ref())?;
-        let image_id = resolve::ami(&self.ssm, node_class, &self.ami_ssm_parameter).await?;
         let security_groups = resolve::security_groups(&self.ec2, &self.lookups, node_class).await?;
         if security_groups.is_empty() {
             return Err(CloudError::NodeClass {
@@ -333,7 +439,9 @@ impl Cloud for Ec2Cloud {
                 source: None,
             });
         }
-        let content = self.template_content(request).await?;
+        let (image_id, narrowed) = self.image_for(request).await?;
+        let request = &narrowed;
+        let content = self.template_content_with(request, image_id).await?;
         let template = self.ensure_launch_template(&content).await?;
         let out = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
             .send()
@@ -365,6 +473,10 @@ impl Cloud for Ec2Cloud {
 
     async fn zones(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<String>, CloudError> {
         resolve::subnet_zones(&self.ec2, &self.lookups, node_class).await
+    }
+
+    async fn images(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError> {
+        self.resolved_images(node_class).await
     }
 
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {

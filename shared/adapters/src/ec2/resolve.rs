@@ -1,12 +1,12 @@
 //! Resolving an EC2NodeClass to what a launch needs: subnets in a zone and security groups
-//! by selector terms (terms ORed, a term's fields ANDed), and the AMI id. Subnets and
-//! security groups are kept in the adapter's [`Lookups`] for a few minutes.
+//! by selector terms (terms ORed, a term's fields ANDed). Subnets and security groups are
+//! kept in the adapter's [`Lookups`] for a few minutes. Its AMIs are [`super::ami`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::Filter;
 use carpool::model::EC2NodeClass;
-use carpool::ports::{CloudError, NodeClassReason};
+use carpool::ports::CloudError;
 
 use super::errors::map_sdk_err;
 use super::lookups::Lookups;
@@ -159,39 +159,6 @@ async fn describe_security_groups(
         }
     }
     Ok(ids.into_iter().collect())
-}
-
-/// The AMI id: the first `id` term of the class, else the value of the first `ssmParameter`
-/// term, else the value of `default_parameter` (the configured SSM path).
-pub async fn ami(
-    ssm: &aws_sdk_ssm::Client,
-    node_class: &EC2NodeClass,
-    default_parameter: &str,
-) -> Result<String, CloudError> {
-    let terms = &node_class.spec.ami_selector_terms;
-    if let Some(id) = terms.iter().find_map(|t| t.id.clone()) {
-        return Ok(id);
-    }
-    let parameter = terms
-        .iter()
-        .find_map(|t| t.ssm_parameter.as_deref())
-        .unwrap_or(default_parameter);
-    let out = ssm
-        .get_parameter()
-        .name(parameter)
-        .send()
-        .await
-        .map_err(|e| map_sdk_err(parameter, e))?;
-    out.parameter()
-        .and_then(|p| p.value())
-        .map(str::to_string)
-        .ok_or_else(|| CloudError::NodeClass {
-            node_class: node_class.name().to_string(),
-            reason: NodeClassReason::EmptySsmParameter {
-                parameter: parameter.to_string(),
-            },
-            source: None,
-        })
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use super::launch::LaunchOutcome;
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
+use crate::decide::ami_requirements::narrow_to_images;
 use crate::decide::backoff;
 use crate::decide::in_flight::capacity_view;
 use crate::decide::nodepools;
@@ -98,6 +99,20 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         for class in &snapshot.nodeclasses {
             zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
         }
+        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
+        let mut images_by_class = BTreeMap::new();
+        for class in &snapshot.nodeclasses {
+            // A class whose AMIs cannot be resolved launches nothing; the others still do.
+            let images = match self.cloud.images(class).await {
+                Err(e @ crate::ports::CloudError::NodeClass { .. }) => {
+                    tracing::warn!(node_class = %class.name(), error = %e, "no AMI: the class launches nothing");
+                    Vec::new()
+                }
+                other => other?,
+            };
+            images_by_class.insert(class.name().to_string(), images);
+        }
+        narrow_to_images(&mut snapshot.nodepools, &images_by_class, base.types());
         let now = self.clock.now();
         // A NodePool backed off after failures in a row is left out until its window ends.
         let backoffs = self.store.list_backoffs().await?;
@@ -118,7 +133,6 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             report.skipped = skipped(&snapshot);
             return Ok(report);
         }
-        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
         let mut launches = self.store.list_launches().await?;
         let mut region = base.clone();
         for o in self.store.unavailable_offerings(now).await? {

@@ -30,8 +30,13 @@ pub struct ProvisionerConfig {
     /// `AWS_REGION`: the region (set by Lambda; required).
     pub region: String,
     /// `CARPOOL_AMI_SSM_PARAMETER`: the SSM parameter holding the AL2023 AMI id, for
-    /// EC2NodeClasses that select the AMI by alias.
+    /// EC2NodeClasses that select the AMI by alias when the cluster's Kubernetes version
+    /// is unknown (an endpoint override stands in for DescribeCluster).
     pub ami_ssm_parameter: String,
+    /// `CARPOOL_PUBLIC_SSM_ROOT` (default `/aws/service`): the root of AWS's public SSM
+    /// parameters that AMI aliases resolve through (tests seed copies under another root,
+    /// as no parameter can be created under `/aws/`).
+    pub public_ssm_root: String,
     /// `CARPOOL_NODE_ROLE`: the node role the deployment made an instance profile for.
     pub node_role: Option<String>,
     /// `CARPOOL_NODE_INSTANCE_PROFILE`: that instance profile.
@@ -66,6 +71,9 @@ pub struct ProvisionerConfig {
     /// give one (with the endpoint override); default `10.100.0.0/16`, EKS's.
     pub service_cidr: Option<String>,
 }
+
+/// The root of AWS's public SSM parameters.
+pub const DEFAULT_PUBLIC_SSM_ROOT: &str = "/aws/service";
 
 /// The default AMI parameter: EKS's recommended AL2023 x86_64 image for Kubernetes 1.35.
 pub const DEFAULT_AMI_SSM_PARAMETER: &str =
@@ -168,6 +176,8 @@ impl ProvisionerConfig {
             region: required(&get, "AWS_REGION")?,
             ami_ssm_parameter: optional(&get, "CARPOOL_AMI_SSM_PARAMETER")
                 .unwrap_or_else(|| DEFAULT_AMI_SSM_PARAMETER.to_string()),
+            public_ssm_root: optional(&get, "CARPOOL_PUBLIC_SSM_ROOT")
+                .unwrap_or_else(|| DEFAULT_PUBLIC_SSM_ROOT.to_string()),
             node_role: optional(&get, "CARPOOL_NODE_ROLE"),
             node_instance_profile: optional(&get, "CARPOOL_NODE_INSTANCE_PROFILE"),
             watch: seconds(&get, "CARPOOL_WATCH_SECONDS", 50.0)?,
@@ -234,6 +244,7 @@ mod tests {
         assert!(!c.dry_run);
         assert!(c.live_prices);
         assert_eq!(c.ami_ssm_parameter, DEFAULT_AMI_SSM_PARAMETER);
+        assert_eq!(c.public_ssm_root, DEFAULT_PUBLIC_SSM_ROOT);
         assert_eq!(c.deployment, "carpool", "the deployment defaults to the table's name");
         let mut named = BASE.to_vec();
         named.push(("CARPOOL_DEPLOYMENT", "carpool-prod"));
