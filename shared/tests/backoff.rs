@@ -25,15 +25,7 @@ fn settings(registration_ttl: Duration) -> Settings {
 }
 
 fn pending_pod(name: &str) -> Pod {
-    PodBuilder::new(name)
-        .namespace("web")
-        .uid(name)
-        .created("2026-09-21T12:00:00Z")
-        .image("nginx")
-        .requests("500m", "1Gi")
-        .unschedulable()
-        .pod()
-        .unwrap()
+    PodBuilder::pending_web(name, "500m", "1Gi").pod().unwrap()
 }
 
 struct World {

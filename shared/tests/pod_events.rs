@@ -28,14 +28,8 @@ fn settings() -> Settings {
 }
 
 fn pending_pod(name: &str, cpu: &str, memory: &str) -> Pod {
-    PodBuilder::new(name)
-        .namespace("web")
+    PodBuilder::pending_web(name, cpu, memory)
         .uid(&format!("{name}-uid"))
-        .created("2026-09-21T12:00:00Z")
-        .label("app", "web")
-        .image("nginx")
-        .requests(cpu, memory)
-        .unschedulable()
         .pod()
         .unwrap()
 }

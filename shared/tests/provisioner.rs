@@ -29,16 +29,7 @@ fn settings() -> Settings {
 }
 
 fn pending_pod(name: &str, cpu: &str, memory: &str) -> Pod {
-    PodBuilder::new(name)
-        .namespace("web")
-        .uid(name)
-        .created("2026-09-21T12:00:00Z")
-        .label("app", "web")
-        .image("nginx")
-        .requests(cpu, memory)
-        .unschedulable()
-        .pod()
-        .unwrap()
+    PodBuilder::pending_web(name, cpu, memory).pod().unwrap()
 }
 
 fn nodepool(name: &str, limits: Option<serde_json::Value>) -> serde_json::Value {

@@ -3,92 +3,27 @@
 //! GetParameters call, gives one image per architecture from what exists, and a second
 //! resolution within the refresh interval is answered from the cache, without calling SSM.
 //!
-//! The replay client is the one of `ec2_replayed.rs`, trimmed to what this needs.
-
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+//! The replay client is `support/replay.rs`.
 
 use anyhow::Result;
-use aws_config::{BehaviorVersion, Region};
-use aws_credential_types::Credentials;
-use aws_smithy_runtime_api::client::http::{
-    HttpConnector, HttpConnectorFuture, SharedHttpClient, SharedHttpConnector, http_client_fn,
-};
-use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
-use aws_smithy_runtime_api::http::Response;
-use aws_smithy_types::body::SdkBody;
 use carpool::fixtures::EC2NodeClassBuilder;
 use carpool::model::{Arch, EC2NodeClass};
 use carpool::ports::{Cloud, ImageVariant, ResolvedImage};
 use carpool_adapters::cluster_info::ClusterInfo;
-use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
+use carpool_adapters::ec2::Ec2Cloud;
 
-/// Answers each request with the next canned body (status 200), and records the bodies.
-#[derive(Clone, Debug, Default)]
-struct Replay {
-    answers: Arc<Mutex<VecDeque<String>>>,
-    seen: Arc<Mutex<Vec<String>>>,
-}
+#[path = "support/replay.rs"]
+mod replay;
 
-impl Replay {
-    fn new(answers: Vec<String>) -> Self {
-        Replay {
-            answers: Arc::new(Mutex::new(answers.into())),
-            seen: Arc::default(),
-        }
-    }
+use replay::Replay;
 
-    fn client(&self) -> SharedHttpClient {
-        let replay = self.clone();
-        http_client_fn(move |_, _| SharedHttpConnector::new(replay.clone()))
-    }
+const JSON: &str = "application/x-amz-json-1.1";
 
-    fn seen(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl HttpConnector for Replay {
-    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
-        self.seen
-            .lock()
-            .unwrap()
-            .push(String::from_utf8_lossy(request.body().bytes().unwrap_or_default()).into_owned());
-        let (status, body) = match self.answers.lock().unwrap().pop_front() {
-            Some(body) => (200, body),
-            None => (500, "the replay ran out of answers".to_string()),
-        };
-        let response = http::Response::builder()
-            .status(status)
-            .header("content-type", "application/x-amz-json-1.1")
-            .body(SdkBody::from(body))
-            .unwrap();
-        HttpConnectorFuture::ready(Ok(Response::try_from(response).unwrap()))
-    }
-}
-
+/// An `Ec2Cloud` of a cluster on Kubernetes 1.31 whose SSM calls go to `ssm`.
 fn cloud(ssm: &Replay) -> Ec2Cloud {
-    let credentials = Credentials::new("AKIDTEST", "secret", None, None, "replay");
-    let config = |client: SharedHttpClient| {
-        aws_config::SdkConfig::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
-                credentials.clone(),
-            ))
-            .http_client(client)
-            .build()
-    };
-    let unused = Replay::default();
-    Ec2Cloud::new(
-        Ec2Clients {
-            ec2: aws_sdk_ec2::Client::new(&config(unused.client())),
-            ssm: aws_sdk_ssm::Client::new(&config(ssm.client())),
-            pricing: aws_sdk_pricing::Client::new(&config(unused.client())),
-        },
-        ClusterInfo::new("demo", "https://demo.example", "Q0E=", "10.100.0.0/16").with_kubernetes_version("1.31"),
-        "/carpool/ami",
-    )
+    let cluster =
+        ClusterInfo::new("demo", "https://demo.example", "Q0E=", "10.100.0.0/16").with_kubernetes_version("1.31");
+    replay::cloud_of("us-east-1", cluster, &Replay::default(), ssm, &Replay::default())
 }
 
 fn node_class() -> EC2NodeClass {
@@ -121,7 +56,7 @@ async fn al2023_latest_reads_the_public_parameters_once_and_gives_an_image_per_a
             "/aws/service/eks/optimized-ami/1.31/amazon-linux-2023/arm64/nvidia/recommended/image_id",
         ],
     });
-    let ssm = Replay::new(vec![answer.to_string()]);
+    let ssm = Replay::new(vec![(JSON, answer.to_string())]);
     let cloud = cloud(&ssm);
 
     let images = cloud.images(&node_class()).await?;
@@ -135,7 +70,7 @@ async fn al2023_latest_reads_the_public_parameters_once_and_gives_an_image_per_a
     );
     let seen = ssm.seen();
     assert_eq!(seen.len(), 1, "one GetParameters call: {seen:?}");
-    let asked: serde_json::Value = serde_json::from_str(&seen[0])?;
+    let asked: serde_json::Value = serde_json::from_str(&seen[0].body)?;
     let names: Vec<&str> = asked["Names"]
         .as_array()
         .unwrap()
@@ -157,7 +92,7 @@ async fn al2023_latest_reads_the_public_parameters_once_and_gives_an_image_per_a
 #[tokio::test]
 async fn an_alias_with_no_parameter_for_the_version_is_a_class_error() -> Result<()> {
     let answer = serde_json::json!({"Parameters": [], "InvalidParameters": [X86_STANDARD]});
-    let ssm = Replay::new(vec![answer.to_string()]);
+    let ssm = Replay::new(vec![(JSON, answer.to_string())]);
     match cloud(&ssm).images(&node_class()).await {
         Err(carpool::ports::CloudError::NodeClass {
             reason: carpool::ports::NodeClassReason::NoImage { detail },

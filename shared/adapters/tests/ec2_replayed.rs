@@ -3,130 +3,26 @@
 //! instantly consistent, so a DescribeInstances never misses a new instance). Needs no
 //! stack.
 //!
-//! The replay client is a few lines over `aws-smithy-runtime-api`'s `HttpConnector`
-//! rather than `aws-smithy-mocks` or `aws-smithy-http-client`'s `StaticReplayClient`: both
-//! turn on the `test-util` feature of `aws-smithy-http-client`, which every SDK crate
-//! builds on, so the test build would compile aws-sdk-ec2 a second time (minutes and
-//! gigabytes).
+//! The replay client is `support/replay.rs`.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use anyhow::{Context, Result, ensure};
-use aws_config::{BehaviorVersion, Region};
-use aws_credential_types::Credentials;
-use aws_smithy_runtime_api::client::http::{
-    HttpConnector, HttpConnectorFuture, SharedHttpClient, SharedHttpConnector, http_client_fn,
-};
-use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
-use aws_smithy_runtime_api::http::Response;
-use aws_smithy_types::body::SdkBody;
 use carpool::model::{CapacityType, EC2NodeClass};
 use carpool::ports::{Cloud, InstanceState, LaunchRequest, OnDemandPrice, epoch_millis};
 use carpool_adapters::cluster_info::ClusterInfo;
-use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
+use carpool_adapters::ec2::Ec2Cloud;
 
-/// A request the replay client saw.
-#[derive(Clone, Debug)]
-struct Seen {
-    uri: String,
-    target: Option<String>,
-    body: String,
-}
+#[path = "support/replay.rs"]
+mod replay;
 
-/// A canned answer: status, content type, body.
-type Answer = (u16, &'static str, String);
+use replay::{Answer, Replay, Seen};
 
-/// Answers each request with the next canned answer, and records it.
-#[derive(Clone, Debug, Default)]
-struct Replay {
-    answers: Arc<Mutex<VecDeque<Answer>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Replay {
-    /// Answers of status 200.
-    fn new(answers: Vec<(&'static str, String)>) -> Self {
-        Self::with_status(answers.into_iter().map(|(t, body)| (200, t, body)).collect())
-    }
-
-    /// Answers of any status.
-    fn with_status(answers: Vec<Answer>) -> Self {
-        Replay {
-            answers: Arc::new(Mutex::new(answers.into())),
-            seen: Arc::default(),
-        }
-    }
-
-    fn client(&self) -> SharedHttpClient {
-        let replay = self.clone();
-        http_client_fn(move |_, _| SharedHttpConnector::new(replay.clone()))
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    fn left(&self) -> usize {
-        self.answers.lock().unwrap().len()
-    }
-}
-
-impl HttpConnector for Replay {
-    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
-        self.seen.lock().unwrap().push(Seen {
-            uri: request.uri().to_string(),
-            target: request.headers().get("x-amz-target").map(str::to_string),
-            body: String::from_utf8_lossy(request.body().bytes().unwrap_or_default()).into_owned(),
-        });
-        let (status, content_type, body) = self.answers.lock().unwrap().pop_front().unwrap_or((
-            500,
-            "text/plain",
-            "the replay ran out of answers".to_string(),
-        ));
-        let response = http::Response::builder()
-            .status(status)
-            .header("content-type", content_type)
-            .body(SdkBody::from(body))
-            .unwrap();
-        HttpConnectorFuture::ready(Ok(Response::try_from(response).unwrap()))
-    }
-}
-
-fn credentials() -> Credentials {
-    Credentials::new("AKIDTEST", "secret", None, None, "replay")
-}
-
-/// An `Ec2Cloud` in `region` whose EC2 and Pricing calls go to the replays.
+/// An `Ec2Cloud` in `region` of cluster `demo` whose EC2 and Pricing calls go to the replays.
 fn cloud(region: &str, ec2: &Replay, pricing: &Replay) -> Ec2Cloud {
-    let ec2 = aws_sdk_ec2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(region.to_string()))
-        .credentials_provider(credentials())
-        .http_client(ec2.client())
-        .build();
-    let ssm = aws_sdk_ssm::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(region.to_string()))
-        .credentials_provider(credentials())
-        .http_client(Replay::default().client())
-        .build();
-    let pricing = aws_sdk_pricing::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(credentials())
-        .http_client(pricing.client())
-        .build();
-    Ec2Cloud::new(
-        Ec2Clients {
-            ec2: aws_sdk_ec2::Client::from_conf(ec2),
-            ssm: aws_sdk_ssm::Client::from_conf(ssm),
-            pricing: aws_sdk_pricing::Client::from_conf(pricing),
-        },
-        ClusterInfo::new("demo", "https://demo.example", "Q0E=", "10.100.0.0/16"),
-        "/carpool/ami",
-    )
+    let cluster = ClusterInfo::new("demo", "https://demo.example", "Q0E=", "10.100.0.0/16");
+    replay::cloud_of(region, cluster, ec2, &Replay::default(), pricing)
 }
 
 const XML: &str = "text/xml;charset=UTF-8";

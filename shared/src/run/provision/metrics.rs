@@ -11,32 +11,45 @@ use crate::ports::EpochMillis;
 /// The metrics namespace.
 pub const NAMESPACE: &str = "Carpool";
 
-/// The EMF object for one batch of `cluster`, at `timestamp`.
-pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport) -> Value {
-    json!({
+/// An EMF object: `metrics` (name, unit, value) of `cluster` at `timestamp`, in the
+/// [`NAMESPACE`] namespace under the `Cluster` dimension.
+fn emf(cluster: &str, timestamp: EpochMillis, metrics: &[(&str, &str, Value)]) -> Value {
+    let mut object = json!({
         "_aws": {
             "Timestamp": timestamp,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
                 "Dimensions": [["Cluster"]],
-                "Metrics": [
-                    {"Name": "PendingPods", "Unit": "Count"},
-                    {"Name": "NodesLaunched", "Unit": "Count"},
-                    {"Name": "LaunchErrors", "Unit": "Count"},
-                    {"Name": "PlanMillis", "Unit": "Milliseconds"},
-                    {"Name": "CostPerHourAdded", "Unit": "None"},
-                    {"Name": "LaunchBackoffs", "Unit": "Count"},
-                ],
+                "Metrics": metrics
+                    .iter()
+                    .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
+                    .collect::<Vec<_>>(),
             }],
         },
         "Cluster": cluster,
-        "PendingPods": batch.pods_seen,
-        "NodesLaunched": batch.launched.len(),
-        "LaunchErrors": batch.launch_errors.len(),
-        "PlanMillis": batch.plan_ms,
-        "CostPerHourAdded": batch.cost_per_hour_added,
-        "LaunchBackoffs": batch.launch_backoffs(),
-    })
+    });
+    if let Some(fields) = object.as_object_mut() {
+        for (name, _, value) in metrics {
+            fields.insert((*name).to_string(), value.clone());
+        }
+    }
+    object
+}
+
+/// The EMF object for one batch of `cluster`, at `timestamp`.
+pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport) -> Value {
+    emf(
+        cluster,
+        timestamp,
+        &[
+            ("PendingPods", "Count", json!(batch.pods_seen)),
+            ("NodesLaunched", "Count", json!(batch.launched.len())),
+            ("LaunchErrors", "Count", json!(batch.launch_errors.len())),
+            ("PlanMillis", "Milliseconds", json!(batch.plan_ms)),
+            ("CostPerHourAdded", "None", json!(batch.cost_per_hour_added)),
+            ("LaunchBackoffs", "Count", json!(batch.launch_backoffs())),
+        ],
+    )
 }
 
 /// The EMF object for the housekeeping rounds of one run of `cluster`, at `timestamp`:
@@ -45,29 +58,18 @@ pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport)
 /// not become Nodes within the registration TTL (`RegistrationFailures`) and the backoffs
 /// those set (`LaunchBackoffs`, also counted per batch), under the `Cluster` dimension.
 pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, rounds: &[HousekeepingReport]) -> Value {
-    let sum = |f: fn(&HousekeepingReport) -> usize| rounds.iter().map(f).sum::<usize>();
-    json!({
-        "_aws": {
-            "Timestamp": timestamp,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [["Cluster"]],
-                "Metrics": [
-                    {"Name": "InstancesTerminated", "Unit": "Count"},
-                    {"Name": "TerminationsHeldBack", "Unit": "Count"},
-                    {"Name": "LaunchesLost", "Unit": "Count"},
-                    {"Name": "RegistrationFailures", "Unit": "Count"},
-                    {"Name": "LaunchBackoffs", "Unit": "Count"},
-                ],
-            }],
-        },
-        "Cluster": cluster,
-        "InstancesTerminated": sum(|r| r.terminated.len()),
-        "TerminationsHeldBack": sum(|r| r.held_back.len()),
-        "LaunchesLost": sum(|r| r.lost.len()),
-        "RegistrationFailures": sum(|r| r.not_registered.len()),
-        "LaunchBackoffs": sum(|r| r.backoffs_set.len()),
-    })
+    let sum = |f: fn(&HousekeepingReport) -> usize| json!(rounds.iter().map(f).sum::<usize>());
+    emf(
+        cluster,
+        timestamp,
+        &[
+            ("InstancesTerminated", "Count", sum(|r| r.terminated.len())),
+            ("TerminationsHeldBack", "Count", sum(|r| r.held_back.len())),
+            ("LaunchesLost", "Count", sum(|r| r.lost.len())),
+            ("RegistrationFailures", "Count", sum(|r| r.not_registered.len())),
+            ("LaunchBackoffs", "Count", sum(|r| r.backoffs_set.len())),
+        ],
+    )
 }
 
 #[cfg(test)]
