@@ -423,10 +423,15 @@ async fn pod_events(s: &mut Scene) -> Result<()> {
     // What `kubectl describe pod` lists: core/v1 Events selected by the pod.
     let api: Api<Event> = Api::namespaced(s.kube.clone(), &ns);
     let listed = wait::until("the pod's two Events", WAIT, async || {
-        let list = api
+        // kube-scheduler writes its own FailedScheduling Event on the pending pod: count
+        // Carpool's alone.
+        let list: Vec<Event> = api
             .list(&ListParams::default().fields("involvedObject.kind=Pod,involvedObject.name=web-0"))
             .await?
-            .items;
+            .items
+            .into_iter()
+            .filter(|e| e.reporting_component.as_deref() == Some("carpool"))
+            .collect();
         if list.len() == 2 {
             Ok(list)
         } else {
