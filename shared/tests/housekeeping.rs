@@ -10,6 +10,7 @@ use carpool::decide::housekeeping::{
     TerminationReason, plan, to_look_up,
 };
 use carpool::decide::ownership::{SpareReason, termination_cap};
+use carpool::fixtures::launch_record;
 use carpool::model::CapacityType;
 use carpool::model::well_known as wk;
 use carpool::ports::{EpochMillis, Instance, InstanceState, LaunchRecord, LaunchState, NodeRecord};
@@ -49,16 +50,9 @@ fn instance(id: &str, launch_id: &str, launched_at: EpochMillis) -> Instance {
 
 fn launch(id: &str, instance: Option<&str>, launched_at: EpochMillis, state: LaunchState) -> LaunchRecord {
     LaunchRecord {
-        id: id.into(),
-        instance_id: instance.map(str::to_string),
-        nodepool: "default".into(),
-        instance_type: "m5.large".into(),
-        zone: "us-east-1a".into(),
-        capacity_type: CapacityType::OnDemand,
         pods: vec!["shop/api-0".into()],
-        launched_at,
         state,
-        version: 1,
+        ..launch_record(id, instance, launched_at, CapacityType::OnDemand)
     }
 }
 
@@ -493,6 +487,12 @@ fn spared(id: &str, launch_id: &str, reason: SpareReason) -> Spared {
     }
 }
 
+/// A launch lost because its instance is gone.
+fn gone(launch: &LaunchRecord) -> LostLaunch {
+    let instance_id = launch.instance_id.clone().unwrap_or_default();
+    lost(launch, LostReason::InstanceGone { instance_id })
+}
+
 fn lost(launch: &LaunchRecord, reason: LostReason) -> LostLaunch {
     let mut failed = launch.clone();
     failed.state = LaunchState::Failed {
@@ -664,12 +664,7 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
                 ..World::default()
             },
             HousekeepingPlan {
-                lost: vec![lost(
-                    &launch("l1", Some("i-1"), JUST_NOW, in_flight.clone()),
-                    LostReason::InstanceGone {
-                        instance_id: "i-1".into(),
-                    },
-                )],
+                lost: vec![gone(&launch("l1", Some("i-1"), JUST_NOW, in_flight.clone()))],
                 ..HousekeepingPlan::default()
             },
         ),
@@ -681,12 +676,7 @@ fn only_what_this_deployment_owns_is_terminated_a_few_at_a_time_and_launches_are
                 ..World::default()
             },
             HousekeepingPlan {
-                lost: vec![lost(
-                    &launch("l1", Some("i-1"), JUST_NOW, in_flight.clone()),
-                    LostReason::InstanceGone {
-                        instance_id: "i-1".into(),
-                    },
-                )],
+                lost: vec![gone(&launch("l1", Some("i-1"), JUST_NOW, in_flight.clone()))],
                 ..HousekeepingPlan::default()
             },
         ),

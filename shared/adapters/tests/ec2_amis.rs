@@ -49,28 +49,22 @@ async fn cloud(stack: &Stack, root: &str) -> Result<Ec2Cloud> {
 async fn two_images(stack: &Stack) -> Result<(String, String)> {
     let ec2 = stack.ec2().await?;
     let x86 = stack.ami_id()?.to_string();
-    let arm = ec2
-        .describe_images()
-        .filters(Filter::builder().name("architecture").values("arm64").build())
-        .send()
-        .await?
-        .images()
-        .iter()
-        .filter_map(|i| i.image_id())
-        .find(|id| *id != x86)
-        .map(str::to_string);
-    let arm = match arm {
-        Some(id) => id,
-        None => ec2
-            .describe_images()
-            .send()
-            .await?
-            .images()
+    // An arm64 image other than the x86 one, else any other image moto has.
+    let other = |images: &[aws_sdk_ec2::types::Image]| {
+        images
             .iter()
             .filter_map(|i| i.image_id())
             .find(|id| *id != x86)
             .map(str::to_string)
-            .context("moto knows only one AMI")?,
+    };
+    let arm64 = ec2
+        .describe_images()
+        .filters(Filter::builder().name("architecture").values("arm64").build())
+        .send()
+        .await?;
+    let arm = match other(arm64.images()) {
+        Some(id) => id,
+        None => other(ec2.describe_images().send().await?.images()).context("moto knows only one AMI")?,
     };
     Ok((x86, arm))
 }

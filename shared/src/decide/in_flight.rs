@@ -350,18 +350,7 @@ mod tests {
     use crate::model::CapacityType;
 
     fn launch(id: &str, instance: Option<&str>, launched_at: EpochMillis) -> LaunchRecord {
-        LaunchRecord {
-            id: id.into(),
-            instance_id: instance.map(str::to_string),
-            nodepool: "default".into(),
-            instance_type: "m5.large".into(),
-            zone: "us-east-1a".into(),
-            capacity_type: CapacityType::Spot,
-            pods: vec![],
-            launched_at,
-            state: LaunchState::InFlight,
-            version: 1,
-        }
+        crate::fixtures::launch_record(id, instance, launched_at, CapacityType::Spot)
     }
 
     fn node(json: serde_json::Value) -> Node {
