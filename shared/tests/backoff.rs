@@ -9,7 +9,7 @@ use carpool::catalog::Catalog;
 use carpool::decide::unschedulable::Kind;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBuilder};
-use carpool::ports::{Backoff, Cloud, FailureReason, NodeClassReason, StateStore, epoch_millis};
+use carpool::ports::{Backoff, Cloud, EventReason, FailureReason, NodeClassReason, StateStore, epoch_millis};
 use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics};
 use carpool::run::provision::{BatchReport, Provisioner, RunReport, Settings};
 use k8s_openapi::api::core::v1::Pod;
@@ -229,6 +229,14 @@ fn three_registration_failures_in_a_row_back_the_pool_off() {
     assert_eq!(emf["LaunchBackoffs"], 1);
     assert_eq!(w.launch_calls(), 3, "no launch while backed off");
     all_backed_off(&run4.batches[0]);
+    // `kubectl describe pod` says why nothing is launched for them.
+    let told: Vec<_> = w
+        .cluster
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == EventReason::LaunchFailed && e.message.contains("is backed off until "))
+        .collect();
+    assert_eq!(told.len(), 3, "one Event per held-back pod: {told:?}");
     let b = &w.backoffs()[0];
     assert_eq!((b.failures, b.registration_failures, b.windows), (3, 3, 1));
     assert!(matches!(

@@ -131,6 +131,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 .count();
             report.unschedulable = backoff::all_held_back(&snapshot, &held, base);
             report.skipped = skipped(&snapshot);
+            self.publish_events(&snapshot, &report, &[]).await;
             return Ok(report);
         }
         let mut launches = self.store.list_launches().await?;
