@@ -214,9 +214,12 @@ fn a_launch_that_fails_is_told_to_its_pods_once_per_window() {
     let report = block_on(p.run(&region)).unwrap();
     assert!(report.batches.len() > 1);
     assert!(!report.batches[0].launch_errors.is_empty(), "{:?}", report.batches[0]);
+    // Told twice over the run's batches, never once per batch: the launch failure, then,
+    // once the failure backs the NodePool off (shared/tests/backoff.rs), that changed
+    // outcome, which is told at once.
     let events = w.events_of("web-0");
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0].reason, EventReason::LaunchFailed);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(events.iter().all(|e| e.reason == EventReason::LaunchFailed));
     assert_eq!(events[0].event_type(), EventType::Warning);
     assert!(
         events[0]
@@ -225,6 +228,11 @@ fn a_launch_that_fails_is_told_to_its_pods_once_per_window() {
             && events[0].message.contains("InvalidGroup.NotFound"),
         "{}",
         events[0].message
+    );
+    assert!(
+        events[1].message.contains("NodePool general is backed off until "),
+        "{}",
+        events[1].message
     );
 }
 
