@@ -246,3 +246,58 @@ async fn a_tags_term_resolves_through_describe_images_with_the_images_architectu
     assert_eq!(images[0].arch, Some(arch));
     Ok(())
 }
+
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_bottlerocket_node_gets_its_toml_settings_merged_with_the_class_user_data() -> Result<()> {
+    // Karpenter's `Bottlerocket.Script` (bootstrap/bottlerocket.go): the class's settings
+    // stay; the cluster's, the NodePool's labels and taints are the autoscaler's.
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let root = format!("/{}", unique("public"));
+    let (x86, _) = two_images(&stack).await?;
+    let name = format!("{root}/bottlerocket/aws-k8s-{KUBERNETES_VERSION}/x86_64/latest/image_id");
+    aws_sdk_ssm::Client::new(&stack.aws_config().await?)
+        .put_parameter()
+        .name(&name)
+        .value(&x86)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .send()
+        .await
+        .with_context(|| format!("seeding {name}"))?;
+    let cloud = cloud(&stack, &root).await?;
+    let node_class: EC2NodeClass = EC2NodeClassBuilder::new("bottlerocket")
+        .subnet_discovery("carpool-local")
+        .security_group_discovery("*")
+        .ami_alias("bottlerocket@latest")
+        .set(
+            "userData",
+            json!("[settings.host-containers.admin]\nenabled = true\n\n[settings.kubernetes.node-labels]\nteam = \"web\"\n"),
+        )
+        .typed()?;
+    let zone = format!("{}b", stack.region()?);
+    let instance = cloud.launch(&request(&node_class, &zone, &["m5.large"])).await?;
+    let text = carpool_tests::user_data::read(cloud.ec2(), &instance.id)
+        .await?
+        .context("the instance has no user data")?;
+    cloud.terminate(&instance.id).await?;
+    let doc: toml_edit::DocumentMut = text.parse().with_context(|| format!("not TOML: {text}"))?;
+    let k8s = &doc["settings"]["kubernetes"];
+    ensure!(k8s["api-server"].as_str() == Some(ENDPOINT), "{text}");
+    ensure!(k8s["cluster-certificate"].as_str() == Some(CA_BASE64), "{text}");
+    ensure!(
+        k8s["cluster-name"].as_str().is_some_and(|n| n.starts_with("amis")),
+        "{text}"
+    );
+    ensure!(k8s["node-labels"]["team"].as_str() == Some("web"), "{text}");
+    ensure!(
+        k8s["node-labels"]["karpenter.sh/nodepool"].as_str() == Some("general"),
+        "{text}"
+    );
+    ensure!(
+        doc["settings"]["host-containers"]["admin"]["enabled"].as_bool() == Some(true),
+        "{text}"
+    );
+    Ok(())
+}

@@ -19,6 +19,7 @@
 
 pub mod ami;
 pub mod block_devices;
+pub mod bottlerocket;
 pub mod errors;
 pub mod fleet;
 pub mod instance_profile;
@@ -280,14 +281,19 @@ impl Ec2Cloud {
         image_id: String,
     ) -> Result<TemplateContent, CloudError> {
         let node_class = &request.node_class;
-        // Only AL2023's NodeConfig is written: a Bottlerocket or AL2 image would boot a
-        // node that never joins, so such an alias fails the launch with the reason.
-        if let Some(alias) = node_class
+        // AL2023's NodeConfig and Bottlerocket's TOML settings are written; an AL2 image
+        // would boot a node that never joins, so such an alias fails the launch with the
+        // reason.
+        let family = node_class
             .spec
             .ami_selector_terms
             .iter()
             .find_map(|t| t.alias.as_deref())
-            && ami::parse_alias(alias).is_ok_and(|a| a.family != ami::AliasFamily::Al2023)
+            .map(|alias| (alias, ami::parse_alias(alias).map(|a| a.family)));
+        let bottlerocket = matches!(family, Some((_, Ok(ami::AliasFamily::Bottlerocket))));
+        if let Some((alias, Ok(f))) = family
+            && f != ami::AliasFamily::Al2023
+            && f != ami::AliasFamily::Bottlerocket
         {
             return Err(CloudError::NodeClass {
                 node_class: node_class.name().to_string(),
@@ -307,21 +313,36 @@ impl Ec2Cloud {
             });
         }
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
-        let document = user_data::user_data(
-            &self.cluster,
-            &request.labels,
-            &taints,
-            node_class.spec.user_data.as_deref(),
-        )
-        .map_err(|e| match e {
-            // The class's userData is the class's mistake; writing the NodeConfig is ours.
-            user_data::UserDataError::Mime(_) => CloudError::NodeClass {
+        let document = if bottlerocket {
+            bottlerocket::settings(
+                &self.cluster,
+                &request.labels,
+                &taints,
+                node_class.spec.kubelet.as_ref(),
+                node_class.spec.user_data.as_deref(),
+            )
+            .map_err(|e| CloudError::NodeClass {
                 node_class: node_class.name().to_string(),
                 reason: NodeClassReason::UserData,
                 source: Some(Box::new(e)),
-            },
-            user_data::UserDataError::Yaml(_) => CloudError::Api(Box::new(e)),
-        })?;
+            })?
+        } else {
+            user_data::user_data(
+                &self.cluster,
+                &request.labels,
+                &taints,
+                node_class.spec.user_data.as_deref(),
+            )
+            .map_err(|e| match e {
+                // The class's userData is the class's mistake; writing the NodeConfig is ours.
+                user_data::UserDataError::Mime(_) => CloudError::NodeClass {
+                    node_class: node_class.name().to_string(),
+                    reason: NodeClassReason::UserData,
+                    source: Some(Box::new(e)),
+                },
+                user_data::UserDataError::Yaml(_) => CloudError::Api(Box::new(e)),
+            })?
+        };
         let user_data = base64::engine::general_purpose::STANDARD.encode(document);
         Ok(TemplateContent::new(
             node_class,
