@@ -245,6 +245,23 @@ fn before_create_fleet() -> Vec<Answer> {
             200,
             XML,
             r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeImagesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+    <requestId>4a1b2c3d-5e6f-7a8b-9c0d-1e2f3EXAMPLE</requestId>
+    <imagesSet>
+        <item>
+            <imageId>ami-0abcdef1234567890</imageId>
+            <imageState>available</imageState>
+            <architecture>x86_64</architecture>
+            <creationDate>2026-11-01T00:00:00.000Z</creationDate>
+        </item>
+    </imagesSet>
+</DescribeImagesResponse>"#
+                .to_string(),
+        ),
+        (
+            200,
+            XML,
+            r#"<?xml version="1.0" encoding="UTF-8"?>
 <DescribeSecurityGroupsResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
     <requestId>59dbff89-35bd-4eac-99ed-be587EXAMPLE</requestId>
     <securityGroupInfo>
@@ -374,12 +391,13 @@ async fn a_launch_is_read_from_create_fleets_answer_while_describe_instances_say
         actions,
         vec![
             "DescribeSubnets",
+            "DescribeImages",
             "DescribeSecurityGroups",
             "DescribeLaunchTemplates",
             "CreateFleet"
         ]
     );
-    let create_fleet = &seen[3].body;
+    let create_fleet = &seen[4].body;
     ensure!(
         create_fleet.contains(&format!("ClientToken={}&", request.launch_id)),
         "{create_fleet}"
@@ -412,7 +430,7 @@ async fn a_launch_whose_answer_names_no_type_reads_it_once_describe_instances_st
     assert_eq!(instance.launch_id, request.launch_id);
     let actions: Vec<String> = ec2.seen().iter().map(|s| action(s).to_string()).collect();
     assert_eq!(
-        actions[3..],
+        actions[4..],
         [
             "CreateFleet",
             "DescribeInstances",
@@ -421,5 +439,46 @@ async fn a_launch_whose_answer_names_no_type_reads_it_once_describe_instances_st
         ]
     );
     assert_eq!(ec2.left(), 0);
+    Ok(())
+}
+
+/// Issue 11, "AMIs, resolved as Karpenter resolves them": an `id` term goes through
+/// DescribeImages, so a Graviton image constrains the class to arm64 types as an alias
+/// does; an id EC2 does not know is the class's error, not an unconstrained image.
+#[tokio::test]
+async fn an_id_term_is_read_by_describe_images_and_gives_its_architecture() -> Result<()> {
+    let arm = r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeImagesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+    <requestId>4a1b2c3d-5e6f-7a8b-9c0d-1e2f3EXAMPLE</requestId>
+    <imagesSet>
+        <item>
+            <imageId>ami-0123456789arm64</imageId>
+            <imageState>available</imageState>
+            <architecture>arm64</architecture>
+        </item>
+    </imagesSet>
+</DescribeImagesResponse>"#;
+    let unknown = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>InvalidAMIID.NotFound</Code><Message>The image id '[ami-0123456789arm64]' does not exist</Message></Error></Errors><RequestID>ab2f7d31-54e6-4f3a-9c0d-2e1bEXAMPLE</RequestID></Response>"#;
+    let ec2 = Replay::with_status(vec![(200, XML, arm.to_string()), (400, XML, unknown.to_string())]);
+    let cloud = cloud("us-west-2", &ec2, &Replay::default());
+    let mut class = node_class()?;
+    class.spec.ami_selector_terms[0].id = Some("ami-0123456789arm64".into());
+
+    let images = cloud.images(&class).await?;
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images[0].id, "ami-0123456789arm64");
+    assert_eq!(images[0].arch, Some(carpool::model::Arch::Arm64));
+    ensure!(action(&ec2.seen()[0]) == "DescribeImages", "{:?}", ec2.seen());
+
+    // Another class (the cache is per selector terms) whose image EC2 does not know.
+    class.spec.ami_selector_terms[0].id = Some("ami-0fffffffffffffff".into());
+    match cloud.images(&class).await {
+        Err(carpool::ports::CloudError::NodeClass {
+            reason: carpool::ports::NodeClassReason::NoImage { .. },
+            ..
+        }) => {}
+        other => anyhow::bail!("expected NoImage, got {other:?}"),
+    }
     Ok(())
 }

@@ -258,7 +258,9 @@ pub enum NodeClassReason {
     /// Its AMI alias names a family whose user data Carpool does not write yet (AL2023's
     /// nodeadm NodeConfig and Bottlerocket's TOML are written; an AL2 node would never
     /// join).
-    #[error("selects AMI alias {alias:?}, but Carpool writes only AL2023 and Bottlerocket user data; use an al2023 or bottlerocket alias")]
+    #[error(
+        "selects AMI alias {alias:?}, but Carpool writes only AL2023 and Bottlerocket user data; use an al2023 or bottlerocket alias"
+    )]
     UnsupportedUserData {
         /// The alias.
         alias: String,

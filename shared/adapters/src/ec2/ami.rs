@@ -355,6 +355,42 @@ async fn described(
         .collect())
 }
 
+/// The image of an `id` term, with its architecture read by DescribeImages, so that it
+/// constrains the plan as an alias does (Karpenter resolves `id` terms through
+/// DescribeImages too). An id EC2 does not know is the class's error; an answer without an
+/// architecture leaves the image unconstrained.
+async fn by_id(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass, id: &str) -> Result<ResolvedImage, CloudError> {
+    let out = match ec2.describe_images().image_ids(id).send().await {
+        Ok(out) => out,
+        Err(e)
+            if e.as_service_error()
+                .and_then(aws_sdk_ec2::error::ProvideErrorMetadata::code)
+                .is_some_and(|c| c.starts_with("InvalidAMIID")) =>
+        {
+            return Err(node_class_error(
+                node_class,
+                NodeClassReason::NoImage {
+                    detail: format!("EC2 knows no image {id}"),
+                },
+            ));
+        }
+        Err(e) => return Err(map_sdk_err("DescribeImages", e)),
+    };
+    let arch = out
+        .images()
+        .iter()
+        .find(|i| i.image_id() == Some(id))
+        .and_then(|i| match i.architecture() {
+            Some(ArchitectureValues::X8664) => Some(Arch::Amd64),
+            Some(ArchitectureValues::Arm64) => Some(Arch::Arm64),
+            _ => None,
+        });
+    Ok(match arch {
+        Some(arch) => ResolvedImage::new(id.to_string(), arch, &[]),
+        None => ResolvedImage::unconstrained(id.to_string()),
+    })
+}
+
 /// The AMIs of a class, each with what it boots; never empty.
 pub async fn images(sources: &AmiSources<'_>, node_class: &EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError> {
     let terms = &node_class.spec.ami_selector_terms;
@@ -384,7 +420,7 @@ pub async fn images(sources: &AmiSources<'_>, node_class: &EC2NodeClass) -> Resu
     let mut found = Vec::new();
     for term in terms {
         if let Some(id) = &term.id {
-            found.push(ResolvedImage::unconstrained(id.clone()));
+            found.push(by_id(sources.ec2, node_class, id).await?);
         } else if let Some(parameter) = &term.ssm_parameter {
             found.push(ResolvedImage::unconstrained(
                 parameter_value(sources.ssm, node_class, parameter).await?,
