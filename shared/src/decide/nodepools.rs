@@ -3,6 +3,7 @@
 //! ready, and the others work; with none left, Carpool launches nothing, as Karpenter
 //! (the planner's fallback to a default NodePool is for cluster dumps that have none).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -78,7 +79,10 @@ pub fn with_node_class(pools: Vec<NodePool>, classes: &[EC2NodeClass]) -> (Vec<N
 pub fn keep_managed(snapshot: &mut Snapshot, selector: &Selector) -> Vec<String> {
     let (kept, unmanaged): (Vec<NodePool>, Vec<NodePool>) = std::mem::take(&mut snapshot.nodepools)
         .into_iter()
-        .partition(|p| selector.matches(&p.metadata.labels.clone().unwrap_or_default()));
+        .partition(|p| match &p.metadata.labels {
+            Some(labels) => selector.matches(labels),
+            None => selector.matches(&BTreeMap::new()),
+        });
     snapshot.nodepools = kept;
     unmanaged.iter().map(|p| p.name().to_string()).collect()
 }

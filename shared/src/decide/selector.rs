@@ -58,12 +58,6 @@ fn split_terms(text: &str) -> Vec<&str> {
     terms
 }
 
-/// `key in (a,b)` split at the operator (padded with spaces, so a key holding `in` is not
-/// taken for one).
-fn split_set<'a>(term: &'a str, op: &str) -> Option<(&'a str, &'a str)> {
-    term.split_once(op)
-}
-
 /// The values of a set term: `(a, b)`.
 fn set_values(key: &str, values: &str) -> Result<Vec<String>, SyntaxProblem> {
     let inner = values
@@ -154,15 +148,17 @@ impl Selector {
                 }
                 return Err(err(SyntaxProblem::NoKey));
             }
+            // Set operators are matched padded with spaces, so a key holding `in` is not
+            // taken for one.
             let expr = if let Some(key) = term.strip_prefix('!') {
                 Expr::DoesNotExist(token(key).map_err(err)?)
             } else if let Some((key, value)) = term.split_once("!=") {
                 Expr::NotIn(token(key).map_err(err)?, vec![value_token(value).map_err(err)?])
             } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
                 Expr::In(token(key).map_err(err)?, vec![value_token(value).map_err(err)?])
-            } else if let Some((key, values)) = split_set(term, " notin ") {
+            } else if let Some((key, values)) = term.split_once(" notin ") {
                 Expr::NotIn(token(key).map_err(err)?, set_values(key, values).map_err(err)?)
-            } else if let Some((key, values)) = split_set(term, " in ") {
+            } else if let Some((key, values)) = term.split_once(" in ") {
                 Expr::In(token(key).map_err(err)?, set_values(key, values).map_err(err)?)
             } else {
                 Expr::Exists(token(term).map_err(err)?)
