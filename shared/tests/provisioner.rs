@@ -331,6 +331,7 @@ fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_register
         state: LaunchState::Failed {
             reason: "CreateFleet: timed out".into(),
         },
+        reserved_for: None,
         version: 0,
     };
     block_on(w.store.create_launch(&record)).unwrap();

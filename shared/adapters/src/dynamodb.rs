@@ -406,6 +406,27 @@ impl StateStore for DynamoStore {
         self.delete(sort_key::backoff(nodepool, node_class)).await
     }
 
+    async fn event_recorded(&self, id: &str, now: SystemTime) -> Result<bool, StoreError> {
+        let sk = sort_key::event(id);
+        let answer = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key(&sk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| map_err(&sk, e))?;
+        // DynamoDB deletes expired items lazily: an item past its TTL is not recorded.
+        let now_secs = epoch_secs(now);
+        Ok(answer.item.is_some_and(|item| {
+            item.get(TTL_ATTRIBUTE)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_none_or(|expires| expires > now_secs)
+        }))
+    }
+
     async fn record_event(&self, id: &str, now: SystemTime, ttl: Duration) -> Result<bool, StoreError> {
         let sk = sort_key::event(id);
         let mut item = self.key(&sk);

@@ -16,6 +16,8 @@
 //!   those [`ownership`] says are this deployment's, a few per round), records to forget.
 //! - [`pod_events`] picks the Kubernetes Events a batch publishes on its pending pods
 //!   (nominated, unschedulable, launch failed), rate-limited per pod, reason and message.
+//! - [`reservation`] keeps the room of a disrupted node's replacement, in the planner's
+//!   view, for the pods it was launched for.
 //!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
@@ -34,6 +36,7 @@ pub mod packer;
 pub mod plan;
 pub mod pod;
 pub mod pod_events;
+pub mod reservation;
 pub mod scheduler;
 pub mod selector;
 pub mod subnet_zones;

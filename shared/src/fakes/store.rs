@@ -308,6 +308,13 @@ impl StateStore for FakeStore {
         self.delete(sort_key::backoff(nodepool, node_class))
     }
 
+    async fn event_recorded(&self, id: &str, now: SystemTime) -> Result<bool, StoreError> {
+        let key = sort_key::event(id);
+        let items = self.enter(format!("get {key}"))?;
+        let now_ms = epoch_millis(now);
+        Ok(items.get(&key).is_some_and(|i| i.expires_at.is_none_or(|e| e > now_ms)))
+    }
+
     async fn record_event(&self, id: &str, now: SystemTime, ttl: Duration) -> Result<bool, StoreError> {
         let key = sort_key::event(id);
         let mut items = self.enter(format!("put {key}"))?;

@@ -24,6 +24,7 @@ fn launch(id: &str, now: SystemTime) -> LaunchRecord {
         pods: vec!["default/web-1".into()],
         launched_at: epoch_millis(now),
         state: LaunchState::InFlight,
+        reserved_for: None,
         version: 0,
     }
 }
@@ -129,10 +130,21 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
         replacements: vec![],
         started_at: epoch_millis(now),
         updated_at: epoch_millis(now),
+        event_id: format!("event-{unique}"),
+        nodepool: Some("default".into()),
+        drain_deadline: epoch_millis(now + Duration::from_secs(90)),
+        hard_deadline: true,
+        wait_for_replacement: false,
+        evicted: vec!["default/web-0".into()],
+        held_by: Some("run-1".into()),
+        held_until: epoch_millis(now + Duration::from_secs(30)),
         version: 0,
     };
     let d1 = store.create_disruption(&d).await;
-    assert!(matches!(&d1, Ok(r) if r.version == 1), "{d1:?}");
+    assert!(
+        matches!(&d1, Ok(r) if *r == DisruptionRecord { version: 1, ..d.clone() }),
+        "a disruption reads back whole: {d1:?}"
+    );
     assert!(
         is_conflict(&store.create_disruption(&d).await),
         "one disruption per instance"
@@ -174,6 +186,10 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
     // Events are handled once.
     let event = format!("event-{unique}");
     assert!(
+        matches!(store.event_recorded(&event, now).await, Ok(false)),
+        "an event never recorded is not"
+    );
+    assert!(
         matches!(
             store.record_event(&event, now, Duration::from_secs(3600)).await,
             Ok(true)
@@ -186,6 +202,17 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
             Ok(false)
         ),
         "a seen event is not"
+    );
+    assert!(
+        matches!(store.event_recorded(&event, now).await, Ok(true)),
+        "a recorded event is known"
+    );
+    assert!(
+        matches!(
+            store.event_recorded(&event, now + Duration::from_secs(3601)).await,
+            Ok(false)
+        ),
+        "and forgotten after its TTL"
     );
 
     // Backoffs: one per NodePool and EC2NodeClass, advanced by version, windows over kept.

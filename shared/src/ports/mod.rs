@@ -22,6 +22,6 @@ pub use cloud::{
 pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
 pub use pod_event::{EventReason, EventType, MAX_MESSAGE_BYTES, PodEvent, PodRef};
 pub use store::{
-    Backoff, DisruptionRecord, DisruptionStep, FailureReason, LaunchRecord, LaunchState, Lease, NodeRecord, StateStore,
-    StoreError, UnavailableOffering, sort_key,
+    Backoff, DisruptionRecord, DisruptionStep, FailureReason, LaunchRecord, LaunchState, Lease, NodeRecord,
+    Reservation, StateStore, StoreError, UnavailableOffering, sort_key,
 };

@@ -103,8 +103,25 @@ pub struct LaunchRecord {
     pub launched_at: EpochMillis,
     /// Where it stands.
     pub state: LaunchState,
+    /// The pods whose room it is, when it replaces a node being disrupted: later runs
+    /// count it as capacity for those pods alone (see [`crate::decide::reservation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_for: Option<Reservation>,
     /// Incremented by every update; updates are conditional on it.
     pub version: u64,
+}
+
+/// The pods a replacement was launched for: the pods of a node being disrupted, named
+/// and by their controller, since a Deployment's evicted pod comes back under another
+/// name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// The instance being disrupted.
+    pub disrupted: String,
+    /// The pods, as `namespace/name`.
+    pub pods: Vec<String>,
+    /// Their controllers, as `namespace/Kind/name` (a ReplicaSet, a StatefulSet, a Job).
+    pub owners: Vec<String>,
 }
 
 /// A node Carpool owns.
@@ -164,6 +181,35 @@ pub struct DisruptionRecord {
     pub started_at: EpochMillis,
     /// When it last moved.
     pub updated_at: EpochMillis,
+    /// The event that started it (empty for the consolidator's).
+    #[serde(default)]
+    pub event_id: String,
+    /// The node's NodePool, when it has one.
+    #[serde(default)]
+    pub nodepool: Option<String>,
+    /// When the drain must end (a hard deadline: the instance goes away then), or when it
+    /// should (a soft one: past it, blocked pods are retried by later runs).
+    #[serde(default)]
+    pub drain_deadline: EpochMillis,
+    /// Whether the instance goes away at the deadline whatever the drain (a spot
+    /// interruption, an instance stopping): past it, Carpool terminates it.
+    #[serde(default)]
+    pub hard_deadline: bool,
+    /// Whether the drain waits until the replacements are Ready (a rebalance
+    /// recommendation, a scheduled change: there is time).
+    #[serde(default)]
+    pub wait_for_replacement: bool,
+    /// The pods evicted so far, as `namespace/name`.
+    #[serde(default)]
+    pub evicted: Vec<String>,
+    /// Who is advancing it (an invocation's request id), so that two invocations do not
+    /// drain the same node at once; `None` when nobody is.
+    #[serde(default)]
+    pub held_by: Option<String>,
+    /// Until when `held_by` holds it: past this, another invocation takes it over (the
+    /// holder crashed or timed out).
+    #[serde(default)]
+    pub held_until: EpochMillis,
     /// Incremented by every update; updates are conditional on it.
     pub version: u64,
 }
@@ -283,7 +329,8 @@ pub enum StoreError {
 /// - `create_*` is a `Conflict` when the item exists; `update_*` is a `Conflict` when the
 ///   stored version is not the one given, and stores the record with its version plus one.
 /// - `delete_*` of a missing item succeeds (idempotent).
-/// - `record_event` returns `true` the first time an id is seen, `false` after.
+/// - `record_event` returns `true` the first time an id is seen, `false` after;
+///   `event_recorded` says whether it was (and has not expired at `now`), writing nothing.
 /// - `unavailable_offerings` returns only entries not yet expired at `now` (DynamoDB TTL
 ///   deletes lazily, so expiry is also checked on read).
 pub trait StateStore: Send + Sync {
@@ -352,6 +399,9 @@ pub trait StateStore: Send + Sync {
     fn list_backoffs(&self) -> impl Future<Output = Result<Vec<Backoff>, StoreError>> + Send;
     /// Forgets the failures of a NodePool and EC2NodeClass (a node of theirs registered).
     fn delete_backoff(&self, nodepool: &str, node_class: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether an event id was recorded and has not expired at `now`.
+    fn event_recorded(&self, id: &str, now: SystemTime) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Records an event id; `true` when it is new. The key expires after `ttl`.
     fn record_event(

@@ -15,6 +15,7 @@ use crate::decide::ami_requirements::narrow_to_images;
 use crate::decide::backoff;
 use crate::decide::in_flight::capacity_view;
 use crate::decide::nodepools;
+use crate::decide::reservation::keep_reserved;
 use crate::decide::subnet_zones::narrow_to_subnet_zones;
 use crate::decide::templates::Skipped;
 use crate::decide::unschedulable::Reason;
@@ -149,6 +150,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let plan_start = self.clock.now();
             let mut view = snapshot.clone();
             view.nodes = capacity_view(&snapshot, &launches, &region, epoch_millis(plan_start), ttl_ms);
+            keep_reserved(&mut view, &launches, epoch_millis(plan_start), ttl_ms);
             let plan = provisioning_plan(&view, &region);
             report.plan_ms += elapsed_ms(plan_start, self.clock.now());
             if round == 0 {

@@ -151,6 +151,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             pods: node.pods.clone(),
             launched_at: epoch_millis(at),
             state: LaunchState::InFlight,
+            reserved_for: None,
             version: 0,
         };
         let record = self.store.create_launch(&record).await?;
