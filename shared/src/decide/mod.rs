@@ -16,6 +16,7 @@
 //!   those [`ownership`] says are this deployment's, a few per round), records to forget.
 //! - [`pod_events`] picks the Kubernetes Events a batch publishes on its pending pods
 //!   (nominated, unschedulable, launch failed), rate-limited per pod, reason and message.
+//! - [`replacement`] plans what replaces a node going away, from its own pods.
 //! - [`reservation`] keeps the room of a disrupted node's replacement, in the planner's
 //!   view, for the pods it was launched for.
 //!
@@ -36,6 +37,7 @@ pub mod packer;
 pub mod plan;
 pub mod pod;
 pub mod pod_events;
+pub mod replacement;
 pub mod reservation;
 pub mod scheduler;
 pub mod selector;
