@@ -1,69 +1,21 @@
-//! The real ports, built once per cold start from the configuration.
+//! The real ports, built once per cold start from the configuration
+//! ([`carpool_adapters::real_ports`]).
 
-use carpool::catalog::{Catalog, CatalogError};
 use carpool::run::provision::ProvisionerConfig;
 use carpool_adapters::clock::TokioClock;
 use carpool_adapters::dynamodb::DynamoStore;
-use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
-use carpool_adapters::eks::{EksAccess, EksError, Endpoint};
+use carpool_adapters::ec2::Ec2Cloud;
 use carpool_adapters::kube_cluster::KubeCluster;
+pub use carpool_adapters::real_ports::InitError;
+use carpool_adapters::real_ports::real_ports;
 
 use crate::handler::App;
-
-/// A cold start that cannot go on.
-#[derive(Debug, thiserror::Error)]
-pub enum InitError {
-    /// The region is not in the embedded catalog.
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    /// EKS access failed (DescribeCluster, the token, the client).
-    #[error(transparent)]
-    Eks(#[from] EksError),
-    /// The CA file of the endpoint override cannot be read.
-    #[error("CARPOOL_CLUSTER_CA_FILE {path}")]
-    CaFile {
-        /// The file.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The function's app on EC2, DynamoDB and the cluster's API.
 pub type RealApp = App<Ec2Cloud, KubeCluster, DynamoStore, TokioClock>;
 
-/// Builds the SDK clients, the EKS client and the catalog.
+/// Builds the ports and the app.
 pub async fn app(config: ProvisionerConfig) -> Result<RealApp, InitError> {
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new(config.region.clone()))
-        .load()
-        .await;
-    let mut eks = EksAccess::new(&sdk, &config.cluster)?;
-    if let (Some(url), Some(ca_file)) = (&config.cluster_endpoint, &config.cluster_ca_file) {
-        let ca_pem = std::fs::read(ca_file).map_err(|source| InitError::CaFile {
-            path: ca_file.clone(),
-            source,
-        })?;
-        eks = eks.with_endpoint_override(Endpoint {
-            url: url.clone(),
-            ca_pem,
-        });
-    }
-    if let Some(cidr) = &config.service_cidr {
-        eks = eks.with_service_cidr(cidr);
-    }
-    let cluster = KubeCluster::new(eks.client().await?);
-    let mut cloud = Ec2Cloud::new(
-        Ec2Clients::new(&sdk),
-        eks.cluster_info().await?,
-        &config.ami_ssm_parameter,
-    )
-    .with_public_ssm_root(&config.public_ssm_root);
-    if let (Some(role), Some(profile)) = (&config.node_role, &config.node_instance_profile) {
-        cloud = cloud.with_node_role(role, profile);
-    }
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table, &config.cluster);
-    let region = Catalog::embedded()?.region(&config.region)?;
-    Ok(App::new(cloud, cluster, store, TokioClock, config, region))
+    let ports = real_ports(&config).await?;
+    Ok(App::new(ports.cloud, ports.cluster, ports.store, TokioClock, config, ports.region))
 }

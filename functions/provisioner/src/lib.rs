@@ -8,10 +8,8 @@
 //!   `Retryable` or `NonRetryable`.
 //! - [`init`]: the real ports from the configuration (EKS access, EC2, DynamoDB), built
 //!   once per cold start.
-//! - [`logging`]: JSON logs for CloudWatch (`AWS_LAMBDA_LOG_FORMAT` respected).
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod handler;
 pub mod init;
-pub mod logging;

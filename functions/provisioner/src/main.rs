@@ -1,7 +1,8 @@
 //! The provisioner Lambda: pending pods become nodes. See the crate's `lib.rs`.
 
 use carpool::run::provision::ProvisionerConfig;
-use carpool_provisioner::{handler, init, logging};
+use carpool_adapters::logging;
+use carpool_provisioner::{handler, init};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 

@@ -18,6 +18,9 @@
 //! - [`eks_token`]: the bearer token EKS accepts, as `aws eks get-token` makes it.
 //! - [`kube_cluster`]: the `Cluster` port on the Kubernetes API: reads, cordon and taint
 //!   patches that keep other fields, evictions through the Eviction API.
+//! - [`logging`]: JSON logs for CloudWatch (`AWS_LAMBDA_LOG_FORMAT` respected).
+//! - [`real_ports`]: every real port and the region's catalog, from a function's
+//!   configuration, built once per cold start.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,3 +31,5 @@ pub mod ec2;
 pub mod eks;
 pub mod eks_token;
 pub mod kube_cluster;
+pub mod logging;
+pub mod real_ports;

@@ -135,7 +135,11 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
         drain_deadline: epoch_millis(now + Duration::from_secs(90)),
         hard_deadline: true,
         wait_for_replacement: false,
-        evicted: vec!["default/web-0".into()],
+        evicted: vec![crate::ports::PodRef {
+            namespace: "web".into(),
+            name: "web-0".into(),
+            uid: Some("uid-0".into()),
+        }],
         held_by: Some("run-1".into()),
         held_until: epoch_millis(now + Duration::from_secs(30)),
         version: 0,

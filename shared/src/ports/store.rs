@@ -199,9 +199,9 @@ pub struct DisruptionRecord {
     /// recommendation, a scheduled change: there is time).
     #[serde(default)]
     pub wait_for_replacement: bool,
-    /// The pods evicted so far, as `namespace/name`.
+    /// The pods whose eviction the apiserver accepted so far (not evicted again on resume).
     #[serde(default)]
-    pub evicted: Vec<String>,
+    pub evicted: Vec<super::PodRef>,
     /// Who is advancing it (an invocation's request id), so that two invocations do not
     /// drain the same node at once; `None` when nobody is.
     #[serde(default)]

@@ -3,8 +3,12 @@
 //!
 //! - [`provision`]: the provisioner's run: hold the lease, watch for unschedulable pods,
 //!   batch them, plan with [`crate::decide`], launch, record; and housekeeping.
+//! - [`interruption`]: the interruption function's run: an event about an instance
+//!   becomes a durable disruption (taint, replacement, drain, terminate, clean up),
+//!   resumed by the next invocation after a crash.
 //! - [`price_refresh`]: a region's catalog with live prices and offerings, read again
 //!   when stale; every function that plans keeps one across invocations.
 
+pub mod interruption;
 pub mod price_refresh;
 pub mod provision;

@@ -96,24 +96,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             self.publish_events(&snapshot, &report, &[]).await;
             return Ok(report);
         }
-        let mut zones_by_class = BTreeMap::new();
-        for class in &snapshot.nodeclasses {
-            zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
-        }
-        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
-        let mut images_by_class = BTreeMap::new();
-        for class in &snapshot.nodeclasses {
-            // A class whose AMIs cannot be resolved launches nothing; the others still do.
-            let images = match self.cloud.images(class).await {
-                Err(e @ crate::ports::CloudError::NodeClass { .. }) => {
-                    tracing::warn!(node_class = %class.name(), error = %e, "no AMI: the class launches nothing");
-                    Vec::new()
-                }
-                other => other?,
-            };
-            images_by_class.insert(class.name().to_string(), images);
-        }
-        narrow_to_images(&mut snapshot.nodepools, &images_by_class, base.types());
+        self.narrow_pools(&mut snapshot, base).await?;
         let now = self.clock.now();
         // A NodePool backed off after failures in a row is left out until its window ends.
         let backoffs = self.store.list_backoffs().await?;
@@ -176,7 +159,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let launch_start = self.clock.now();
             let fleet_at = epoch_millis(launch_start);
             let outcomes = self
-                .launch_all(&plan.nodes, &snapshot, &region, launch_start, &created)
+                .launch_all(&plan.nodes, &snapshot, &region, launch_start, &created, None)
                 .await;
             report.launch_ms += elapsed_ms(launch_start, self.clock.now());
 
@@ -255,6 +238,35 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         report.pending_to_fleet_ms.sort_unstable();
         self.publish_events(&snapshot, &report, &launches).await;
         Ok(report)
+    }
+
+    /// Narrows each NodePool of the snapshot to the zones its EC2NodeClass has subnets in
+    /// and the instance types its AMIs boot (a class whose AMIs cannot be resolved
+    /// launches nothing; the others still do).
+    pub(crate) async fn narrow_pools(
+        &self,
+        snapshot: &mut Snapshot,
+        base: &RegionCatalog<'_>,
+    ) -> Result<(), ProvisionError> {
+        let mut zones_by_class = BTreeMap::new();
+        for class in &snapshot.nodeclasses {
+            zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
+        }
+        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
+        let mut images_by_class = BTreeMap::new();
+        for class in &snapshot.nodeclasses {
+            // A class whose AMIs cannot be resolved launches nothing; the others still do.
+            let images = match self.cloud.images(class).await {
+                Err(e @ crate::ports::CloudError::NodeClass { .. }) => {
+                    tracing::warn!(node_class = %class.name(), error = %e, "no AMI: the class launches nothing");
+                    Vec::new()
+                }
+                other => other?,
+            };
+            images_by_class.insert(class.name().to_string(), images);
+        }
+        narrow_to_images(&mut snapshot.nodepools, &images_by_class, base.types());
+        Ok(())
     }
 
     fn log_dry_run(&self, nodes: &[PlannedNode]) {

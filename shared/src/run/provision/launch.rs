@@ -18,7 +18,7 @@ use crate::decide::templates::pool_labels;
 use crate::model::well_known as wk;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{
-    Cloud, CloudError, Cluster, EpochMillis, LaunchRecord, LaunchRequest, LaunchState, StateStore, Timer,
+    Cloud, CloudError, Cluster, EpochMillis, LaunchRecord, LaunchRequest, LaunchState, Reservation, StateStore, Timer,
     UnavailableOffering, epoch_millis,
 };
 use crate::snapshot::Snapshot;
@@ -85,7 +85,7 @@ fn request(
 }
 
 /// The outcome of one planned node's launch.
-pub(super) enum LaunchOutcome {
+pub(crate) enum LaunchOutcome {
     /// Launched: what the report says, and the record as stored.
     Launched(Box<(Launched, LaunchRecord)>),
     /// No capacity: the offerings to leave out, and the failure to report. The record is
@@ -101,33 +101,36 @@ pub(super) enum LaunchOutcome {
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// Launches every planned node, [`LAUNCH_CONCURRENCY`] at a time, at `at`; the
     /// outcomes in the nodes' order.
-    pub(super) async fn launch_all(
+    pub(crate) async fn launch_all(
         &self,
         nodes: &[PlannedNode],
         snapshot: &Snapshot,
         region: &RegionCatalog<'_>,
         at: SystemTime,
         created: &BTreeMap<String, EpochMillis>,
+        reservation: Option<&Reservation>,
     ) -> Vec<Result<LaunchOutcome, ProvisionError>> {
         stream::iter(
             nodes
                 .iter()
-                .map(|node| self.launch(node, snapshot, region, at, created)),
+                .map(|node| self.launch(node, snapshot, region, at, created, reservation)),
         )
         .buffered(LAUNCH_CONCURRENCY)
         .collect()
         .await
     }
 
-    /// Records, launches and records again one planned node, at `at`. Store errors end
-    /// the batch; cloud errors are outcomes.
-    pub(super) async fn launch(
+    /// Records, launches and records again one planned node, at `at`, its room reserved
+    /// for `reservation`'s pods when given. Store errors end the batch; cloud errors are
+    /// outcomes.
+    pub(crate) async fn launch(
         &self,
         node: &PlannedNode,
         snapshot: &Snapshot,
         region: &RegionCatalog<'_>,
         at: SystemTime,
         created: &BTreeMap<String, EpochMillis>,
+        reservation: Option<&Reservation>,
     ) -> Result<LaunchOutcome, ProvisionError> {
         let launch_id = self.next_launch_id();
         let pool = snapshot.nodepools.iter().find(|p| p.name() == node.nodepool);
@@ -151,7 +154,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             pods: node.pods.clone(),
             launched_at: epoch_millis(at),
             state: LaunchState::InFlight,
-            reserved_for: None,
+            reserved_for: reservation.cloned(),
             version: 0,
         };
         let record = self.store.create_launch(&record).await?;

@@ -37,6 +37,7 @@ pub mod housekeeping;
 pub mod launch;
 pub mod metrics;
 pub mod observe;
+pub mod replace;
 pub mod report;
 
 use std::collections::HashMap;

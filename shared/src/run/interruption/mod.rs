@@ -1,0 +1,435 @@
+//! The interruption function's run: an event about an instance becomes a disruption that
+//! survives crashes.
+//!
+//! For each instance an event names ([`Interrupter::handle`]):
+//!
+//! 1. An event handled before (its `EVENT#` record) does nothing twice.
+//! 2. The instance's **actual** state is read from EC2: state-change events arrive out of
+//!    order, so a `stopping` event about an instance running again is stale, and one
+//!    about an instance already gone is a clean-up. An instance this deployment did not
+//!    launch (no launch-id tag, or another deployment's tag) is left alone.
+//! 3. A spot interruption marks its offering (type, zone, spot) unavailable, as a
+//!    capacity error would, so nothing is launched into it again for 3 minutes.
+//! 4. A `DISRUPT#<instance>` record is created (a conditional write: a second delivery,
+//!    or a second event about the same instance, joins the first), then the event is
+//!    recorded, then the disruption is [advanced](advance).
+//!
+//! A disruption advances step by step, each step idempotent, the record written after
+//! each: taint `carpool.sh/disrupted:NoSchedule`; launch the replacement through the
+//! provisioner's path, its room reserved for the node's pods
+//! ([`crate::run::provision::replace`]); for a rebalance recommendation or a scheduled
+//! change, wait until it is Ready; drain by eviction ([`crate::run::drain`]); terminate
+//! the instance; once it is gone, delete the Node and the records. An invocation holds
+//! the record while it works (`held_by`, renewed every pass); a crashed or timed-out
+//! holder's record is taken over once its hold lapses, by the next event or by the
+//! scheduled [sweep](Interrupter::sweep), which resumes every disruption in progress.
+//!
+//! Deadlines: a spot interruption, and an instance stopping or shutting down, go away
+//! whatever Carpool does, so the drain ends at the event's time plus
+//! [`InterruptionSettings::drain_deadline`] (90 s, inside the 2-minute notice) and the
+//! instance is terminated then, drained or not. A rebalance recommendation and a
+//! scheduled change leave time: the drain retries blocked pods in later invocations,
+//! PDBs holding, and the instance is terminated only once drained.
+
+pub mod advance;
+pub mod metrics;
+pub mod report;
+
+use std::time::{Duration, SystemTime};
+
+pub use report::{EventReport, Outcome};
+
+use crate::catalog::RegionCatalog;
+use crate::decide::interruption::{Action, Cause, InstanceStateName, InterruptionEvent};
+use crate::model::CapacityType;
+use crate::model::node::instance_id_from_provider_id;
+use crate::ports::{
+    Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, Instance, InstanceState, StateStore,
+    StoreError, Timer, UnavailableOffering, epoch_millis,
+};
+use crate::run::drain::DrainError;
+use crate::run::provision::{ProvisionError, Settings};
+
+/// The NodePool annotation that opts a pool in to acting on rebalance recommendations.
+pub const REBALANCE_ANNOTATION: &str = "carpool.sh/rebalance";
+
+/// The taint of a node being disrupted.
+pub const DISRUPTED_TAINT: &str = "carpool.sh/disrupted";
+
+/// The settings of the interruption function's run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InterruptionSettings {
+    /// What the launch path needs: the deployment, the NodePool selector, the
+    /// registration TTL, dry run.
+    pub provision: Settings,
+    /// How long after the event a drain with a hard deadline may take (90 s: the spot
+    /// notice is 2 minutes, and the pods need their grace period).
+    pub drain_deadline: Duration,
+    /// How long an event id is remembered.
+    pub event_ttl: Duration,
+    /// How long an invocation holds a disruption without renewing it: past this, another
+    /// invocation takes it over.
+    pub hold: Duration,
+    /// The first wait after a drain pass with blocked pods (doubling up to 10 s).
+    pub retry_initial: Duration,
+}
+
+impl Default for InterruptionSettings {
+    fn default() -> Self {
+        InterruptionSettings {
+            provision: Settings::default(),
+            drain_deadline: Duration::from_secs(90),
+            event_ttl: Duration::from_secs(24 * 3600),
+            hold: Duration::from_secs(20),
+            retry_initial: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A handling that could not go on. The event is then not acknowledged, and SQS
+/// delivers it again; every step is idempotent.
+#[derive(Debug, thiserror::Error)]
+pub enum InterruptionError {
+    /// The Kubernetes API failed.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// EC2 failed.
+    #[error(transparent)]
+    Cloud(#[from] CloudError),
+    /// The replacement's launch path failed outside a launch.
+    #[error("launching the replacement")]
+    Replace(#[source] ProvisionError),
+    /// The drain failed.
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+}
+
+/// One invocation's ports and settings.
+pub struct Interrupter<'a, C, K, S, T> {
+    /// EC2.
+    pub cloud: &'a C,
+    /// The Kubernetes API.
+    pub cluster: &'a K,
+    /// DynamoDB.
+    pub store: &'a S,
+    /// Time.
+    pub clock: &'a T,
+    /// Settings.
+    pub settings: InterruptionSettings,
+    /// Who runs (the Lambda request id): the holder of the disruptions it advances.
+    pub owner: String,
+}
+
+fn since_ms(from: SystemTime, to: SystemTime) -> u64 {
+    to.duration_since(from)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The `EVENT#` key of an event about one instance: the event id, with the instance when
+/// the event names several (a Health event).
+fn event_key(event: &InterruptionEvent, instance: &str) -> String {
+    if event.instance_ids.len() > 1 {
+        format!("{}#{instance}", event.id)
+    } else {
+        event.id.clone()
+    }
+}
+
+/// Why an instance is not this deployment's to disrupt, if it is not.
+fn not_owned(instance: &Instance, deployment: &str) -> Option<String> {
+    if instance.launch_id.is_empty() {
+        return Some("it has no launch-id tag: Carpool did not launch it".into());
+    }
+    match instance.deployment.as_deref() {
+        Some(d) if d == deployment => None,
+        Some(d) => Some(format!("it belongs to deployment {d:?}")),
+        None => Some("it has no deployment tag".into()),
+    }
+}
+
+impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S, T> {
+    /// An invocation by `owner`.
+    pub fn new(
+        cloud: &'a C,
+        cluster: &'a K,
+        store: &'a S,
+        clock: &'a T,
+        settings: InterruptionSettings,
+        owner: &str,
+    ) -> Self {
+        Interrupter {
+            cloud,
+            cluster,
+            store,
+            clock,
+            settings,
+            owner: owner.to_string(),
+        }
+    }
+
+    /// Handles one event, working until `until` at most (the invocation's time less a
+    /// margin): one report per instance it names (one for an event it ignores; those of
+    /// the disruptions it resumed for a sweep). Each report is logged.
+    pub async fn handle(
+        &self,
+        region: &RegionCatalog<'_>,
+        event: &InterruptionEvent,
+        until: SystemTime,
+    ) -> Result<Vec<EventReport>, InterruptionError> {
+        let reports = match &event.action {
+            Action::Ignore { reason } => vec![EventReport::new(
+                &event.id,
+                event.kind,
+                event.action_word(),
+                None,
+                Outcome::Ignored {
+                    reason: reason.to_string(),
+                },
+            )],
+            Action::Sweep => self.sweep(region, until).await?,
+            _ => {
+                let mut reports = Vec::new();
+                for id in &event.instance_ids {
+                    reports.push(self.instance(region, event, id, until).await?);
+                }
+                reports
+            }
+        };
+        for r in &reports {
+            r.log();
+        }
+        Ok(reports)
+    }
+
+    /// Resumes every disruption in progress (the scheduled sweep), until `until`.
+    pub async fn sweep(&self, region: &RegionCatalog<'_>, until: SystemTime) -> Result<Vec<EventReport>, InterruptionError> {
+        let records = self.store.list_disruptions().await?;
+        let mut reports = Vec::new();
+        for record in records {
+            let report = EventReport::new(
+                &record.event_id,
+                crate::decide::interruption::EventKind::Scheduled,
+                "sweep",
+                Some(&record.instance_id),
+                Outcome::Draining,
+            );
+            reports.push(self.advance(region, record, None, until, report).await?);
+        }
+        Ok(reports)
+    }
+
+    async fn instance(
+        &self,
+        region: &RegionCatalog<'_>,
+        event: &InterruptionEvent,
+        id: &str,
+        until: SystemTime,
+    ) -> Result<EventReport, InterruptionError> {
+        let start = self.clock.now();
+        let key = event_key(event, id);
+        let mut report = EventReport::new(&event.id, event.kind, event.action_word(), Some(id), Outcome::Duplicate);
+        if self.store.event_recorded(&key, start).await? {
+            tracing::info!(event_id = %event.id, instance_id = %id, "event handled before: nothing done twice");
+            return Ok(report);
+        }
+        let instance = match self.cloud.get(id).await {
+            Ok(i) => Some(i),
+            Err(CloudError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let existing = self
+            .store
+            .list_disruptions()
+            .await?
+            .into_iter()
+            .find(|d| d.instance_id == id);
+        let node = self.node_of(id).await?;
+        report.node.clone_from(&node);
+
+        // Gone, or going: a clean-up, whatever the event said (the actual state wins).
+        let gone = instance
+            .as_ref()
+            .is_none_or(|i| matches!(i.state, InstanceState::Terminated | InstanceState::Stopped));
+        if let Action::Cleanup { .. } = event.action {
+            if instance
+                .as_ref()
+                .is_some_and(|i| matches!(i.state, InstanceState::Running | InstanceState::Pending))
+            {
+                report.outcome = Outcome::Ignored {
+                    reason: "the instance is running again: the event is stale".into(),
+                };
+                self.store.record_event(&key, start, self.settings.event_ttl).await?;
+                return Ok(report);
+            }
+        }
+        if let Some(i) = &instance
+            && let Some(reason) = not_owned(i, &self.settings.provision.deployment)
+        {
+            tracing::info!(event_id = %event.id, instance_id = %id, reason = %reason, "not Carpool's instance: ignored");
+            report.outcome = Outcome::NotOwned { reason };
+            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            return Ok(report);
+        }
+        if instance.is_none() && existing.is_none() && !self.has_records(id).await? {
+            report.outcome = Outcome::NotOwned {
+                reason: "EC2 does not know it and Carpool has no record of it".into(),
+            };
+            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            return Ok(report);
+        }
+        if matches!(event.action, Action::Cleanup { .. }) || gone {
+            self.cleanup(id, node.as_deref()).await?;
+            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            report.outcome = Outcome::CleanedUp;
+            report.elapsed_ms = since_ms(start, self.clock.now());
+            return Ok(report);
+        }
+        let Some(instance) = instance else {
+            return Ok(report);
+        };
+        if let Action::Disrupt {
+            cause: Cause::StateChange(InstanceStateName::Stopping | InstanceStateName::ShuttingDown),
+        } = event.action
+            && matches!(instance.state, InstanceState::Running | InstanceState::Pending)
+        {
+            report.outcome = Outcome::Ignored {
+                reason: "the instance is running: the state change is stale".into(),
+            };
+            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            return Ok(report);
+        }
+        if matches!(
+            event.action,
+            Action::Disrupt {
+                cause: Cause::SpotInterruption
+            }
+        ) && instance.capacity_type == CapacityType::Spot
+        {
+            let offering = UnavailableOffering {
+                instance_type: instance.instance_type.clone(),
+                zone: instance.zone.clone(),
+                capacity_type: CapacityType::Spot,
+                until: epoch_millis(start + crate::run::provision::launch::UNAVAILABLE_FOR),
+            };
+            self.store.mark_unavailable(&offering).await?;
+        }
+        let Some(node) = node else {
+            tracing::info!(event_id = %event.id, instance_id = %id, "the instance has no Node yet: nothing to drain");
+            report.outcome = Outcome::NoNode;
+            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            return Ok(report);
+        };
+        if matches!(event.action, Action::Rebalance) && !self.rebalance_opted_in(&instance.nodepool).await? {
+            report.outcome = Outcome::Ignored {
+                reason: format!(
+                    "NodePool {:?} does not opt in to rebalance recommendations (annotation {REBALANCE_ANNOTATION}: \"true\")",
+                    instance.nodepool
+                ),
+            };
+            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            return Ok(report);
+        }
+        let record = match existing {
+            Some(record) => record,
+            None => {
+                let event_at = event.time.unwrap_or_else(|| epoch_millis(start));
+                let (hard, wait) = match &event.action {
+                    Action::Disrupt {
+                        cause: Cause::SpotInterruption | Cause::StateChange(_),
+                    } => (true, false),
+                    _ => (false, true),
+                };
+                let deadline_ms = i64::try_from(self.settings.drain_deadline.as_millis()).unwrap_or(i64::MAX);
+                let record = DisruptionRecord {
+                    instance_id: id.to_string(),
+                    node: node.clone(),
+                    reason: reason_of(&event.action).to_string(),
+                    step: DisruptionStep::Tainted,
+                    replacements: Vec::new(),
+                    started_at: epoch_millis(start),
+                    updated_at: epoch_millis(start),
+                    event_id: event.id.clone(),
+                    nodepool: Some(instance.nodepool.clone()).filter(|p| !p.is_empty()),
+                    drain_deadline: event_at.saturating_add(deadline_ms),
+                    hard_deadline: hard,
+                    wait_for_replacement: wait,
+                    evicted: Vec::new(),
+                    held_by: None,
+                    held_until: 0,
+                    version: 0,
+                };
+                match self.store.create_disruption(&record).await {
+                    Ok(r) => r,
+                    Err(StoreError::Conflict { .. }) => {
+                        // Another delivery created it a moment ago: join it.
+                        match self
+                            .store
+                            .list_disruptions()
+                            .await?
+                            .into_iter()
+                            .find(|d| d.instance_id == id)
+                        {
+                            Some(r) => r,
+                            None => return Ok(report),
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        self.store.record_event(&key, start, self.settings.event_ttl).await?;
+        self.advance(region, record, event.time, until, report).await
+    }
+
+    /// The Node of an instance, by its providerID.
+    async fn node_of(&self, instance_id: &str) -> Result<Option<String>, InterruptionError> {
+        Ok(self.cluster.nodes().await?.into_iter().find_map(|n| {
+            let id = n.spec.as_ref()?.provider_id.as_deref().and_then(instance_id_from_provider_id)?;
+            (id == instance_id).then(|| n.metadata.name.clone()).flatten()
+        }))
+    }
+
+    /// Whether Carpool has a node or launch record of the instance.
+    async fn has_records(&self, instance_id: &str) -> Result<bool, InterruptionError> {
+        let node = self.store.list_nodes().await?.iter().any(|n| n.instance_id == instance_id);
+        let launch = self
+            .store
+            .list_launches()
+            .await?
+            .iter()
+            .any(|l| l.instance_id.as_deref() == Some(instance_id));
+        Ok(node || launch)
+    }
+
+    async fn rebalance_opted_in(&self, nodepool: &str) -> Result<bool, InterruptionError> {
+        let pools = self.cluster.nodepools().await?;
+        Ok(pools.valid.iter().any(|p| {
+            p.name() == nodepool
+                && p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(REBALANCE_ANNOTATION))
+                    .is_some_and(|v| v == "true")
+        }))
+    }
+}
+
+/// The disruption's reason, as its record keeps it.
+fn reason_of(action: &Action) -> &'static str {
+    match action {
+        Action::Disrupt {
+            cause: Cause::SpotInterruption,
+        } => "spot-interruption",
+        Action::Disrupt {
+            cause: Cause::ScheduledChange,
+        } => "scheduled-change",
+        Action::Disrupt {
+            cause: Cause::StateChange(_),
+        } => "state-change",
+        Action::Rebalance => "rebalance-recommendation",
+        _ => "interruption",
+    }
+}

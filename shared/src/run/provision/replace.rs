@@ -1,0 +1,120 @@
+//! The replacement of a node that is going away (a spot interruption, an instance
+//! stopping, a scheduled change), planned from its own pods and launched through the same
+//! path as a batch's nodes, its room [reserved](crate::decide::reservation) for those
+//! pods. The interruption function calls it before it drains the node; the consolidator
+//! will too.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::launch::LaunchOutcome;
+use super::report::{LaunchFailure, Launched};
+use super::{ProvisionError, Provisioner, batch::MAX_ROUNDS};
+use crate::catalog::RegionCatalog;
+use crate::decide::replacement::{moving_pods, prefer_on_demand, replacement_view};
+use crate::decide::reservation::reservation_for;
+use crate::decide::{Unschedulable, backoff, nodepools, provisioning_plan};
+use crate::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+
+/// What was launched to replace a node.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Replacement {
+    /// The pods it was planned for, as `namespace/name`.
+    pub pods: Vec<String>,
+    /// The launch ids of the replacement nodes (launched, or whose outcome is unknown and
+    /// that stay in flight).
+    pub launch_ids: Vec<String>,
+    /// The nodes launched.
+    pub launched: Vec<Launched>,
+    /// Launches that failed.
+    pub failures: Vec<LaunchFailure>,
+    /// Pods no replacement could be planned for, and why. They are evicted all the same,
+    /// and the provisioner plans for them once they are pending.
+    pub unschedulable: Vec<Unschedulable>,
+}
+
+impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
+    /// Plans and launches the replacement of `node` (the instance `disrupted`), from the
+    /// pods the drain will move, on new capacity: on-demand where the NodePools allow it
+    /// when `on_demand` (see [`crate::decide::replacement`]). Capacity errors leave those
+    /// offerings out and re-plan, as a batch does.
+    pub async fn replace_node(
+        &self,
+        base: &RegionCatalog<'_>,
+        node: &str,
+        disrupted: &str,
+        on_demand: bool,
+    ) -> Result<Replacement, ProvisionError> {
+        let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
+        nodepools::drop_without_node_class(&mut snapshot);
+        self.narrow_pools(&mut snapshot, base).await?;
+        let now = self.clock.now();
+        let backoffs = self.store.list_backoffs().await?;
+        backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
+        if on_demand {
+            prefer_on_demand(&mut snapshot.nodepools);
+        }
+        let reservation = reservation_for(disrupted, &moving_pods(&snapshot, node));
+        let (mut view, pods) = replacement_view(&snapshot, node);
+        let mut replacement = Replacement {
+            pods,
+            ..Replacement::default()
+        };
+        if replacement.pods.is_empty() {
+            return Ok(replacement);
+        }
+        let mut region = base.clone();
+        for o in self.store.unavailable_offerings(now).await? {
+            region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
+        }
+        let created = BTreeMap::new();
+        for _ in 0..MAX_ROUNDS {
+            let plan = provisioning_plan(&view, &region);
+            replacement.unschedulable = plan.unschedulable.clone();
+            if plan.nodes.is_empty() || self.settings.dry_run {
+                break;
+            }
+            let at = self.clock.now();
+            let outcomes = self
+                .launch_all(&plan.nodes, &snapshot, &region, at, &created, Some(&reservation))
+                .await;
+            let mut provided: BTreeSet<String> = BTreeSet::new();
+            let mut out_of_capacity = false;
+            for (planned, outcome) in plan.nodes.iter().zip(outcomes) {
+                match outcome? {
+                    LaunchOutcome::Launched(launched) => {
+                        let (launched, record) = *launched;
+                        replacement.launch_ids.push(record.id);
+                        replacement.launched.push(launched);
+                        provided.extend(planned.pods.iter().cloned());
+                    }
+                    LaunchOutcome::Unknown(unknown) => {
+                        let (failure, record) = *unknown;
+                        replacement.launch_ids.push(record.id);
+                        replacement.failures.push(failure);
+                        provided.extend(planned.pods.iter().cloned());
+                    }
+                    LaunchOutcome::OutOfCapacity(offerings, failure) => {
+                        out_of_capacity = true;
+                        for o in offerings {
+                            region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
+                            self.store.mark_unavailable(&o).await?;
+                        }
+                        replacement.failures.push(failure);
+                    }
+                    LaunchOutcome::Failed(failure) => {
+                        replacement.failures.push(failure);
+                        provided.extend(planned.pods.iter().cloned());
+                    }
+                }
+            }
+            // The next round plans only for the pods whose node ran out of capacity.
+            view.pods
+                .retain(|p| !provided.contains(&crate::decide::pod::pod_key(p)) || p.spec.as_ref().is_some_and(|s| s.node_name.is_some()));
+            if !out_of_capacity {
+                break;
+            }
+        }
+        Ok(replacement)
+    }
+}
