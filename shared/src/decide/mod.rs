@@ -16,6 +16,9 @@
 //!   those [`ownership`] says are this deployment's, a few per round), records to forget.
 //! - [`pod_events`] picks the Kubernetes Events a batch publishes on its pending pods
 //!   (nominated, unschedulable, launch failed), rate-limited per pod, reason and message.
+//! - [`interruption`] reads a spot warning, rebalance recommendation, state change, Health
+//!   event or scheduled tick (bare, SQS-wrapped or a Lambda SQS batch) into a typed
+//!   [`interruption::Action`]: disrupt, rebalance, clean up, sweep or ignore (and why).
 //!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
@@ -27,6 +30,7 @@ pub mod checker;
 pub mod daemonsets;
 pub mod housekeeping;
 pub mod in_flight;
+pub mod interruption;
 pub mod lower_bound;
 pub mod nodepools;
 pub mod ownership;
