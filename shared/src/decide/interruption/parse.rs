@@ -67,7 +67,17 @@ pub fn parse_event(json: &Value) -> Result<InterruptionEvent, EventError> {
     }
     let source = object.get("source").and_then(Value::as_str).unwrap_or_default();
     let detail_type = object.get("detail-type").and_then(Value::as_str).unwrap_or_default();
-    match EventKind::of(source, detail_type) {
+    let kind = EventKind::of(source, detail_type);
+    // serde would read a struct from a list too; a handled kind's detail is an object.
+    let detail = object.get("detail").unwrap_or(&Value::Null);
+    if kind != EventKind::Unknown && kind != EventKind::Scheduled && !detail.is_object() {
+        return Err(EventError::BadDetail {
+            detail_type: detail_type.to_owned(),
+            path: "detail".to_owned(),
+            message: format!("expected an object, found {}", json_type(detail)),
+        });
+    }
+    match kind {
         EventKind::SpotInterruption => {
             let event: EventBridgeEvent<SpotInterruptionDetail> = typed(json)?;
             let ids = ec2_instances(&event, event.detail.instance_id.as_deref())?;
