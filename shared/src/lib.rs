@@ -21,8 +21,11 @@
 //! - [`decide`]: pure decisions. The scheduling simulation and cost-aware packer that
 //!   turn a snapshot into a [`decide::ProvisioningPlan`], its lower bound, and an
 //!   independent [plan checker](decide::checker); the NodePools that can launch
-//!   ([`decide::nodepools`]); and the [housekeeping plan](decide::housekeeping): what to
-//!   mark registered, label, terminate (and why) and forget.
+//!   ([`decide::nodepools`]); the [housekeeping plan](decide::housekeeping): what to
+//!   mark registered, label, terminate (and why) and forget; and the
+//!   [interruption events](decide::interruption) (spot warnings, rebalance
+//!   recommendations, state changes, Health events, scheduled ticks) read into typed
+//!   actions.
 //!
 //! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`],
 //!   [`ports::Cloud`], [`ports::Cluster`] and [`ports::StateStore`].

@@ -19,6 +19,9 @@
 //! - [`replacement`] plans what replaces a node going away, from its own pods.
 //! - [`reservation`] keeps the room of a disrupted node's replacement, in the planner's
 //!   view, for the pods it was launched for.
+//! - [`interruption`] reads a spot warning, rebalance recommendation, state change, Health
+//!   event or scheduled tick (bare, SQS-wrapped or a Lambda SQS batch) into a typed
+//!   [`interruption::Action`]: disrupt, rebalance, clean up, sweep or ignore (and why).
 //!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
@@ -30,6 +33,7 @@ pub mod checker;
 pub mod daemonsets;
 pub mod housekeeping;
 pub mod in_flight;
+pub mod interruption;
 pub mod lower_bound;
 pub mod nodepools;
 pub mod ownership;

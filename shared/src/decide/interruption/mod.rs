@@ -1,0 +1,45 @@
+//! Interruption events turned into typed actions, before anything is done.
+//!
+//! The interruption function receives EC2 spot interruption warnings, rebalance
+//! recommendations, instance state changes and AWS Health events, through an SQS queue
+//! or directly from EventBridge, and scheduled ticks. This module reads each into an
+//! [`InterruptionEvent`]: its kind, the instances it names, and the [`Action`] to take.
+//! `carpool event` prints the same values.
+//!
+//! - [`event`]: the kinds and the typed `detail` of each, read through aws_lambda_events'
+//!   `EventBridgeEvent<T>`, tolerant of unknown and missing optional fields;
+//! - [`instance_ids`]: the instance ids in `detail`, `resources` ARNs (both ARN forms) and
+//!   Health's `affectedEntities`;
+//! - [`action`]: what to do with each kind, and why an event is ignored;
+//! - [`parse`]: one event into an [`InterruptionEvent`] ([`parse_event`]);
+//! - [`input`]: a bare event, an SQS message or a Lambda SQS batch into records
+//!   ([`parse_input`]), one per message, each with its own result;
+//! - [`error`]: why an input cannot be read ([`EventError`]).
+//!
+//! | event | action |
+//! |---|---|
+//! | spot interruption warning (any `instance-action`) | [`Action::Disrupt`], [`Cause::SpotInterruption`] |
+//! | rebalance recommendation | [`Action::Rebalance`] (the run checks the NodePool opted in) |
+//! | state change to `stopping`, `shutting-down` | [`Action::Disrupt`], [`Cause::StateChange`] |
+//! | state change to `stopped`, `terminated` | [`Action::Cleanup`] |
+//! | state change to `pending`, `running` | [`Action::Ignore`] |
+//! | Health, `service` `EC2`, `eventTypeCategory` `scheduledChange` | [`Action::Disrupt`], [`Cause::ScheduledChange`] |
+//! | other Health events, or one naming no instance | [`Action::Ignore`] |
+//! | `aws.events` `Scheduled Event`, EventBridge Scheduler input | [`Action::Sweep`] |
+//! | any other event | [`Action::Ignore`] ([`IgnoreReason::NotHandled`]), kind [`EventKind::Unknown`] |
+//!
+//! Whether Carpool owns the instance, and the instance's actual state (state changes can
+//! arrive out of order), are the run's to check: this module only reads.
+
+pub mod action;
+pub mod error;
+pub mod event;
+pub mod input;
+pub mod instance_ids;
+pub mod parse;
+
+pub use action::{Action, Cause, IgnoreReason};
+pub use error::EventError;
+pub use event::{EventKind, InstanceStateName};
+pub use input::{InputRecord, parse_input, parse_input_text};
+pub use parse::{InterruptionEvent, parse_event};
