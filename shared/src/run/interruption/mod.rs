@@ -74,6 +74,17 @@ pub struct InterruptionSettings {
     pub retry_initial: Duration,
 }
 
+impl InterruptionSettings {
+    /// The settings of a configuration (the provisioner's, with its drain deadline).
+    pub fn from_config(config: &crate::run::provision::ProvisionerConfig) -> Self {
+        InterruptionSettings {
+            provision: Settings::from_config(config, config.watch),
+            drain_deadline: config.drain_deadline,
+            ..InterruptionSettings::default()
+        }
+    }
+}
+
 impl Default for InterruptionSettings {
     fn default() -> Self {
         InterruptionSettings {

@@ -70,6 +70,10 @@ pub struct ProvisionerConfig {
     /// `CARPOOL_SERVICE_CIDR`: the service CIDR nodes get when DescribeCluster does not
     /// give one (with the endpoint override); default `10.100.0.0/16`, EKS's.
     pub service_cidr: Option<String>,
+    /// The interruption function's drain deadline after an event's time
+    /// (`CARPOOL_DRAIN_DEADLINE_SECONDS`, default 90, below 120: the spot notice is 2
+    /// minutes).
+    pub drain_deadline: Duration,
 }
 
 /// The root of AWS's public SSM parameters.
@@ -191,7 +195,17 @@ impl ProvisionerConfig {
             cluster_endpoint: optional(&get, "CARPOOL_CLUSTER_ENDPOINT"),
             cluster_ca_file: optional(&get, "CARPOOL_CLUSTER_CA_FILE"),
             service_cidr: optional(&get, "CARPOOL_SERVICE_CIDR"),
+            drain_deadline: seconds(&get, "CARPOOL_DRAIN_DEADLINE_SECONDS", 90.0)?,
         };
+        if config.drain_deadline >= Duration::from_secs(120) {
+            return Err(ConfigError {
+                variable: "CARPOOL_DRAIN_DEADLINE_SECONDS",
+                message: format!(
+                    "{} s is not before the end of the 2-minute spot notice: set it below 120 (default 90)",
+                    config.drain_deadline.as_secs_f64()
+                ),
+            });
+        }
         if config.batch_idle > config.batch_max {
             return Err(ConfigError {
                 variable: "CARPOOL_BATCH_IDLE_SECONDS",

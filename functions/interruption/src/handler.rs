@@ -1,0 +1,187 @@
+//! One invocation: an SQS batch of EventBridge events (`ReportBatchItemFailures`), or one
+//! event invoked directly by EventBridge (the schedule's sweep, or a rule without the
+//! queue). Each event is read ([`carpool::decide::interruption`]) and handled
+//! ([`carpool::run::interruption`]); one EMF metrics line per handled instance.
+//!
+//! In a batch, the records are handled concurrently (a spot reclaim of many nodes at once
+//! must not drain them one after the other), and one record's failure is that record's:
+//! - a message that cannot be read is logged with its message id and the reason, and
+//!   reported as a batch item failure, so that after the queue's `maxReceiveCount` it
+//!   ends in the DLQ; the rest of the batch goes on;
+//! - an event Carpool does not handle, or about an instance it does not own, is
+//!   acknowledged (logged);
+//! - a handling that fails (an API error) is reported as a failure, and SQS delivers the
+//!   message again: every step is idempotent.
+
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
+use carpool::catalog::RegionCatalog;
+use carpool::decide::interruption::{InputRecord, InterruptionEvent, parse_event, parse_input};
+use carpool::error_chain::Chain;
+use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use carpool::run::interruption::metrics::event_metrics;
+use carpool::run::interruption::{EventReport, InterruptionError, InterruptionSettings, Interrupter};
+use carpool::run::price_refresh::LiveCatalog;
+use carpool::run::provision::ProvisionerConfig;
+use futures_util::future::join_all;
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use serde_json::{Value, json};
+
+/// Time kept back from the function's deadline for the records' answers.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
+
+/// What lives across invocations of a warm function: the ports, the configuration and
+/// the region's catalog with its live prices.
+pub struct App<C, K, S, T> {
+    /// EC2.
+    pub cloud: C,
+    /// The Kubernetes API.
+    pub cluster: K,
+    /// DynamoDB.
+    pub store: S,
+    /// Time.
+    pub clock: T,
+    /// The configuration.
+    pub config: ProvisionerConfig,
+    /// The settings of a handling (from the configuration; tests shorten them).
+    pub settings: InterruptionSettings,
+    /// The region's catalog; live prices and offerings refreshed in place.
+    pub catalog: LiveCatalog<'static>,
+}
+
+/// What became of one record of a batch.
+#[derive(Debug)]
+pub enum RecordOutcome {
+    /// Handled (or acknowledged): its reports.
+    Handled(Vec<EventReport>),
+    /// It cannot be read: the reason. A batch item failure, bound for the DLQ.
+    Unreadable(String),
+    /// Its handling failed: the error. A batch item failure, delivered again.
+    Failed(InterruptionError),
+}
+
+impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
+    /// An app over these ports.
+    pub fn new(
+        cloud: C,
+        cluster: K,
+        store: S,
+        clock: T,
+        config: ProvisionerConfig,
+        region: RegionCatalog<'static>,
+    ) -> Self {
+        App {
+            cloud,
+            cluster,
+            store,
+            clock,
+            settings: InterruptionSettings::from_config(&config),
+            catalog: LiveCatalog::new(region, config.live_prices),
+            config,
+        }
+    }
+
+    /// Handles one event as `owner`, until `until`, printing its metrics.
+    pub async fn handle_event(
+        &self,
+        owner: &str,
+        event: &InterruptionEvent,
+        until: SystemTime,
+    ) -> Result<Vec<EventReport>, InterruptionError> {
+        let region = self.catalog.region();
+        let interrupter = Interrupter::new(
+            &self.cloud,
+            &self.cluster,
+            &self.store,
+            &self.clock,
+            self.settings.clone(),
+            owner,
+        );
+        let reports = interrupter.handle(&region, event, until).await?;
+        let now = epoch_millis(self.clock.now());
+        for r in &reports {
+            if let Some(m) = event_metrics(&self.config.cluster, now, r) {
+                // EMF goes to stdout as a raw line; CloudWatch turns it into metrics.
+                println!("{m}");
+            }
+        }
+        Ok(reports)
+    }
+
+    async fn record(&self, request_id: &str, record: InputRecord, until: SystemTime) -> (Option<String>, RecordOutcome) {
+        let message_id = record.message_id;
+        let outcome = match record.event {
+            Err(e) => {
+                let reason = e.to_string();
+                tracing::error!(message_id = message_id.as_deref().unwrap_or(""), reason = %reason,
+                    "unreadable message: reported as a batch item failure, bound for the DLQ");
+                RecordOutcome::Unreadable(reason)
+            }
+            Ok(event) => {
+                let owner = format!("{request_id}/{}", message_id.as_deref().unwrap_or(&event.id));
+                match self.handle_event(&owner, &event, until).await {
+                    Ok(reports) => RecordOutcome::Handled(reports),
+                    Err(e) => {
+                        tracing::error!(message_id = message_id.as_deref().unwrap_or(""), event_id = %event.id,
+                            error = %Chain(&e), "handling failed: reported as a batch item failure, to be delivered again");
+                        RecordOutcome::Failed(e)
+                    }
+                }
+            }
+        };
+        (message_id, outcome)
+    }
+
+    /// One invocation's payload by `request_id`, which must end by `deadline`: an SQS
+    /// batch answers a [`SqsBatchResponse`]; a bare event answers its reports.
+    pub async fn handle(&self, request_id: &str, deadline: SystemTime, payload: &Value) -> Result<Value, Diagnostic> {
+        self.catalog.refresh(&self.cloud, &self.clock).await;
+        let until = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline);
+        if payload.get("Records").is_some() {
+            let records = parse_input(payload).map_err(|e| non_retryable("UnreadableBatch", &e))?;
+            let outcomes = join_all(records.into_iter().map(|r| self.record(request_id, r, until))).await;
+            let failures: Vec<BatchItemFailure> = outcomes
+                .into_iter()
+                .filter(|(_, o)| !matches!(o, RecordOutcome::Handled(_)))
+                .filter_map(|(id, _)| id)
+                .map(|item_identifier| BatchItemFailure { item_identifier })
+                .collect();
+            let response = SqsBatchResponse {
+                batch_item_failures: failures,
+            };
+            return serde_json::to_value(response).map_err(|e| non_retryable("Response", &e));
+        }
+        let event = parse_event(payload).map_err(|e| {
+            tracing::error!(reason = %e, "unreadable event");
+            non_retryable("UnreadableEvent", &e)
+        })?;
+        match self.handle_event(request_id, &event, until).await {
+            Ok(reports) => Ok(json!({ "reports": reports })),
+            Err(e) => {
+                tracing::error!(event_id = %event.id, error = %Chain(&e), "handling failed");
+                Err(Diagnostic {
+                    error_type: "Retryable".into(),
+                    error_message: Chain(&e).to_string(),
+                })
+            }
+        }
+    }
+}
+
+fn non_retryable(what: &str, e: &(dyn std::error::Error + 'static)) -> Diagnostic {
+    Diagnostic {
+        error_type: "NonRetryable".into(),
+        error_message: format!("{what}: {}", Chain(e)),
+    }
+}
+
+/// One Lambda invocation.
+pub async fn invoke<C: Cloud, K: Cluster, S: StateStore, T: Timer>(
+    app: &App<C, K, S, T>,
+    event: LambdaEvent<Value>,
+) -> Result<Value, Diagnostic> {
+    let (payload, context) = event.into_parts();
+    let deadline = SystemTime::UNIX_EPOCH + Duration::from_millis(context.deadline);
+    app.handle(&context.request_id, deadline, &payload).await
+}
