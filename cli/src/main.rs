@@ -7,6 +7,7 @@
 
 mod bench;
 mod catalog_cmd;
+mod event_cmd;
 mod output;
 mod plan_cmd;
 mod table;
@@ -32,6 +33,8 @@ enum Command {
     Catalog(catalog_cmd::CatalogArgs),
     /// Plan new nodes for the pending pods of a cluster dump.
     Plan(plan_cmd::PlanArgs),
+    /// What Carpool would do with interruption events (EventBridge, SQS or a Lambda SQS batch), touching nothing.
+    Event(event_cmd::EventArgs),
     /// Measure the planner: Karpenter's scheduling benchmark, and the packing suite.
     Bench(bench::BenchArgs),
 }
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Catalog(args) => catalog_cmd::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Event(args) => event_cmd::run(&args),
         Command::Bench(args) => bench::run(&args),
     };
     match result {
