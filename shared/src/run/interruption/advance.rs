@@ -36,6 +36,14 @@ pub fn replacement_prefix(instance_id: &str) -> String {
     format!("disrupt-{instance_id}")
 }
 
+/// A lost condition on the disruption record is a take-over, not a failure.
+fn lost(e: StoreError) -> InterruptionError {
+    match e {
+        StoreError::Conflict { key, .. } => InterruptionError::TakenOver { instance_id: key },
+        other => other.into(),
+    }
+}
+
 fn at(ms: EpochMillis) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
@@ -61,17 +69,41 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
         }
     }
 
-    /// Writes the record's progress, renewing the hold.
+    /// Writes the record's progress, renewing the hold. A lost condition means another
+    /// invocation took the disruption over (this one's hold lapsed) or finished it.
     async fn save(&self, record: &mut DisruptionRecord) -> Result<(), InterruptionError> {
         let now = self.clock.now();
         record.held_until = epoch_millis(now + self.settings.hold);
         record.updated_at = epoch_millis(now);
-        *record = self.store.update_disruption(record).await?;
+        *record = self.store.update_disruption(record).await.map_err(lost)?;
         Ok(())
     }
 
-    /// Advances a disruption as far as it goes by `until`; see the module doc.
+    /// Advances a disruption as far as it goes by `until`; see the module doc. A
+    /// disruption another invocation took over or finished meanwhile ends this one's work
+    /// on it, without error.
     pub(super) async fn advance(
+        &self,
+        region: &RegionCatalog<'_>,
+        record: DisruptionRecord,
+        event_time: Option<EpochMillis>,
+        until: SystemTime,
+        report: EventReport,
+    ) -> Result<EventReport, InterruptionError> {
+        let mut fallback = report.clone();
+        match self.advance_held(region, record, event_time, until, report).await {
+            Err(InterruptionError::TakenOver { instance_id }) => {
+                tracing::info!(instance_id = %instance_id, "another invocation took the disruption over, or finished it");
+                fallback.outcome = Outcome::HeldElsewhere {
+                    holder: "another invocation".into(),
+                };
+                Ok(fallback)
+            }
+            other => other,
+        }
+    }
+
+    async fn advance_held(
         &self,
         region: &RegionCatalog<'_>,
         record: DisruptionRecord,
@@ -187,7 +219,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
         record.held_by = None;
         record.held_until = 0;
         record.updated_at = epoch_millis(self.clock.now());
-        *record = self.store.update_disruption(record).await?;
+        *record = self.store.update_disruption(record).await.map_err(lost)?;
         Ok(())
     }
 

@@ -116,6 +116,14 @@ pub enum InterruptionError {
     /// The drain failed.
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// Another invocation took the disruption over (this one's hold lapsed) or finished
+    /// it: this one stops working on it. [`Interrupter::handle`] reports it as
+    /// [`Outcome::HeldElsewhere`], not as an error.
+    #[error("disruption {instance_id} taken over by another invocation")]
+    TakenOver {
+        /// The record's key.
+        instance_id: String,
+    },
 }
 
 /// One invocation's ports and settings.

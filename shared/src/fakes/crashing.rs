@@ -1,0 +1,114 @@
+//! A Cluster that dies mid-drain: after a number of accepted evictions, every call on it
+//! never completes. A test drops the invocation's future there (a timeout, or
+//! `now_or_never` over the fakes), which is what a Lambda timeout or a crash does to a
+//! run: it stops at an await point, with its state as far as it got.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::model::{EC2NodeClass, NodePool};
+use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, Validated};
+
+/// `inner`, until `after` evictions were accepted; then every call hangs.
+pub struct Crashing<'a, K> {
+    inner: &'a K,
+    after: usize,
+    evicted: AtomicUsize,
+}
+
+impl<'a, K> Crashing<'a, K> {
+    /// Dies after `after` accepted evictions.
+    pub fn after_evictions(inner: &'a K, after: usize) -> Self {
+        Crashing {
+            inner,
+            after,
+            evicted: AtomicUsize::new(0),
+        }
+    }
+
+    /// The evictions accepted before it died.
+    pub fn evictions(&self) -> usize {
+        self.evicted.load(Ordering::SeqCst)
+    }
+
+    async fn gate(&self) {
+        if self.evicted.load(Ordering::SeqCst) >= self.after {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl<K: Cluster> Cluster for Crashing<'_, K> {
+    async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        self.gate().await;
+        self.inner.pending_pods().await
+    }
+    async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
+        self.gate().await;
+        self.inner.nodes().await
+    }
+    async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        self.gate().await;
+        self.inner.scheduled_pods().await
+    }
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        self.gate().await;
+        self.inner.pods_on_node(node).await
+    }
+    async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
+        self.gate().await;
+        self.inner.daemonsets().await
+    }
+    async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
+        self.gate().await;
+        self.inner.pdbs().await
+    }
+    async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {
+        self.gate().await;
+        self.inner.nodepools().await
+    }
+    async fn ec2nodeclasses(&self) -> Result<Validated<EC2NodeClass>, ClusterError> {
+        self.gate().await;
+        self.inner.ec2nodeclasses().await
+    }
+    async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.cordon(node).await
+    }
+    async fn taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.taint(node, taint).await
+    }
+    async fn untaint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.untaint(node, taint).await
+    }
+    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+        self.gate().await;
+        let answer = self.inner.evict(namespace, pod).await?;
+        if answer == Eviction::Evicted {
+            self.evicted.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(answer)
+    }
+    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.delete_node(node).await
+    }
+    async fn patch_labels_annotations(
+        &self,
+        node: &str,
+        labels: &MetadataPatch,
+        annotations: &MetadataPatch,
+    ) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.patch_labels_annotations(node, labels, annotations).await
+    }
+    async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.publish_event(event).await
+    }
+}

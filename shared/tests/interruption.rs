@@ -1,0 +1,499 @@
+//! The interruption run over the in-memory ports: a spot warning taints the node,
+//! launches an on-demand replacement reserved for its pods, drains it by eviction with
+//! the PDBs holding, terminates it and cleans up; duplicates, stale state changes and
+//! other deployments' instances do nothing; a crash mid-drain is resumed by the next
+//! invocation; the provisioner running during the drain launches nothing for the evicted
+//! pods.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use carpool::catalog::Catalog;
+use carpool::decide::interruption::{InterruptionEvent, parse_event};
+use carpool::fakes::{Crashing, FakeClock, FakeCloud, FakeCluster, FakeStore};
+use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBuilder, pdb};
+use carpool::model::CapacityType;
+use carpool::model::well_known as wk;
+use carpool::ports::{
+    Cloud, Cluster, ClusterError, Eviction, Instance, InstanceState, MetadataPatch, PodEvent, StateStore, Validated,
+};
+use carpool::run::interruption::{EventReport, InterruptionSettings, Interrupter, Outcome};
+use carpool::run::provision::{Provisioner, Settings};
+use futures_util::FutureExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use pollster::block_on;
+use serde_json::{Value, json};
+
+const START: u64 = 1_790_000_000;
+const SPOT: &str = "i-0spot000000000001";
+const NODE: &str = "ip-10-0-1-1.ec2.internal";
+const DEPLOYMENT: &str = "carpool-test";
+
+fn start() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(START)
+}
+
+fn settings() -> InterruptionSettings {
+    InterruptionSettings {
+        provision: Settings {
+            deployment: DEPLOYMENT.into(),
+            ..Settings::default()
+        },
+        ..InterruptionSettings::default()
+    }
+}
+
+/// A Running pod `shop/<name>` of the ReplicaSet `<app>-rs` (label `app=<app>`) on `node`.
+fn pod_on(node: &str, name: &str, app: &str) -> Pod {
+    PodBuilder::new(name)
+        .namespace("shop")
+        .uid(name)
+        .label("app", app)
+        .requests("500m", "1Gi")
+        .owner("apps/v1", "ReplicaSet", &format!("{app}-rs"))
+        .spec("nodeName", json!(node))
+        .running()
+        .pod()
+        .unwrap()
+}
+
+struct World {
+    cloud: FakeCloud,
+    cluster: FakeCluster,
+    store: FakeStore,
+    clock: FakeClock,
+}
+
+/// A spot node running 3 `web` pods and 2 `api` pods, the `api` ones under a PDB with
+/// `minAvailable: 1` (replicas − 1), in a NodePool that allows spot and on-demand.
+fn world() -> World {
+    let w = World {
+        cloud: FakeCloud::new(),
+        cluster: FakeCluster::new(),
+        store: FakeStore::new(),
+        clock: FakeClock::at(start()),
+    };
+    w.cloud.set_now(START as i64 * 1000);
+    w.cluster.add_nodepool(
+        NodePoolBuilder::new("general")
+            .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+            .requirement("kubernetes.io/arch", "In", &["amd64"])
+            .build(),
+    );
+    w.cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
+    w.cloud.add_instance(Instance {
+        id: SPOT.into(),
+        instance_type: "m5.xlarge".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::Spot,
+        nodepool: "general".into(),
+        launch_id: "run-0-0".into(),
+        deployment: Some(DEPLOYMENT.into()),
+        state: InstanceState::Running,
+        launched_at: Some(START as i64 * 1000 - 3_600_000),
+    });
+    let node: Node = NodeBuilder::new(NODE)
+        .label(wk::NODEPOOL, "general")
+        .label(wk::CARPOOL_MANAGED, "true")
+        .label(wk::CAPACITY_TYPE, "spot")
+        .instance_type("m5.xlarge")
+        .zone("us-east-1a")
+        .provider_id(&format!("aws:///us-east-1a/{SPOT}"))
+        .allocatable("cpu", "3920m")
+        .allocatable("memory", "14Gi")
+        .allocatable("pods", "58")
+        .ready(true)
+        .node()
+        .unwrap();
+    w.cluster.add_node(node);
+    for i in 0..3 {
+        w.cluster.add_pod(pod_on(NODE, &format!("web-{i}"), "web"));
+    }
+    for i in 0..2 {
+        w.cluster.add_pod(pod_on(NODE, &format!("api-{i}"), "api"));
+    }
+    w.cluster
+        .add_pdb(pdb("shop", "api", json!({"matchLabels": {"app": "api"}}), json!({"minAvailable": 1})).unwrap());
+    w
+}
+
+/// The sample spot warning, about `instance`, sent at `time`.
+fn spot_warning(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent {
+    let text = include_str!("data/events/spot-interruption-warning.json");
+    let mut v: Value = serde_json::from_str(text).unwrap();
+    v["id"] = json!(id);
+    v["detail"]["instance-id"] = json!(instance);
+    v["resources"] = json!([format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")]);
+    v["time"] = json!(rfc3339(time));
+    parse_event(&v).unwrap()
+}
+
+fn state_change(id: &str, instance: &str, state: &str, time: SystemTime) -> InterruptionEvent {
+    let text = include_str!("data/events/instance-state-change-terminated.json");
+    let mut v: Value = serde_json::from_str(text).unwrap();
+    v["id"] = json!(id);
+    v["detail"]["instance-id"] = json!(instance);
+    v["detail"]["state"] = json!(state);
+    v["resources"] = json!([format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")]);
+    v["time"] = json!(rfc3339(time));
+    parse_event(&v).unwrap()
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64;
+    jiff_like(secs)
+}
+
+/// `yyyy-mm-ddThh:mm:ssZ` of epoch seconds (civil-from-days, Howard Hinnant's algorithm).
+fn jiff_like(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// How the ReplicaSets answer an eviction.
+#[derive(Clone, Copy, PartialEq)]
+enum Recreate {
+    /// The pod comes back Running on the replacement node (the scheduler placed it).
+    Running,
+    /// The pod comes back pending, under another name (not yet placed).
+    Pending,
+}
+
+/// The cluster as a ReplicaSet and kube-scheduler make it: an evicted pod is recreated
+/// under another name.
+struct Replicas<'a> {
+    inner: &'a FakeCluster,
+    recreate: Recreate,
+    evictions: Mutex<Vec<String>>,
+}
+
+impl<'a> Replicas<'a> {
+    fn new(inner: &'a FakeCluster, recreate: Recreate) -> Self {
+        Replicas {
+            inner,
+            recreate,
+            evictions: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn evicted(&self) -> Vec<String> {
+        self.evictions.lock().unwrap().clone()
+    }
+
+}
+
+impl Cluster for Replicas<'_> {
+    async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        self.inner.pending_pods().await
+    }
+    async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
+        self.inner.nodes().await
+    }
+    async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        self.inner.scheduled_pods().await
+    }
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        self.inner.pods_on_node(node).await
+    }
+    async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
+        self.inner.daemonsets().await
+    }
+    async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
+        self.inner.pdbs().await
+    }
+    async fn nodepools(&self) -> Result<Validated<carpool::model::NodePool>, ClusterError> {
+        self.inner.nodepools().await
+    }
+    async fn ec2nodeclasses(&self) -> Result<Validated<carpool::model::EC2NodeClass>, ClusterError> {
+        self.inner.ec2nodeclasses().await
+    }
+    async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
+        self.inner.cordon(node).await
+    }
+    async fn taint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        self.inner.taint(node, taint).await
+    }
+    async fn untaint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
+        self.inner.untaint(node, taint).await
+    }
+    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+        let before = self.inner.pod(namespace, pod);
+        let answer = self.inner.evict(namespace, pod).await?;
+        if answer == Eviction::Evicted {
+            self.evictions.lock().unwrap().push(format!("{namespace}/{pod}"));
+            if let Some(mut p) = before {
+                p.metadata.name = Some(format!("{pod}-r"));
+                p.metadata.uid = Some(format!("{pod}-r"));
+                match self.recreate {
+                    Recreate::Running => {
+                        p.spec.as_mut().unwrap().node_name = Some("replacement".into());
+                    }
+                    Recreate::Pending => {
+                        p.spec.as_mut().unwrap().node_name = None;
+                        p = PodBuilder::pending_web(&format!("{pod}-r"), "500m", "1Gi")
+                            .namespace(namespace)
+                            .owner("apps/v1", "ReplicaSet", &format!("{}-rs", pod.split('-').next().unwrap()))
+                            .pod()
+                            .unwrap();
+                    }
+                }
+                self.inner.add_pod(p);
+            }
+        }
+        Ok(answer)
+    }
+    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+        self.inner.delete_node(node).await
+    }
+    async fn patch_labels_annotations(
+        &self,
+        node: &str,
+        labels: &MetadataPatch,
+        annotations: &MetadataPatch,
+    ) -> Result<(), ClusterError> {
+        self.inner.patch_labels_annotations(node, labels, annotations).await
+    }
+    async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
+        self.inner.publish_event(event).await
+    }
+}
+
+fn handle<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &InterruptionEvent) -> Vec<EventReport> {
+    block_on(handle_fut(w, cluster, owner, event))
+}
+
+fn handle_fut<'a, K: Cluster>(
+    w: &'a World,
+    cluster: &'a K,
+    owner: &'a str,
+    event: &'a InterruptionEvent,
+) -> impl Future<Output = Vec<EventReport>> + 'a {
+    async move {
+        let catalog = Catalog::embedded().unwrap();
+        let region = catalog.region("us-east-1").unwrap();
+        let i = Interrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
+        let until = w.clock_now() + Duration::from_secs(120);
+        i.handle(&region, event, until).await.unwrap()
+    }
+}
+
+fn sweep<K: Cluster>(w: &World, cluster: &K, owner: &str) -> Vec<EventReport> {
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let i = Interrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
+    block_on(i.sweep(&region, w.clock_now() + Duration::from_secs(120))).unwrap()
+}
+
+impl World {
+    fn clock_now(&self) -> SystemTime {
+        use carpool::ports::Clock;
+        self.clock.now()
+    }
+
+    fn on_demand_instances(&self) -> Vec<Instance> {
+        self.cloud
+            .instances()
+            .into_iter()
+            .filter(|i| i.id != SPOT)
+            .collect()
+    }
+}
+
+#[test]
+fn a_spot_warning_taints_replaces_on_demand_drains_and_cleans_up() {
+    let w = world();
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let reports = handle(&w, &cluster, "inv-1", &spot_warning("e-1", SPOT, start()));
+    let r = &reports[0];
+    assert_eq!(r.outcome, Outcome::CleanedUp, "{r:?}");
+    assert!(r.drained, "{r:?}");
+    assert_eq!(r.evicted, 5);
+    assert!(w.cluster.calls().iter().any(|c| c.starts_with(&format!("taint {NODE}"))), "{:?}", w.cluster.calls());
+
+    // One replacement, on-demand, reserved for the node's pods.
+    let replacements = w.on_demand_instances();
+    assert_eq!(replacements.len(), 1, "{replacements:?}");
+    assert_eq!(replacements[0].capacity_type, CapacityType::OnDemand);
+    let launches = block_on(w.store.list_launches()).unwrap();
+    let reserved = launches.iter().find(|l| l.reserved_for.is_some()).expect("a reserved launch");
+    let reservation = reserved.reserved_for.as_ref().unwrap();
+    assert_eq!(reservation.disrupted, SPOT);
+    assert_eq!(reservation.pods.len(), 5);
+    assert_eq!(reservation.owners, vec!["shop/ReplicaSet/api-rs".to_string(), "shop/ReplicaSet/web-rs".to_string()]);
+
+    // The interrupted offering is left out for a while, as a capacity error would be.
+    let ice = block_on(w.store.unavailable_offerings(start())).unwrap();
+    assert!(
+        ice.iter().any(|o| o.instance_type == "m5.xlarge" && o.zone == "us-east-1a" && o.capacity_type == CapacityType::Spot),
+        "{ice:?}"
+    );
+    // The instance is terminated, its Node and records gone.
+    let spot = w.cloud.instances().into_iter().find(|i| i.id == SPOT).unwrap();
+    assert_eq!(spot.state, InstanceState::Terminated);
+    assert!(w.cluster.node(NODE).is_none());
+    assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
+    // Every pod was evicted once, and the PDB was never broken: the fake refuses an
+    // eviction that would leave fewer than minAvailable healthy api pods.
+    let evicted = cluster.evicted();
+    assert_eq!(evicted.len(), 5, "{evicted:?}");
+    let unique: std::collections::BTreeSet<&String> = evicted.iter().collect();
+    assert_eq!(unique.len(), 5);
+}
+
+#[test]
+fn the_same_event_delivered_twice_does_nothing_twice() {
+    let w = world();
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let event = spot_warning("e-dup", SPOT, start());
+    handle(&w, &cluster, "inv-1", &event);
+    let calls = w.cloud.calls().len();
+    let again = handle(&w, &cluster, "inv-2", &event);
+    assert_eq!(again[0].outcome, Outcome::Duplicate);
+    assert_eq!(w.on_demand_instances().len(), 1, "no second replacement");
+    assert_eq!(w.cloud.calls().len(), calls, "the duplicate calls EC2 for nothing");
+    assert_eq!(cluster.evicted().len(), 5, "no pod evicted twice");
+}
+
+#[test]
+fn a_function_killed_mid_drain_is_resumed_by_the_next_invocation() {
+    let w = world();
+    // Killed after 2 evictions: every call after that never returns, and the invocation's
+    // future is dropped (what a timeout or a crash does to a Lambda).
+    let replicas = Replicas::new(&w.cluster, Recreate::Running);
+    let dying = Crashing::after_evictions(&replicas, 2);
+    let event = spot_warning("e-kill", SPOT, start());
+    let finished = handle_fut(&w, &dying, "inv-1", &event).now_or_never();
+    assert!(finished.is_none(), "the first invocation was killed mid-drain");
+    assert_eq!(replicas.evicted().len(), 2);
+    let records = block_on(w.store.list_disruptions()).unwrap();
+    assert_eq!(records.len(), 1, "the disruption is recorded");
+    assert_eq!(records[0].held_by.as_deref(), Some("inv-1"));
+
+    // The next invocation, the scheduled sweep once the dead holder's hold lapsed.
+    w.clock.advance(Duration::from_secs(21));
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let reports = sweep(&w, &cluster, "inv-2");
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{:?}", reports[0]);
+    let mut all = replicas.evicted();
+    all.extend(cluster.evicted());
+    let unique: std::collections::BTreeSet<&String> = all.iter().collect();
+    assert_eq!(all.len(), 5, "each pod evicted once across both invocations: {all:?}");
+    assert_eq!(unique.len(), 5);
+    assert_eq!(w.on_demand_instances().len(), 1, "the replacement is not launched again");
+    assert!(w.cluster.node(NODE).is_none());
+}
+
+#[test]
+fn a_sweep_leaves_a_disruption_another_live_invocation_holds() {
+    let w = world();
+    let replicas = Replicas::new(&w.cluster, Recreate::Running);
+    let dying = Crashing::after_evictions(&replicas, 1);
+    let event = spot_warning("e-held", SPOT, start());
+    assert!(handle_fut(&w, &dying, "inv-1", &event).now_or_never().is_none());
+    w.clock.advance(Duration::from_secs(5));
+    let reports = sweep(&w, &w.cluster, "inv-2");
+    assert!(matches!(&reports[0].outcome, Outcome::HeldElsewhere { holder } if holder == "inv-1"), "{reports:?}");
+}
+
+#[test]
+fn a_terminated_state_change_for_a_node_mid_drain_cleans_up() {
+    let w = world();
+    let replicas = Replicas::new(&w.cluster, Recreate::Running);
+    let dying = Crashing::after_evictions(&replicas, 1);
+    assert!(handle_fut(&w, &dying, "inv-1", &spot_warning("e-1", SPOT, start())).now_or_never().is_none());
+    // EC2 reclaims the instance before the drain ends.
+    w.cloud.reclaim(SPOT);
+    w.clock.advance(Duration::from_secs(3));
+    let reports = handle(&w, &w.cluster, "inv-2", &state_change("e-2", SPOT, "terminated", w.clock_now()));
+    assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{reports:?}");
+    assert!(w.cluster.node(NODE).is_none());
+    assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
+    assert!(
+        block_on(w.store.list_launches())
+            .unwrap()
+            .iter()
+            .all(|l| l.instance_id.as_deref() != Some(SPOT))
+    );
+}
+
+#[test]
+fn a_stopping_event_about_an_instance_running_again_is_stale_and_ignored() {
+    let w = world();
+    // Karpenter acts on the instance's state as the event gives it; Carpool reads the
+    // actual state, because state changes arrive out of order.
+    let reports = handle(&w, &w.cluster, "inv-1", &state_change("e-1", SPOT, "stopping", start()));
+    assert!(matches!(reports[0].outcome, Outcome::Ignored { .. }), "{reports:?}");
+    assert!(w.cluster.node(NODE).is_some());
+    assert!(w.on_demand_instances().is_empty());
+}
+
+#[test]
+fn an_instance_another_deployment_launched_is_left_alone() {
+    let w = world();
+    w.cloud.add_instance(Instance {
+        id: "i-0other".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::Spot,
+        nodepool: "general".into(),
+        launch_id: "x-0".into(),
+        deployment: Some("carpool-staging".into()),
+        state: InstanceState::Running,
+        launched_at: None,
+    });
+    let reports = handle(&w, &w.cluster, "inv-1", &spot_warning("e-1", "i-0other", start()));
+    assert!(matches!(&reports[0].outcome, Outcome::NotOwned { reason } if reason.contains("carpool-staging")));
+    assert!(w.on_demand_instances().iter().all(|i| i.id == "i-0other"));
+}
+
+#[test]
+fn the_provisioner_during_the_drain_launches_nothing_for_the_evicted_pods() {
+    let w = world();
+    // The ReplicaSets recreate the evicted pods pending, under new names, while the
+    // replacement is still on its way.
+    let cluster = Replicas::new(&w.cluster, Recreate::Pending);
+    handle(&w, &cluster, "inv-1", &spot_warning("e-1", SPOT, start()));
+    let pending = block_on(w.cluster.pending_pods()).unwrap();
+    assert_eq!(pending.len(), 5, "the evicted pods are pending again");
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let mut p = Provisioner::new(
+        &w.cloud,
+        &w.cluster,
+        &w.store,
+        &w.clock,
+        Settings {
+            deployment: DEPLOYMENT.into(),
+            ..Settings::default()
+        },
+        "prov-1",
+    );
+    let batch = block_on(p.batch(&region)).unwrap();
+    assert!(batch.launched.is_empty(), "the reserved replacement is theirs: {:?}", batch.launched);
+    assert_eq!(batch.pods_planned, 5, "{:?}", batch.unschedulable);
+
+    // A pod of another workload does not get that room.
+    w.cluster.add_pod(PodBuilder::pending_web("batch-0", "500m", "1Gi").owner("batch/v1", "Job", "nightly").pod().unwrap());
+    let batch = block_on(p.batch(&region)).unwrap();
+    assert_eq!(batch.launched.len(), 1, "{batch:?}");
+}
