@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 
 use super::Injected;
-use crate::decide::selector::Selector;
+use crate::decide::pdb::covers;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
@@ -98,17 +98,6 @@ fn healthy(pod: &Pod) -> bool {
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn covers(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
-    if pdb.metadata.namespace != pod.metadata.namespace {
-        return false;
-    }
-    // A PDB without a selector selects nothing; an empty one selects the namespace.
-    let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-        return false;
-    };
-    Selector::from_k8s(selector).is_ok_and(|s| s.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())))
 }
 
 /// `value` of `total` (an integer, or a percentage rounded up, as the controller does).
