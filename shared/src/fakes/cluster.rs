@@ -55,7 +55,8 @@ struct State {
 
 /// A cluster in memory: pods, nodes, PDBs, DaemonSets, NodePools and EC2NodeClasses.
 ///
-/// It records every call, can be told to fail the next calls, and evicts as the
+/// It records every call, can be told to fail the next calls (or the next call of a
+/// given name, [`FakeCluster::fail_on`]), and evicts as the
 /// apiserver does: a pod covered by one PDB (same namespace, selector matching its
 /// labels) is evicted only while the PDB allows a disruption, computed from `minAvailable`
 /// or `maxUnavailable` (integers or percentages) against the healthy (Running and Ready)
@@ -68,6 +69,7 @@ pub struct FakeCluster {
     state: Mutex<State>,
     calls: Mutex<Vec<String>>,
     fail_next: Mutex<Vec<ClusterErrorKind>>,
+    fail_on: Mutex<Vec<(String, ClusterErrorKind)>>,
     fail_events: Mutex<Option<ClusterErrorKind>>,
 }
 
@@ -296,6 +298,13 @@ impl FakeCluster {
         lock(&self.fail_next).push(kind);
     }
 
+    /// Makes the next call named `call` (as [`FakeCluster::calls`] lists it, e.g.
+    /// `evict shop/web-0`) fail with `kind`, the other calls unchanged (several queue up;
+    /// each fails once).
+    pub fn fail_on(&self, call: &str, kind: ClusterErrorKind) {
+        lock(&self.fail_on).push((call.to_string(), kind));
+    }
+
     /// Makes every `publish_event` fail with `kind` (`None`: publish again), the other
     /// calls unchanged.
     pub fn fail_events(&self, kind: Option<ClusterErrorKind>) {
@@ -307,6 +316,11 @@ impl FakeCluster {
         let mut failures = lock(&self.fail_next);
         if !failures.is_empty() {
             return Err(injected(failures.remove(0), &call));
+        }
+        let mut targeted = lock(&self.fail_on);
+        if let Some(i) = targeted.iter().position(|(c, _)| *c == call) {
+            let (_, kind) = targeted.remove(i);
+            return Err(injected(kind, &call));
         }
         Ok(lock(&self.state))
     }

@@ -3,8 +3,12 @@
 //!
 //! - [`provision`]: the provisioner's run: hold the lease, watch for unschedulable pods,
 //!   batch them, plan with [`crate::decide`], launch, record; and housekeeping.
+//! - [`drain`]: a node drained by eviction, tier by tier, until a deadline, with each
+//!   blocked pod explained (its PDB and the disruptions it allows); the interruption
+//!   function and the consolidator drain through it.
 //! - [`price_refresh`]: a region's catalog with live prices and offerings, read again
 //!   when stale; every function that plans keeps one across invocations.
 
+pub mod drain;
 pub mod price_refresh;
 pub mod provision;
