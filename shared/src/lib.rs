@@ -35,7 +35,9 @@
 //!
 //! - [`run`]: one step of each job over the ports (the provisioner's watch, batches,
 //!   launches and housekeeping), carrying out the plans [`decide`] makes and returning a
-//!   report; and the region's catalog with live prices ([`run::price_refresh`]). The
+//!   report; the drain of a node by eviction ([`run::drain`], in the order
+//!   [`decide::drain`] sets); and the region's catalog with live prices
+//!   ([`run::price_refresh`]). The
 //!   Lambda handlers call it.
 //!
 //! - [`error_chain`]: an error and its sources in one line, for messages meant for people.

@@ -14,6 +14,10 @@
 //!   [`housekeeping::HousekeepingPlan`]: launches to mark registered, Nodes to label,
 //!   launches reconciled with the cloud, instances to terminate (with the reason; only
 //!   those [`ownership`] says are this deployment's, a few per round), records to forget.
+//! - [`drain`] sorts a node's pods for a drain: the tiers to evict (non-critical, then
+//!   system-critical; the grace periods that cannot fit first) and the pods that stay;
+//!   [`pdb`] says which PodDisruptionBudgets cover a pod and what they allow, to explain
+//!   a blocked eviction.
 //! - [`pod_events`] picks the Kubernetes Events a batch publishes on its pending pods
 //!   (nominated, unschedulable, launch failed), rate-limited per pod, reason and message.
 //! - [`replacement`] plans what replaces a node going away, from its own pods.
@@ -31,6 +35,7 @@ pub mod ami_requirements;
 pub mod backoff;
 pub mod checker;
 pub mod daemonsets;
+pub mod drain;
 pub mod housekeeping;
 pub mod in_flight;
 pub mod interruption;
@@ -38,6 +43,7 @@ pub mod lower_bound;
 pub mod nodepools;
 pub mod ownership;
 pub mod packer;
+pub mod pdb;
 pub mod plan;
 pub mod pod;
 pub mod pod_events;

@@ -198,18 +198,7 @@ fn within_window(at: SystemTime, now: SystemTime) -> bool {
 /// per unschedulable pod, leaving out those published within the window and pods not in
 /// the snapshot; at most [`MAX_EVENTS_PER_BATCH`].
 pub fn pod_events(outcome: &BatchOutcome<'_>, recent: &RecentEvents, now: SystemTime) -> Vec<PodEvent> {
-    let refs: BTreeMap<String, PodRef> = outcome
-        .pods
-        .iter()
-        .map(|p| {
-            let pod = PodRef {
-                namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-                name: p.metadata.name.clone().unwrap_or_default(),
-                uid: p.metadata.uid.clone(),
-            };
-            (pod_key(p), pod)
-        })
-        .collect();
+    let refs: BTreeMap<String, PodRef> = outcome.pods.iter().map(|p| (pod_key(p), PodRef::of(p))).collect();
     let nominated = outcome.nominated.iter().filter_map(|n| {
         Some(PodEvent::new(
             refs.get(&n.pod)?.clone(),

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 
 use super::Injected;
-use crate::decide::selector::Selector;
+use crate::decide::pdb::covers;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
@@ -55,7 +55,8 @@ struct State {
 
 /// A cluster in memory: pods, nodes, PDBs, DaemonSets, NodePools and EC2NodeClasses.
 ///
-/// It records every call, can be told to fail the next calls, and evicts as the
+/// It records every call, can be told to fail the next calls (or the next call of a
+/// given name, [`FakeCluster::fail_on`]), and evicts as the
 /// apiserver does: a pod covered by one PDB (same namespace, selector matching its
 /// labels) is evicted only while the PDB allows a disruption, computed from `minAvailable`
 /// or `maxUnavailable` (integers or percentages) against the healthy (Running and Ready)
@@ -68,6 +69,7 @@ pub struct FakeCluster {
     state: Mutex<State>,
     calls: Mutex<Vec<String>>,
     fail_next: Mutex<Vec<ClusterErrorKind>>,
+    fail_on: Mutex<Vec<(String, ClusterErrorKind)>>,
     fail_events: Mutex<Option<ClusterErrorKind>>,
 }
 
@@ -98,17 +100,6 @@ fn healthy(pod: &Pod) -> bool {
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn covers(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
-    if pdb.metadata.namespace != pod.metadata.namespace {
-        return false;
-    }
-    // A PDB without a selector selects nothing; an empty one selects the namespace.
-    let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-        return false;
-    };
-    Selector::from_k8s(selector).is_ok_and(|s| s.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())))
 }
 
 /// `value` of `total` (an integer, or a percentage rounded up, as the controller does).
@@ -307,6 +298,13 @@ impl FakeCluster {
         lock(&self.fail_next).push(kind);
     }
 
+    /// Makes the next call named `call` (as [`FakeCluster::calls`] lists it, e.g.
+    /// `evict shop/web-0`) fail with `kind`, the other calls unchanged (several queue up;
+    /// each fails once).
+    pub fn fail_on(&self, call: &str, kind: ClusterErrorKind) {
+        lock(&self.fail_on).push((call.to_string(), kind));
+    }
+
     /// Makes every `publish_event` fail with `kind` (`None`: publish again), the other
     /// calls unchanged.
     pub fn fail_events(&self, kind: Option<ClusterErrorKind>) {
@@ -318,6 +316,11 @@ impl FakeCluster {
         let mut failures = lock(&self.fail_next);
         if !failures.is_empty() {
             return Err(injected(failures.remove(0), &call));
+        }
+        let mut targeted = lock(&self.fail_on);
+        if let Some(i) = targeted.iter().position(|(c, _)| *c == call) {
+            let (_, kind) = targeted.remove(i);
+            return Err(injected(kind, &call));
         }
         Ok(lock(&self.state))
     }

@@ -88,6 +88,15 @@ pub struct PodRef {
 }
 
 impl PodRef {
+    /// The pod's reference (namespace `default` when unset, as the apiserver defaults it).
+    pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
+        PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone(),
+        }
+    }
+
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

@@ -6,9 +6,13 @@
 //! - [`interruption`]: the interruption function's run: an event about an instance
 //!   becomes a durable disruption (taint, replacement, drain, terminate, clean up),
 //!   resumed by the next invocation after a crash.
+//! - [`drain`]: a node drained by eviction, tier by tier, until a deadline, with each
+//!   blocked pod explained (its PDB and the disruptions it allows); the interruption
+//!   function and the consolidator drain through it.
 //! - [`price_refresh`]: a region's catalog with live prices and offerings, read again
 //!   when stale; every function that plans keeps one across invocations.
 
+pub mod drain;
 pub mod interruption;
 pub mod price_refresh;
 pub mod provision;
