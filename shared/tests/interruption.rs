@@ -16,9 +16,9 @@ use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBu
 use carpool::model::CapacityType;
 use carpool::model::well_known as wk;
 use carpool::ports::{
-    Cloud, Cluster, ClusterError, Eviction, Instance, InstanceState, MetadataPatch, PodEvent, StateStore, Validated,
+    Cluster, ClusterError, Eviction, Instance, InstanceState, MetadataPatch, PodEvent, StateStore, Validated,
 };
-use carpool::run::interruption::{EventReport, InterruptionSettings, Interrupter, Outcome};
+use carpool::run::interruption::{EventReport, Interrupter, InterruptionSettings, Outcome};
 use carpool::run::provision::{Provisioner, Settings};
 use futures_util::FutureExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -115,8 +115,15 @@ fn world() -> World {
     for i in 0..2 {
         w.cluster.add_pod(pod_on(NODE, &format!("api-{i}"), "api"));
     }
-    w.cluster
-        .add_pdb(pdb("shop", "api", json!({"matchLabels": {"app": "api"}}), json!({"minAvailable": 1})).unwrap());
+    w.cluster.add_pdb(
+        pdb(
+            "shop",
+            "api",
+            json!({"matchLabels": {"app": "api"}}),
+            json!({"minAvailable": 1}),
+        )
+        .unwrap(),
+    );
     w
 }
 
@@ -198,7 +205,6 @@ impl<'a> Replicas<'a> {
     fn evicted(&self) -> Vec<String> {
         self.evictions.lock().unwrap().clone()
     }
-
 }
 
 impl Cluster for Replicas<'_> {
@@ -251,7 +257,11 @@ impl Cluster for Replicas<'_> {
                         p.spec.as_mut().unwrap().node_name = None;
                         p = PodBuilder::pending_web(&format!("{pod}-r"), "500m", "1Gi")
                             .namespace(namespace)
-                            .owner("apps/v1", "ReplicaSet", &format!("{}-rs", pod.split('-').next().unwrap()))
+                            .owner(
+                                "apps/v1",
+                                "ReplicaSet",
+                                &format!("{}-rs", pod.split('-').next().unwrap()),
+                            )
                             .pod()
                             .unwrap();
                     }
@@ -310,11 +320,7 @@ impl World {
     }
 
     fn on_demand_instances(&self) -> Vec<Instance> {
-        self.cloud
-            .instances()
-            .into_iter()
-            .filter(|i| i.id != SPOT)
-            .collect()
+        self.cloud.instances().into_iter().filter(|i| i.id != SPOT).collect()
     }
 }
 
@@ -327,23 +333,44 @@ fn a_spot_warning_taints_replaces_on_demand_drains_and_cleans_up() {
     assert_eq!(r.outcome, Outcome::CleanedUp, "{r:?}");
     assert!(r.drained, "{r:?}");
     assert_eq!(r.evicted, 5);
-    assert!(w.cluster.calls().iter().any(|c| c.starts_with(&format!("taint {NODE}"))), "{:?}", w.cluster.calls());
+    assert!(
+        w.cluster
+            .calls()
+            .iter()
+            .any(|c| c.starts_with(&format!("taint {NODE}"))),
+        "{:?}",
+        w.cluster.calls()
+    );
 
-    // One replacement, on-demand, reserved for the node's pods.
+    // The cheapest on-demand replacement for the node's 5 pods, every launch of it
+    // reserved for them.
     let replacements = w.on_demand_instances();
-    assert_eq!(replacements.len(), 1, "{replacements:?}");
-    assert_eq!(replacements[0].capacity_type, CapacityType::OnDemand);
+    assert!(!replacements.is_empty());
+    assert!(
+        replacements.iter().all(|i| i.capacity_type == CapacityType::OnDemand),
+        "{replacements:?}"
+    );
+    assert_eq!(r.replacements.len(), replacements.len());
     let launches = block_on(w.store.list_launches()).unwrap();
-    let reserved = launches.iter().find(|l| l.reserved_for.is_some()).expect("a reserved launch");
-    let reservation = reserved.reserved_for.as_ref().unwrap();
-    assert_eq!(reservation.disrupted, SPOT);
-    assert_eq!(reservation.pods.len(), 5);
-    assert_eq!(reservation.owners, vec!["shop/ReplicaSet/api-rs".to_string(), "shop/ReplicaSet/web-rs".to_string()]);
+    assert_eq!(launches.len(), replacements.len());
+    for l in &launches {
+        let reservation = l.reserved_for.as_ref().expect("a reserved launch");
+        assert_eq!(reservation.disrupted, SPOT);
+        assert_eq!(reservation.pods.len(), 5);
+        assert_eq!(
+            reservation.owners,
+            vec![
+                "shop/ReplicaSet/api-rs".to_string(),
+                "shop/ReplicaSet/web-rs".to_string()
+            ]
+        );
+    }
 
     // The interrupted offering is left out for a while, as a capacity error would be.
     let ice = block_on(w.store.unavailable_offerings(start())).unwrap();
     assert!(
-        ice.iter().any(|o| o.instance_type == "m5.xlarge" && o.zone == "us-east-1a" && o.capacity_type == CapacityType::Spot),
+        ice.iter()
+            .any(|o| o.instance_type == "m5.xlarge" && o.zone == "us-east-1a" && o.capacity_type == CapacityType::Spot),
         "{ice:?}"
     );
     // The instance is terminated, its Node and records gone.
@@ -366,9 +393,10 @@ fn the_same_event_delivered_twice_does_nothing_twice() {
     let event = spot_warning("e-dup", SPOT, start());
     handle(&w, &cluster, "inv-1", &event);
     let calls = w.cloud.calls().len();
+    let launched = w.on_demand_instances().len();
     let again = handle(&w, &cluster, "inv-2", &event);
     assert_eq!(again[0].outcome, Outcome::Duplicate);
-    assert_eq!(w.on_demand_instances().len(), 1, "no second replacement");
+    assert_eq!(w.on_demand_instances().len(), launched, "no second replacement");
     assert_eq!(w.cloud.calls().len(), calls, "the duplicate calls EC2 for nothing");
     assert_eq!(cluster.evicted().len(), 5, "no pod evicted twice");
 }
@@ -383,6 +411,7 @@ fn a_function_killed_mid_drain_is_resumed_by_the_next_invocation() {
     let event = spot_warning("e-kill", SPOT, start());
     let finished = handle_fut(&w, &dying, "inv-1", &event).now_or_never();
     assert!(finished.is_none(), "the first invocation was killed mid-drain");
+    let launched = w.on_demand_instances().len();
     assert_eq!(replicas.evicted().len(), 2);
     let records = block_on(w.store.list_disruptions()).unwrap();
     assert_eq!(records.len(), 1, "the disruption is recorded");
@@ -399,7 +428,11 @@ fn a_function_killed_mid_drain_is_resumed_by_the_next_invocation() {
     let unique: std::collections::BTreeSet<&String> = all.iter().collect();
     assert_eq!(all.len(), 5, "each pod evicted once across both invocations: {all:?}");
     assert_eq!(unique.len(), 5);
-    assert_eq!(w.on_demand_instances().len(), 1, "the replacement is not launched again");
+    assert_eq!(
+        w.on_demand_instances().len(),
+        launched,
+        "the replacement is not launched again"
+    );
     assert!(w.cluster.node(NODE).is_none());
 }
 
@@ -412,7 +445,10 @@ fn a_sweep_leaves_a_disruption_another_live_invocation_holds() {
     assert!(handle_fut(&w, &dying, "inv-1", &event).now_or_never().is_none());
     w.clock.advance(Duration::from_secs(5));
     let reports = sweep(&w, &w.cluster, "inv-2");
-    assert!(matches!(&reports[0].outcome, Outcome::HeldElsewhere { holder } if holder == "inv-1"), "{reports:?}");
+    assert!(
+        matches!(&reports[0].outcome, Outcome::HeldElsewhere { holder } if holder == "inv-1"),
+        "{reports:?}"
+    );
 }
 
 #[test]
@@ -420,11 +456,20 @@ fn a_terminated_state_change_for_a_node_mid_drain_cleans_up() {
     let w = world();
     let replicas = Replicas::new(&w.cluster, Recreate::Running);
     let dying = Crashing::after_evictions(&replicas, 1);
-    assert!(handle_fut(&w, &dying, "inv-1", &spot_warning("e-1", SPOT, start())).now_or_never().is_none());
+    assert!(
+        handle_fut(&w, &dying, "inv-1", &spot_warning("e-1", SPOT, start()))
+            .now_or_never()
+            .is_none()
+    );
     // EC2 reclaims the instance before the drain ends.
     w.cloud.reclaim(SPOT);
     w.clock.advance(Duration::from_secs(3));
-    let reports = handle(&w, &w.cluster, "inv-2", &state_change("e-2", SPOT, "terminated", w.clock_now()));
+    let reports = handle(
+        &w,
+        &w.cluster,
+        "inv-2",
+        &state_change("e-2", SPOT, "terminated", w.clock_now()),
+    );
     assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{reports:?}");
     assert!(w.cluster.node(NODE).is_none());
     assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
@@ -470,11 +515,15 @@ fn an_instance_another_deployment_launched_is_left_alone() {
 fn the_provisioner_during_the_drain_launches_nothing_for_the_evicted_pods() {
     let w = world();
     // The ReplicaSets recreate the evicted pods pending, under new names, while the
-    // replacement is still on its way.
+    // replacement is still on its way. The second api pod stays (its PDB of minAvailable
+    // 1 holds it: the first one's replacement is not Ready) until the hard deadline, and
+    // goes with the instance.
     let cluster = Replicas::new(&w.cluster, Recreate::Pending);
-    handle(&w, &cluster, "inv-1", &spot_warning("e-1", SPOT, start()));
+    let reports = handle(&w, &cluster, "inv-1", &spot_warning("e-1", SPOT, start()));
+    assert_eq!(reports[0].blocked.len(), 1, "{reports:?}");
+    assert!(reports[0].blocked[0].contains("shop/api"), "{reports:?}");
     let pending = block_on(w.cluster.pending_pods()).unwrap();
-    assert_eq!(pending.len(), 5, "the evicted pods are pending again");
+    assert_eq!(pending.len(), 4, "the evicted pods are pending again");
     let catalog = Catalog::embedded().unwrap();
     let region = catalog.region("us-east-1").unwrap();
     let mut p = Provisioner::new(
@@ -489,11 +538,20 @@ fn the_provisioner_during_the_drain_launches_nothing_for_the_evicted_pods() {
         "prov-1",
     );
     let batch = block_on(p.batch(&region)).unwrap();
-    assert!(batch.launched.is_empty(), "the reserved replacement is theirs: {:?}", batch.launched);
-    assert_eq!(batch.pods_planned, 5, "{:?}", batch.unschedulable);
+    assert!(
+        batch.launched.is_empty(),
+        "the reserved replacement is theirs: {:?}",
+        batch.launched
+    );
+    assert_eq!(batch.pods_planned, 4, "{:?}", batch.unschedulable);
 
     // A pod of another workload does not get that room.
-    w.cluster.add_pod(PodBuilder::pending_web("batch-0", "500m", "1Gi").owner("batch/v1", "Job", "nightly").pod().unwrap());
+    w.cluster.add_pod(
+        PodBuilder::pending_web("batch-0", "500m", "1Gi")
+            .owner("batch/v1", "Job", "nightly")
+            .pod()
+            .unwrap(),
+    );
     let batch = block_on(p.batch(&region)).unwrap();
     assert_eq!(batch.launched.len(), 1, "{batch:?}");
 }

@@ -21,7 +21,7 @@ use carpool::decide::interruption::{InputRecord, InterruptionEvent, parse_event,
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::interruption::metrics::event_metrics;
-use carpool::run::interruption::{EventReport, InterruptionError, InterruptionSettings, Interrupter};
+use carpool::run::interruption::{EventReport, Interrupter, InterruptionError, InterruptionSettings};
 use carpool::run::price_refresh::LiveCatalog;
 use carpool::run::provision::ProvisionerConfig;
 use futures_util::future::join_all;
@@ -109,7 +109,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         Ok(reports)
     }
 
-    async fn record(&self, request_id: &str, record: InputRecord, until: SystemTime) -> (Option<String>, RecordOutcome) {
+    async fn record(
+        &self,
+        request_id: &str,
+        record: InputRecord,
+        until: SystemTime,
+    ) -> (Option<String>, RecordOutcome) {
         let message_id = record.message_id;
         let outcome = match record.event {
             Err(e) => {

@@ -17,5 +17,12 @@ pub type RealApp = App<Ec2Cloud, KubeCluster, DynamoStore, TokioClock>;
 /// Builds the ports and the app.
 pub async fn app(config: ProvisionerConfig) -> Result<RealApp, InitError> {
     let ports = real_ports(&config).await?;
-    Ok(App::new(ports.cloud, ports.cluster, ports.store, TokioClock, config, ports.region))
+    Ok(App::new(
+        ports.cloud,
+        ports.cluster,
+        ports.store,
+        TokioClock,
+        config,
+        ports.region,
+    ))
 }

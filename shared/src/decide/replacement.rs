@@ -22,34 +22,22 @@
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
-use super::pod::{is_daemonset_pod, pod_key};
+use super::drain::stay_reason;
+use super::pod::pod_key;
 use crate::model::requirements::{NodeSelectorRequirement, Operator};
 use crate::model::well_known as wk;
 use crate::model::{CapacityType, NodePool};
 use crate::snapshot::Snapshot;
 
-/// The annotation of a mirror (static) pod: the kubelet runs it from a file, and an
-/// eviction cannot move it.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-
 fn bound_to<'a>(pod: &'a Pod) -> Option<&'a str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 
-/// Whether a pod of the node moves when the node is drained: it is not a DaemonSet's or
-/// a mirror pod, and has neither finished nor started terminating.
+/// Whether a pod of the node moves when the node is drained: the drain evicts it (it is
+/// not a DaemonSet's or a mirror pod, and has neither finished nor started terminating:
+/// [`super::drain::stay_reason`]).
 pub fn moves(pod: &Pod) -> bool {
-    let finished = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
-    !finished && !mirror && !is_daemonset_pod(pod) && pod.metadata.deletion_timestamp.is_none()
+    stay_reason(pod, &[]).is_none()
 }
 
 /// The pods of `node` that move when it is drained.
@@ -104,8 +92,10 @@ pub fn replacement_view(snapshot: &Snapshot, node: &str) -> (Snapshot, Vec<Strin
 
 /// Whether a NodePool may launch on-demand capacity.
 pub fn allows_on_demand(pool: &NodePool) -> bool {
-    pool.requirements()
-        .is_ok_and(|r| r.get(wk::CAPACITY_TYPE).is_none_or(|c| c.has(CapacityType::OnDemand.label())))
+    pool.requirements().is_ok_and(|r| {
+        r.get(wk::CAPACITY_TYPE)
+            .is_none_or(|c| c.has(CapacityType::OnDemand.label()))
+    })
 }
 
 /// Narrows every NodePool that allows on-demand to on-demand alone; the others keep what
@@ -125,6 +115,7 @@ pub fn prefer_on_demand(pools: &mut [NodePool]) {
 mod tests {
     use super::*;
     use crate::catalog::Catalog;
+    use crate::decide::drain::MIRROR_ANNOTATION;
     use crate::decide::provisioning_plan;
     use crate::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBuilder};
     use crate::model::manifest::from_value;
@@ -152,8 +143,18 @@ mod tests {
     }
 
     fn cluster(pools: Vec<NodePool>) -> Snapshot {
-        let spot = NodeBuilder::new("spot-1").allocatable("cpu", "4").allocatable("memory", "16Gi").allocatable("pods", "110").ready(true).build();
-        let other = NodeBuilder::new("od-1").allocatable("cpu", "16").allocatable("memory", "64Gi").allocatable("pods", "110").ready(true).build();
+        let spot = NodeBuilder::new("spot-1")
+            .allocatable("cpu", "4")
+            .allocatable("memory", "16Gi")
+            .allocatable("pods", "110")
+            .ready(true)
+            .build();
+        let other = NodeBuilder::new("od-1")
+            .allocatable("cpu", "16")
+            .allocatable("memory", "64Gi")
+            .allocatable("pods", "110")
+            .ready(true)
+            .build();
         let mut daemon = bound("aws-node-x", "spot-1", "100m");
         daemon.metadata.owner_references.as_mut().unwrap()[0].kind = "DaemonSet".into();
         Snapshot {
@@ -164,7 +165,10 @@ mod tests {
                 bound("web-3", "od-1", "1"),
                 PodBuilder::pending_web("other-pending", "1", "1Gi").pod().unwrap(),
             ],
-            nodes: vec![serde_json::from_value(spot).unwrap(), serde_json::from_value(other).unwrap()],
+            nodes: vec![
+                serde_json::from_value(spot).unwrap(),
+                serde_json::from_value(other).unwrap(),
+            ],
             nodepools: pools,
             nodeclasses: vec![from_value(&EC2NodeClassBuilder::standard().build()).unwrap()],
             ..Snapshot::default()
@@ -186,9 +190,20 @@ mod tests {
         let plan = plan(&view);
         assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
         let planned: Vec<&String> = plan.nodes.iter().flat_map(|n| &n.pods).collect();
-        assert_eq!(planned.len(), 2, "the DaemonSet pod and the other pending pod are not planned: {planned:?}");
-        assert!(plan.nodes.iter().all(|n| n.capacity_type == CapacityType::OnDemand), "{plan:?}");
-        assert!(plan.existing.is_empty(), "no room is taken on the other nodes: {:?}", plan.existing);
+        assert_eq!(
+            planned.len(),
+            2,
+            "the DaemonSet pod and the other pending pod are not planned: {planned:?}"
+        );
+        assert!(
+            plan.nodes.iter().all(|n| n.capacity_type == CapacityType::OnDemand),
+            "{plan:?}"
+        );
+        assert!(
+            plan.existing.is_empty(),
+            "no room is taken on the other nodes: {:?}",
+            plan.existing
+        );
     }
 
     #[test]
@@ -198,7 +213,10 @@ mod tests {
         let (view, _) = replacement_view(&snapshot, "spot-1");
         let plan = plan(&view);
         assert!(!plan.nodes.is_empty());
-        assert!(plan.nodes.iter().all(|n| n.capacity_type == CapacityType::Spot), "{plan:?}");
+        assert!(
+            plan.nodes.iter().all(|n| n.capacity_type == CapacityType::Spot),
+            "{plan:?}"
+        );
     }
 
     #[test]

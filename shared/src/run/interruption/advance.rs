@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Taint;
 
-use super::{DISRUPTED_TAINT, EventReport, InterruptionError, Interrupter, Outcome, since_ms};
+use super::{DISRUPTED_TAINT, EventReport, Interrupter, InterruptionError, Outcome, since_ms};
 use crate::catalog::RegionCatalog;
 use crate::model::CapacityType;
 use crate::model::node::instance_id_from_provider_id;
@@ -126,7 +126,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
             Err(CloudError::NotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        if instance.as_ref().is_none_or(|i| i.is_gone() || i.state == crate::ports::InstanceState::Stopped) {
+        if instance
+            .as_ref()
+            .is_none_or(|i| i.is_gone() || i.state == crate::ports::InstanceState::Stopped)
+        {
             self.cleanup(&record.instance_id, Some(&record.node)).await?;
             report.outcome = Outcome::CleanedUp;
             report.elapsed_ms = since_ms(start, self.clock.now());
@@ -262,7 +265,15 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
         report.replacement_instances = replacement
             .launched
             .iter()
-            .map(|l| format!("{} ({}, {}, {})", l.instance_id, l.instance_type, l.zone, l.capacity_type.label()))
+            .map(|l| {
+                format!(
+                    "{} ({}, {}, {})",
+                    l.instance_id,
+                    l.instance_type,
+                    l.zone,
+                    l.capacity_type.label()
+                )
+            })
             .collect();
         report.replacement_unschedulable = replacement
             .unschedulable
@@ -328,7 +339,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
             if pass.drained {
                 break true;
             }
-            let stop = if record.hard_deadline { deadline.min(until) } else { until };
+            let stop = if record.hard_deadline {
+                deadline.min(until)
+            } else {
+                until
+            };
             if now >= stop {
                 break false;
             }
@@ -378,7 +393,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
             }
         }
         self.store.delete_disruption(instance_id).await?;
-        tracing::info!(instance_id, node = node.unwrap_or(""), "instance gone: Node and records deleted");
+        tracing::info!(
+            instance_id,
+            node = node.unwrap_or(""),
+            "instance gone: Node and records deleted"
+        );
         Ok(())
     }
 }

@@ -62,7 +62,13 @@ mod tests {
 
     #[test]
     fn a_drained_spot_node_counts_under_its_kind_with_its_drain_time_and_blocked_pods() {
-        let mut report = EventReport::new("e-1", EventKind::SpotInterruption, "disrupt", Some("i-1"), Outcome::CleanedUp);
+        let mut report = EventReport::new(
+            "e-1",
+            EventKind::SpotInterruption,
+            "disrupt",
+            Some("i-1"),
+            Outcome::CleanedUp,
+        );
         report.drain_seconds = 12.5;
         report.evicted = 7;
         report.blocked = vec!["web/api-0: budget".into()];

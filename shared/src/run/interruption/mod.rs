@@ -224,7 +224,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
     }
 
     /// Resumes every disruption in progress (the scheduled sweep), until `until`.
-    pub async fn sweep(&self, region: &RegionCatalog<'_>, until: SystemTime) -> Result<Vec<EventReport>, InterruptionError> {
+    pub async fn sweep(
+        &self,
+        region: &RegionCatalog<'_>,
+        until: SystemTime,
+    ) -> Result<Vec<EventReport>, InterruptionError> {
         let records = self.store.list_disruptions().await?;
         let mut reports = Vec::new();
         for record in records {
@@ -406,14 +410,24 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
     /// The Node of an instance, by its providerID.
     async fn node_of(&self, instance_id: &str) -> Result<Option<String>, InterruptionError> {
         Ok(self.cluster.nodes().await?.into_iter().find_map(|n| {
-            let id = n.spec.as_ref()?.provider_id.as_deref().and_then(instance_id_from_provider_id)?;
+            let id = n
+                .spec
+                .as_ref()?
+                .provider_id
+                .as_deref()
+                .and_then(instance_id_from_provider_id)?;
             (id == instance_id).then(|| n.metadata.name.clone()).flatten()
         }))
     }
 
     /// Whether Carpool has a node or launch record of the instance.
     async fn has_records(&self, instance_id: &str) -> Result<bool, InterruptionError> {
-        let node = self.store.list_nodes().await?.iter().any(|n| n.instance_id == instance_id);
+        let node = self
+            .store
+            .list_nodes()
+            .await?
+            .iter()
+            .any(|n| n.instance_id == instance_id);
         let launch = self
             .store
             .list_launches()

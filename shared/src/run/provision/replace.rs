@@ -109,8 +109,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 }
             }
             // The next round plans only for the pods whose node ran out of capacity.
-            view.pods
-                .retain(|p| !provided.contains(&crate::decide::pod::pod_key(p)) || p.spec.as_ref().is_some_and(|s| s.node_name.is_some()));
+            view.pods.retain(|p| {
+                !provided.contains(&crate::decide::pod::pod_key(p))
+                    || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+            });
             if !out_of_capacity {
                 break;
             }
