@@ -11,6 +11,7 @@
 //! - [`stack`]: finds the running stack through its env file and builds the kube, EC2
 //!   and DynamoDB clients for it.
 //! - [`moto`]: resets moto and seeds it again.
+//! - [`aws_json`]: moto's JSON-protocol APIs (EventBridge, SQS) called over plain HTTP.
 //! - [`tags`]: the instance tag conventions the harness reads (NodePool, labels, taints,
 //!   startup taints, never-register). The real launch path passes taints in nodeadm
 //!   user data, which a later issue writes; here the launch puts them in the tag
@@ -29,6 +30,7 @@
 //! lock that lets them run concurrently ([`shared`]) except around a moto reset
 //! ([`exclusive`]).
 
+pub mod aws_json;
 pub mod harness;
 pub mod instance;
 pub mod launch;

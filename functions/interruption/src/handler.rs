@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
 use carpool::catalog::RegionCatalog;
-use carpool::decide::interruption::{InputRecord, InterruptionEvent, parse_event, parse_input};
+use carpool::decide::interruption::{EventError, InputRecord, InterruptionEvent, parse_event, parse_input};
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::interruption::metrics::event_metrics;
@@ -138,23 +138,42 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         (message_id, outcome)
     }
 
+    /// One SQS batch by `request_id`, which must end by `deadline`: the answer for Lambda
+    /// (the records to deliver again), and what became of each record, by message id.
+    /// A payload that is not an SQS batch at all (its `Records` not a list) is an error:
+    /// it names no message to fail.
+    pub async fn handle_batch(
+        &self,
+        request_id: &str,
+        deadline: SystemTime,
+        payload: &Value,
+    ) -> Result<(SqsBatchResponse, Vec<(Option<String>, RecordOutcome)>), EventError> {
+        self.catalog.refresh(&self.cloud, &self.clock).await;
+        let until = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline);
+        let records = parse_input(payload).inspect_err(|e| tracing::error!(reason = %e, "unreadable SQS batch"))?;
+        let outcomes = join_all(records.into_iter().map(|r| self.record(request_id, r, until))).await;
+        let failures: Vec<BatchItemFailure> = outcomes
+            .iter()
+            .filter(|(_, o)| !matches!(o, RecordOutcome::Handled(_)))
+            .filter_map(|(id, _)| id.clone())
+            .map(|item_identifier| BatchItemFailure { item_identifier })
+            .collect();
+        let response = SqsBatchResponse {
+            batch_item_failures: failures,
+        };
+        Ok((response, outcomes))
+    }
+
     /// One invocation's payload by `request_id`, which must end by `deadline`: an SQS
     /// batch answers a [`SqsBatchResponse`]; a bare event answers its reports.
     pub async fn handle(&self, request_id: &str, deadline: SystemTime, payload: &Value) -> Result<Value, Diagnostic> {
         self.catalog.refresh(&self.cloud, &self.clock).await;
         let until = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline);
         if payload.get("Records").is_some() {
-            let records = parse_input(payload).map_err(|e| non_retryable("UnreadableBatch", &e))?;
-            let outcomes = join_all(records.into_iter().map(|r| self.record(request_id, r, until))).await;
-            let failures: Vec<BatchItemFailure> = outcomes
-                .into_iter()
-                .filter(|(_, o)| !matches!(o, RecordOutcome::Handled(_)))
-                .filter_map(|(id, _)| id)
-                .map(|item_identifier| BatchItemFailure { item_identifier })
-                .collect();
-            let response = SqsBatchResponse {
-                batch_item_failures: failures,
-            };
+            let (response, _) = self
+                .handle_batch(request_id, deadline, payload)
+                .await
+                .map_err(|e| non_retryable("UnreadableBatch", &e))?;
             return serde_json::to_value(response).map_err(|e| non_retryable("Response", &e));
         }
         let event = parse_event(payload).map_err(|e| {

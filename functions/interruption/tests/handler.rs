@@ -104,7 +104,9 @@ async fn a_handling_that_fails_is_a_batch_item_failure_to_be_delivered_again() {
 #[tokio::test]
 async fn an_event_invoked_directly_by_eventbridge_is_handled_without_the_queue() {
     let app = app();
-    let answer = invoke(&app, invocation(sample("spot-interruption-warning.json"))).await.unwrap();
+    let answer = invoke(&app, invocation(sample("spot-interruption-warning.json")))
+        .await
+        .unwrap();
     assert_eq!(answer["reports"][0]["outcome"], "not_owned", "{answer}");
     // The schedule's sweep, with nothing in progress.
     let answer = invoke(&app, invocation(sample("scheduled-event.json"))).await.unwrap();

@@ -1,0 +1,698 @@
+//! End to end on the local stack: a spot interruption warning sent to moto's EventBridge,
+//! routed by the template's own rule into an SQS queue, received, and handled by the
+//! interruption function's handler in-process, against the real apiserver,
+//! kube-scheduler, disruption controller and Eviction API, with the harness playing the
+//! kubelet and the provisioner's watch running at the same time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail, ensure};
+use carpool::catalog::Catalog;
+use carpool::decide::interruption::{InterruptionEvent, parse_input};
+use carpool::fakes::Crashing;
+use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
+use carpool::model::CapacityType;
+use carpool::ports::{Cloud, StateStore};
+use carpool::run::interruption::{EventReport, Interrupter, InterruptionSettings, Outcome};
+use carpool::run::provision::{Provisioner, ProvisionerConfig, RunReport, Settings};
+use carpool_adapters::clock::TokioClock;
+use carpool_adapters::cluster_info::ClusterInfo;
+use carpool_adapters::dynamodb::DynamoStore;
+use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
+use carpool_adapters::kube_cluster::KubeCluster;
+use carpool_interruption::handler::{App, RecordOutcome};
+use carpool_tests::harness::Config as HarnessConfig;
+use carpool_tests::{Harness, Stack, aws_json, exclusive, unique, wait};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(180);
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// One test's cluster name, namespace, NodePool, EC2NodeClass, queue and rules.
+struct Scene {
+    stack: Stack,
+    kube: kube::Client,
+    name: String,
+    table: String,
+    queue_url: String,
+    queue_arn: String,
+}
+
+impl Scene {
+    async fn new(prefix: &str) -> Result<Self> {
+        let stack = Stack::load()?;
+        let kube = stack.kube_client().await?;
+        let name = unique(prefix);
+        let queue = aws_json::call(&stack, "sqs", "AmazonSQS.CreateQueue", &json!({"QueueName": name})).await?;
+        let queue_url = queue["QueueUrl"].as_str().context("QueueUrl")?.to_string();
+        let attrs = aws_json::call(
+            &stack,
+            "sqs",
+            "AmazonSQS.GetQueueAttributes",
+            &json!({"QueueUrl": queue_url, "AttributeNames": ["QueueArn"]}),
+        )
+        .await?;
+        let queue_arn = attrs["Attributes"]["QueueArn"]
+            .as_str()
+            .context("QueueArn")?
+            .to_string();
+        let scene = Scene {
+            table: format!("{name}-state"),
+            stack,
+            kube,
+            name,
+            queue_url,
+            queue_arn,
+        };
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
+        Api::<Namespace>::all(scene.kube.clone())
+            .create(&PostParams::default(), &serde_json::from_value(ns)?)
+            .await?;
+        let pool = NodePoolBuilder::new(&scene.name)
+            .node_class(&scene.name)
+            .label("e2e", &scene.name)
+            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+            .requirement("karpenter.k8s.aws/instance-generation", "Gt", &["4"])
+            .requirement("kubernetes.io/arch", "In", &["amd64"])
+            .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+            .build();
+        let class = EC2NodeClassBuilder::new(&scene.name)
+            .role("CarpoolNodeRole")
+            .discovery("carpool-local")
+            .al2023()
+            .build();
+        for (r, object) in [
+            (
+                resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
+                class,
+            ),
+            (resource("karpenter.sh", "v1", "NodePool", "nodepools"), pool),
+        ] {
+            Api::<DynamicObject>::all_with(scene.kube.clone(), &r)
+                .create(&PostParams::default(), &serde_json::from_value(object)?)
+                .await?;
+        }
+        scene.rules().await?;
+        Ok(scene)
+    }
+
+    /// The template's four interruption rules, their patterns read from template.yaml,
+    /// each targeting this test's queue.
+    async fn rules(&self) -> Result<()> {
+        let path = format!("{}/../../template.yaml", env!("CARGO_MANIFEST_DIR"));
+        let template: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path)?)?;
+        let resources = template["Resources"].as_mapping().context("Resources")?;
+        let mut rules = 0;
+        for (logical, r) in resources {
+            if r["Type"].as_str() != Some("AWS::Events::Rule") || r["Properties"]["EventPattern"].is_null() {
+                continue;
+            }
+            let pattern: Value = serde_json::to_value(&r["Properties"]["EventPattern"])?;
+            let rule = format!("{}-{}", self.name, logical.as_str().unwrap_or("rule"));
+            aws_json::call(
+                &self.stack,
+                "events",
+                "AWSEvents.PutRule",
+                &json!({"Name": rule, "EventPattern": pattern.to_string(), "State": "ENABLED"}),
+            )
+            .await?;
+            aws_json::call(
+                &self.stack,
+                "events",
+                "AWSEvents.PutTargets",
+                &json!({"Rule": rule, "Targets": [{"Id": "queue", "Arn": self.queue_arn}]}),
+            )
+            .await?;
+            rules += 1;
+        }
+        ensure!(rules == 4, "the template has {rules} event rules, not 4");
+        Ok(())
+    }
+
+    fn config(&self) -> Result<ProvisionerConfig> {
+        let mut config = ProvisionerConfig::from_vars(|k| match k {
+            "CARPOOL_CLUSTER_NAME" => Some(self.name.clone()),
+            "CARPOOL_TABLE_NAME" => Some(self.table.clone()),
+            "AWS_REGION" => Some("us-east-1".into()),
+            _ => None,
+        })?;
+        config.ami_ssm_parameter = self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string();
+        // moto prices every spot offering alike: plan on the embedded prices.
+        config.live_prices = false;
+        Ok(config)
+    }
+
+    async fn cloud(&self) -> Result<Ec2Cloud> {
+        let sdk = self.stack.aws_config().await?;
+        let info = ClusterInfo::new(
+            &self.name,
+            self.stack.get("CARPOOL_KUBE_APISERVER")?,
+            "Y2E=",
+            "10.100.0.0/16",
+        );
+        Ok(Ec2Cloud::new(
+            Ec2Clients::new(&sdk),
+            info,
+            self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
+        )
+        .with_node_role("CarpoolNodeRole", "CarpoolNodeProfile"))
+    }
+
+    async fn store(&self) -> Result<DynamoStore> {
+        let store = DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name);
+        store.create_table_if_missing().await?;
+        Ok(store)
+    }
+
+    async fn app(&self) -> Result<App<Ec2Cloud, KubeCluster, DynamoStore, TokioClock>> {
+        Ok(App::new(
+            self.cloud().await?,
+            KubeCluster::new(self.kube.clone()),
+            self.store().await?,
+            TokioClock,
+            self.config()?,
+            Catalog::embedded()?.region("us-east-1")?,
+        ))
+    }
+
+    async fn harness(&self) -> Result<Harness> {
+        let mut config = HarnessConfig::from_stack(&self.stack)?;
+        config.cluster = self.name.clone();
+        Harness::start_on(&self.stack, config).await
+    }
+
+    /// A Deployment of `replicas` pods selecting this test's NodePool.
+    async fn deployment(&self, app: &str, replicas: i32, cpu: &str) -> Result<()> {
+        let d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": app, "namespace": self.name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+              "template": {"metadata": {"labels": {"app": app}}, "spec": {
+                "nodeSelector": {"karpenter.sh/nodepool": self.name},
+                "terminationGracePeriodSeconds": 5,
+                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}}]}}}
+        });
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.kube.clone(),
+            &self.name,
+            &resource("apps", "v1", "Deployment", "deployments"),
+        );
+        api.create(&PostParams::default(), &serde_json::from_value(d)?).await?;
+        Ok(())
+    }
+
+    async fn pdb(&self, app: &str, min_available: i32) -> Result<()> {
+        let p = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": app, "namespace": self.name},
+            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}});
+        Api::<PodDisruptionBudget>::namespaced(self.kube.clone(), &self.name)
+            .create(&PostParams::default(), &serde_json::from_value(p)?)
+            .await?;
+        Ok(())
+    }
+
+    async fn pods(&self) -> Result<Vec<Pod>> {
+        Ok(Api::<Pod>::namespaced(self.kube.clone(), &self.name)
+            .list(&ListParams::default())
+            .await?
+            .items)
+    }
+
+    /// Waits until `n` pods are Running (and not terminating) on nodes other than `not_on`.
+    async fn wait_running(&self, n: usize, not_on: Option<&str>) -> Result<Vec<Pod>> {
+        wait::until(&format!("{n} pods Running"), WAIT, async || {
+            let pods: Vec<Pod> = self
+                .pods()
+                .await?
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter(|p| not_on.is_none_or(|n| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(n)))
+                .collect();
+            if pods.len() == n {
+                Ok(pods)
+            } else {
+                bail!("{} of {n} Running", pods.len())
+            }
+        })
+        .await
+    }
+
+    /// Provisions for the pending pods: the provisioner's run, watching `watch`.
+    async fn provision(&self, watch: Duration) -> Result<RunReport> {
+        let cloud = self.cloud().await?;
+        let cluster = KubeCluster::new(self.kube.clone());
+        let store = self.store().await?;
+        let region = Catalog::embedded()?.region("us-east-1")?;
+        let settings = Settings {
+            watch,
+            ..Settings::from_config(&self.config()?, watch)
+        };
+        let mut p = Provisioner::new(&cloud, &cluster, &store, &TokioClock, settings, &unique("prov"));
+        Ok(p.run(&region).await?)
+    }
+
+    async fn put_event(&self, detail_type: &str, source: &str, detail: Value, resources: Vec<String>) -> Result<()> {
+        let answer = aws_json::call(
+            &self.stack,
+            "events",
+            "AWSEvents.PutEvents",
+            &json!({"Entries": [{"Source": source, "DetailType": detail_type,
+                "Detail": detail.to_string(), "Resources": resources}]}),
+        )
+        .await?;
+        ensure!(
+            answer["FailedEntryCount"].as_i64().unwrap_or(0) == 0,
+            "PutEvents: {answer}"
+        );
+        Ok(())
+    }
+
+    async fn send_raw(&self, body: &str) -> Result<()> {
+        aws_json::call(
+            &self.stack,
+            "sqs",
+            "AmazonSQS.SendMessage",
+            &json!({"QueueUrl": self.queue_url, "MessageBody": body}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Receives `n` messages from the queue, as the Lambda event source mapping does,
+    /// and returns them as the Lambda SQS batch the function is invoked with.
+    async fn receive(&self, n: usize) -> Result<Value> {
+        let mut records = Vec::new();
+        let start = Instant::now();
+        while records.len() < n && start.elapsed() < Duration::from_secs(30) {
+            let answer = aws_json::call(
+                &self.stack,
+                "sqs",
+                "AmazonSQS.ReceiveMessage",
+                &json!({"QueueUrl": self.queue_url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1}),
+            )
+            .await?;
+            for m in answer["Messages"].as_array().into_iter().flatten() {
+                records.push(json!({
+                    "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
+                    "attributes": {}, "messageAttributes": {}, "md5OfBody": m["MD5OfBody"],
+                    "eventSource": "aws:sqs", "eventSourceARN": self.queue_arn, "awsRegion": "us-east-1"
+                }));
+            }
+        }
+        ensure!(records.len() == n, "received {} of {n} messages", records.len());
+        Ok(json!({"Records": records}))
+    }
+
+    async fn cleanup(&self) -> Result<()> {
+        let _ = Api::<Namespace>::all(self.kube.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        for r in [
+            resource("karpenter.sh", "v1", "NodePool", "nodepools"),
+            resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
+        ] {
+            let _ = Api::<DynamicObject>::all_with(self.kube.clone(), &r)
+                .delete(&self.name, &DeleteParams::default())
+                .await;
+        }
+        let cloud = self.cloud().await?;
+        for i in cloud.list().await? {
+            cloud.terminate(&i.id).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish<T>(&self, harness: Harness, result: Result<T>) -> Result<T> {
+        let cleaned = self.cleanup().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let _ = harness.stop().await;
+        let value = result?;
+        cleaned?;
+        Ok(value)
+    }
+
+    /// The spot node the provisioner launched for the pods, and its instance.
+    async fn spot_node(&self) -> Result<(String, String)> {
+        let nodes = Api::<Node>::all(self.kube.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let pods = self.pods().await?;
+        let node = nodes
+            .iter()
+            .filter(|n| {
+                n.metadata.labels.as_ref().and_then(|l| l.get("karpenter.sh/nodepool")) == Some(&self.name)
+                    && n.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("karpenter.sh/capacity-type"))
+                        == Some(&"spot".to_string())
+            })
+            .max_by_key(|n| {
+                pods.iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == n.metadata.name.as_ref())
+                    .count()
+            })
+            .context("a spot node")?;
+        let id = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| p.rsplit('/').next())
+            .context("a providerID")?;
+        Ok((node.metadata.name.clone().unwrap_or_default(), id.to_string()))
+    }
+}
+
+fn reports(outcomes: &[(Option<String>, RecordOutcome)]) -> Vec<EventReport> {
+    outcomes
+        .iter()
+        .filter_map(|(_, o)| match o {
+            RecordOutcome::Handled(r) => Some(r.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Counts, while it runs, the fewest Running api pods and the times the PDB said fewer
+/// healthy pods than it desires.
+fn watch_pdb(
+    scene: &Scene,
+) -> (
+    Arc<AtomicBool>,
+    Arc<AtomicI32>,
+    Arc<AtomicI32>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let fewest = Arc::new(AtomicI32::new(i32::MAX));
+    let violations = Arc::new(AtomicI32::new(0));
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name);
+    let (s, f, v) = (stop.clone(), fewest.clone(), violations.clone());
+    let task = tokio::spawn(async move {
+        while !s.load(Ordering::SeqCst) {
+            if let Ok(pdb) = pdbs.get("api").await
+                && let Some(status) = pdb.status
+            {
+                f.fetch_min(status.current_healthy, Ordering::SeqCst);
+                if status.current_healthy < status.desired_healthy {
+                    v.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (stop, fewest, violations, task)
+}
+
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_spot_interruption_through_eventbridge_and_sqs_moves_the_pods_to_on_demand_with_the_pdb_held() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-spot").await?;
+    let harness = scene.harness().await?;
+    let result = spot_interruption(&scene).await;
+    scene.finish(harness, result).await
+}
+
+async fn spot_interruption(scene: &Scene) -> Result<()> {
+    // A spot node with pods of two Deployments, api under a PDB of replicas - 1.
+    scene.deployment("web", 3, "250m").await?;
+    scene.deployment("api", 2, "250m").await?;
+    scene.pdb("api", 1).await?;
+    wait::unschedulable(&scene.kube, &scene.name, 5, WAIT).await?;
+    let first = scene.provision(Duration::from_secs(5)).await?;
+    ensure!(first.launched().count() >= 1, "{first:?}");
+    scene.wait_running(5, None).await?;
+    let (node, instance) = scene.spot_node().await?;
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name);
+    wait::pdb_status(&pdbs, "api", 2, 1, WAIT).await?;
+    let on_spot = scene
+        .pods()
+        .await?
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .count();
+    eprintln!("spot node {node} ({instance}) runs {on_spot} of the 5 pods");
+
+    let app = scene.app().await?;
+    let cloud = scene.cloud().await?;
+    let before: Vec<String> = cloud.list().await?.into_iter().map(|i| i.id).collect();
+    let (stop, fewest, violations, watcher) = watch_pdb(scene);
+    // The provisioner watches at the same time: it must launch nothing for the evicted
+    // pods, whose replacement is reserved for them.
+    let provisioner = scene.provision(Duration::from_secs(40));
+
+    let sent = SystemTime::now();
+    scene
+        .put_event(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            json!({"instance-id": instance, "instance-action": "terminate"}),
+            vec![format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")],
+        )
+        .await?;
+    let batch = scene.receive(1).await?;
+    let deadline = SystemTime::now() + Duration::from_secs(150);
+    let handled = async {
+        let (response, outcomes) = app.handle_batch("inv-1", deadline, &batch).await?;
+        anyhow::Ok((response, reports(&outcomes)))
+    };
+    let (handled, provisioned) = tokio::join!(handled, provisioner);
+    let (response, handled) = handled?;
+    let provisioned = provisioned?;
+    ensure!(response.batch_item_failures.is_empty(), "{response:?}");
+    let report = handled.first().context("a report")?;
+    eprintln!(
+        "event -> taint {:?} ms, -> replacement launched {:?} ms, -> drained {:?} ms; outcome {:?}; replacement {:?}; blocked {:?}; sent {:?} before the handler",
+        report.event_to_taint_ms,
+        report.event_to_replacement_ms,
+        report.event_to_drained_ms,
+        report.outcome,
+        report.replacement_instances,
+        report.blocked,
+        sent.elapsed().unwrap_or_default(),
+    );
+    ensure!(report.drained, "{report:?}");
+    ensure!(report.outcome == Outcome::CleanedUp, "{report:?}");
+    ensure!(report.event_to_drained_ms.is_some_and(|ms| ms < 90_000), "{report:?}");
+    ensure!(report.evicted == on_spot, "{report:?}");
+
+    // The replacement is on-demand, and the pods run there.
+    let launched: Vec<_> = cloud
+        .list()
+        .await?
+        .into_iter()
+        .filter(|i| !before.contains(&i.id))
+        .collect();
+    ensure!(!launched.is_empty());
+    ensure!(
+        launched.iter().all(|i| i.capacity_type == CapacityType::OnDemand),
+        "{launched:?}"
+    );
+    ensure!(
+        provisioned.launched().count() == 0,
+        "the provisioner launched for the evicted pods: {:?}",
+        provisioned.launched().collect::<Vec<_>>()
+    );
+    scene.wait_running(5, Some(&node)).await?;
+    stop.store(true, Ordering::SeqCst);
+    watcher.await?;
+    ensure!(
+        violations.load(Ordering::SeqCst) == 0,
+        "the PDB had fewer healthy pods than desired"
+    );
+    eprintln!(
+        "fewest healthy api pods during the drain: {}",
+        fewest.load(Ordering::SeqCst)
+    );
+    ensure!(
+        Api::<Node>::all(scene.kube.clone()).get_opt(&node).await?.is_none(),
+        "the Node is deleted"
+    );
+    ensure!(scene.store().await?.list_disruptions().await?.is_empty());
+
+    // The same delivery again does nothing twice.
+    let instances: Vec<String> = cloud.list().await?.into_iter().map(|i| i.id).collect();
+    let (response, outcomes) = app.handle_batch("inv-2", deadline, &batch).await?;
+    ensure!(response.batch_item_failures.is_empty());
+    let again = reports(&outcomes);
+    ensure!(again.iter().all(|r| r.outcome == Outcome::Duplicate), "{again:?}");
+    let after: Vec<String> = cloud.list().await?.into_iter().map(|i| i.id).collect();
+    ensure!(after == instances, "nothing launched for the duplicate");
+
+    // A malformed message in a batch of 3: the other 2 are handled.
+    scene
+        .send_raw("{\"detail-type\": \"EC2 Spot Instance Interruption Warning\", \"id\": ")
+        .await?;
+    scene
+        .put_event(
+            "EC2 Instance State-change Notification",
+            "aws.ec2",
+            json!({"instance-id": "i-0000000000000dead", "state": "terminated"}),
+            vec![],
+        )
+        .await?;
+    scene
+        .put_event(
+            "EC2 Instance Rebalance Recommendation",
+            "aws.ec2",
+            json!({"instance-id": "i-0000000000000beef"}),
+            vec![],
+        )
+        .await?;
+    let batch = scene.receive(3).await?;
+    let (response, outcomes) = app.handle_batch("inv-3", deadline, &batch).await?;
+    let bad: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, RecordOutcome::Unreadable(_)))
+        .filter_map(|(id, _)| id.clone())
+        .collect();
+    ensure!(bad.len() == 1, "{outcomes:?}");
+    ensure!(
+        response.batch_item_failures.len() == 1 && response.batch_item_failures[0].item_identifier == bad[0],
+        "{response:?}"
+    );
+    ensure!(reports(&outcomes).len() == 2, "{outcomes:?}");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_function_killed_mid_drain_is_resumed_and_a_terminated_state_change_mid_drain_cleans_up() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-kill").await?;
+    let harness = scene.harness().await?;
+    let result = killed(&scene).await;
+    scene.finish(harness, result).await
+}
+
+async fn killed(scene: &Scene) -> Result<()> {
+    scene.deployment("web", 4, "250m").await?;
+    wait::unschedulable(&scene.kube, &scene.name, 4, WAIT).await?;
+    scene.provision(Duration::from_secs(5)).await?;
+    scene.wait_running(4, None).await?;
+    let (node, instance) = scene.spot_node().await?;
+
+    let cloud = scene.cloud().await?;
+    let store = scene.store().await?;
+    let kube = KubeCluster::new(scene.kube.clone());
+    let region = Catalog::embedded()?.region("us-east-1")?;
+    let settings = InterruptionSettings {
+        hold: Duration::from_secs(2),
+        ..InterruptionSettings::from_config(&scene.config()?)
+    };
+    let event = spot_event(&instance)?;
+    // Killed after the first eviction: the invocation stops at its next call.
+    let dying = Crashing::after_evictions(&kube, 1);
+    let first = Interrupter::new(&cloud, &dying, &store, &TokioClock, settings.clone(), "inv-1");
+    let until = SystemTime::now() + Duration::from_secs(120);
+    let killed = tokio::time::timeout(Duration::from_secs(20), first.handle(&region, &event, until)).await;
+    ensure!(killed.is_err(), "the first invocation was killed mid-drain: {killed:?}");
+    ensure!(dying.evictions() == 1);
+    let records = store.list_disruptions().await?;
+    ensure!(records.len() == 1 && records[0].evicted.len() == 1, "{records:?}");
+
+    // The schedule's sweep, once the dead holder's hold lapsed, resumes and finishes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let next = Interrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-2");
+    let resumed = next
+        .sweep(&region, SystemTime::now() + Duration::from_secs(120))
+        .await?;
+    eprintln!("resumed: {resumed:?}");
+    ensure!(
+        resumed.len() == 1 && resumed[0].outcome == Outcome::CleanedUp,
+        "{resumed:?}"
+    );
+    ensure!(resumed[0].evicted == 3, "the 3 pods left, none twice: {resumed:?}");
+    ensure!(Api::<Node>::all(scene.kube.clone()).get_opt(&node).await?.is_none());
+    let pods_moved = scene.wait_running(4, Some(&node)).await?;
+
+    // A second node, drained while its instance is terminated under it.
+    let other = pods_moved
+        .iter()
+        .find_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .context("a node")?;
+    let other_instance = Api::<Node>::all(scene.kube.clone())
+        .get(&other)
+        .await?
+        .spec
+        .and_then(|s| s.provider_id)
+        .and_then(|p| p.rsplit('/').next().map(str::to_string))
+        .context("providerID")?;
+    scene.pdb("web", 4).await?; // blocks every eviction: the drain waits
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name);
+    wait::pdb_status(&pdbs, "web", 4, 0, WAIT).await?;
+    let event = spot_event(&other_instance)?;
+    let draining = Interrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-3");
+    let drain = draining.handle(&region, &event, SystemTime::now() + Duration::from_secs(120));
+    let terminate = async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        cloud.terminate(&other_instance).await?;
+        let state = state_event(&other_instance, "terminated")?;
+        let cleaner = Interrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-4");
+        anyhow::Ok(
+            cleaner
+                .handle(&region, &state, SystemTime::now() + Duration::from_secs(60))
+                .await?,
+        )
+    };
+    let (drained, cleaned) = tokio::join!(drain, terminate);
+    let cleaned = cleaned?;
+    let drained = drained?;
+    eprintln!("drain: {drained:?}\nclean-up: {cleaned:?}");
+    ensure!(cleaned[0].outcome == Outcome::CleanedUp, "{cleaned:?}");
+    ensure!(
+        matches!(drained[0].outcome, Outcome::HeldElsewhere { .. } | Outcome::CleanedUp),
+        "{drained:?}"
+    );
+    ensure!(Api::<Node>::all(scene.kube.clone()).get_opt(&other).await?.is_none());
+    ensure!(store.list_disruptions().await?.is_empty());
+    Ok(())
+}
+
+fn event(detail_type: &str, detail: Value, instance: &str) -> Result<InterruptionEvent> {
+    let v = json!({"version": "0", "id": unique("event"), "detail-type": detail_type, "source": "aws.ec2",
+        "account": "123456789012", "time": now_rfc3339(), "region": "us-east-1",
+        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")], "detail": detail});
+    let mut records = parse_input(&v)?;
+    Ok(records.remove(0).event?)
+}
+
+fn spot_event(instance: &str) -> Result<InterruptionEvent> {
+    event(
+        "EC2 Spot Instance Interruption Warning",
+        json!({"instance-id": instance, "instance-action": "terminate"}),
+        instance,
+    )
+}
+
+fn state_event(instance: &str, state: &str) -> Result<InterruptionEvent> {
+    event(
+        "EC2 Instance State-change Notification",
+        json!({"instance-id": instance, "state": state}),
+        instance,
+    )
+}
+
+fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    k8s_openapi::jiff::Timestamp::from_second(secs as i64)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
