@@ -1,6 +1,8 @@
-//! The ClusterRole in `infra/rbac/` on a real apiserver: the group of Carpool's EKS access
-//! entry (`carpool:controller`) may make every Kubernetes call Carpool makes, and nothing
-//! that would let it read secrets, run or remove workloads, or forge nodes.
+//! The ClusterRoles in `infra/rbac/` on a real apiserver: the groups of Carpool's EKS access
+//! entries (`carpool:controller` for the provisioner, `carpool:interruption` for the
+//! interruption function) may make every Kubernetes call their function makes, and nothing
+//! that would let them read secrets, run or remove workloads other than by eviction, or
+//! forge nodes; their node patches are narrowed by the ValidatingAdmissionPolicies there.
 //!
 //! Each test applies `infra/rbac/*.yaml` to the local stack (`infra/local/up`) as its admin,
 //! then asks the apiserver with `kubectl auth can-i --as <user> --as-group
@@ -15,8 +17,10 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result, bail, ensure};
 use carpool_tests::Stack;
 
-/// The Kubernetes group the SAM template's access entry puts the function's role in.
+/// The Kubernetes group the SAM template's access entry puts the provisioner's role in.
 const GROUP: &str = "carpool:controller";
+/// The group of the interruption function's role (`InterruptionAccessEntry`).
+const INTERRUPTION_GROUP: &str = "carpool:interruption";
 /// The user the checks impersonate (an IAM role's session shows up as some such name).
 const USER: &str = "carpool-rbac-test";
 
@@ -147,6 +151,75 @@ const FORBIDDEN: &[Ask] = &[
     all("*", "*"),
 ];
 
+/// What the interruption function calls: the provisioner's reads (it plans and launches the
+/// replacement through the same path), and the drain's evictions, taints and Node deletions.
+const INTERRUPTION_NEEDED: &[Ask] = &[
+    all("get", "pods"),
+    all("list", "pods"),
+    all("watch", "pods"),
+    sub("create", "pods", "eviction", Scope::AllNamespaces),
+    sub("create", "pods", "eviction", Scope::Namespace),
+    cluster("get", "nodes"),
+    cluster("list", "nodes"),
+    cluster("watch", "nodes"),
+    cluster("patch", "nodes"),
+    cluster("delete", "nodes"),
+    all("list", "daemonsets.apps"),
+    all("get", "poddisruptionbudgets.policy"),
+    all("list", "poddisruptionbudgets.policy"),
+    cluster("get", "nodepools.karpenter.sh"),
+    cluster("list", "nodepools.karpenter.sh"),
+    cluster("watch", "nodepools.karpenter.sh"),
+    cluster("get", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("list", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("watch", "ec2nodeclasses.karpenter.k8s.aws"),
+    all("create", "events.events.k8s.io"),
+    all("patch", "events.events.k8s.io"),
+    all("create", "events"),
+    all("patch", "events"),
+];
+
+/// What the interruption function must not be able to do: pods leave only by eviction, so
+/// PodDisruptionBudgets hold; nodes are drained and removed, never forged or rewritten.
+const INTERRUPTION_FORBIDDEN: &[Ask] = &[
+    all("get", "secrets"),
+    all("list", "secrets"),
+    all("get", "configmaps"),
+    sub("create", "serviceaccounts", "token", Scope::Namespace),
+    ns("create", "pods"),
+    ns("delete", "pods"),
+    all("delete", "pods"),
+    ns("deletecollection", "pods"),
+    ns("patch", "pods"),
+    ns("update", "pods"),
+    sub("create", "pods", "exec", Scope::Namespace),
+    sub("get", "pods", "log", Scope::Namespace),
+    sub("update", "pods", "status", Scope::Namespace),
+    sub("create", "pods", "binding", Scope::Namespace),
+    ns("patch", "daemonsets.apps"),
+    ns("delete", "daemonsets.apps"),
+    ns("patch", "deployments.apps"),
+    ns("delete", "replicasets.apps"),
+    ns("delete", "poddisruptionbudgets.policy"),
+    ns("patch", "poddisruptionbudgets.policy"),
+    ns("delete", "events.events.k8s.io"),
+    ns("list", "events"),
+    cluster("create", "nodes"),
+    cluster("update", "nodes"),
+    sub("patch", "nodes", "status", Scope::Cluster),
+    cluster("deletecollection", "nodes"),
+    cluster("create", "nodepools.karpenter.sh"),
+    cluster("patch", "nodepools.karpenter.sh"),
+    cluster("delete", "nodepools.karpenter.sh"),
+    cluster("update", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("delete", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+    cluster("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    cluster("impersonate", "users"),
+    cluster("*", "*"),
+    all("*", "*"),
+];
+
 /// The repository's `infra/rbac`.
 fn rbac_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/rbac")
@@ -229,6 +302,19 @@ impl Kubectl {
     }
 }
 
+/// Whether `f` holds within 10 s. A policy that binds a moment after it is created may
+/// not be enforced yet: a refusal that should be there, or an acceptance, is retried for a
+/// few seconds before judging.
+fn eventually(f: &dyn Fn() -> Result<bool>) -> Result<bool> {
+    for _ in 0..20 {
+        if f()? {
+            return Ok(true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    Ok(false)
+}
+
 fn describe(ask: &Ask) -> String {
     let resource = match ask.subresource {
         Some(subresource) => format!("{}/{subresource}", ask.resource),
@@ -290,28 +376,74 @@ fn carpool_permissions_come_from_the_group_binding_alone() -> Result<()> {
     let kubectl = Kubectl::for_stack()?;
     kubectl.apply_rbac()?;
     let mut allowed = Vec::new();
-    for ask in NEEDED {
+    for ask in NEEDED.iter().chain(INTERRUPTION_NEEDED) {
         if kubectl.can_i(ask, USER, &[])? {
             allowed.push(describe(ask));
         }
     }
     ensure!(
         allowed.is_empty(),
-        "user {USER} outside {GROUP} is allowed: {}",
+        "user {USER} outside {GROUP} and {INTERRUPTION_GROUP} is allowed: {}",
         allowed.join("; ")
     );
     Ok(())
 }
 
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_interruption_group_may_evict_taint_and_delete_nodes_and_read_what_it_plans_with() -> Result<()> {
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let mut denied = Vec::new();
+    for ask in INTERRUPTION_NEEDED {
+        if !kubectl.can_i(ask, USER, &[INTERRUPTION_GROUP])? {
+            denied.push(describe(ask));
+        }
+    }
+    ensure!(
+        denied.is_empty(),
+        "group {INTERRUPTION_GROUP} is denied what the interruption function needs: {}",
+        denied.join("; ")
+    );
+    println!(
+        "group {INTERRUPTION_GROUP}: all {} needed calls allowed",
+        INTERRUPTION_NEEDED.len()
+    );
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_interruption_group_cannot_delete_pods_directly_read_secrets_or_forge_nodes() -> Result<()> {
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let mut allowed = Vec::new();
+    for ask in INTERRUPTION_FORBIDDEN {
+        if kubectl.can_i(ask, USER, &[INTERRUPTION_GROUP])? {
+            allowed.push(describe(ask));
+        }
+    }
+    ensure!(
+        allowed.is_empty(),
+        "group {INTERRUPTION_GROUP} is allowed what the interruption function must not do: {}",
+        allowed.join("; ")
+    );
+    println!(
+        "group {INTERRUPTION_GROUP}: all {} forbidden calls denied",
+        INTERRUPTION_FORBIDDEN.len()
+    );
+    Ok(())
+}
+
 impl Kubectl {
-    /// Runs kubectl with `args` as the admin, or as [`USER`] in [`GROUP`]; the output on
-    /// success, else the error's text.
-    fn run(&self, args: &[&str], as_carpool: bool, stdin: Option<&str>) -> Result<Result<String, String>> {
+    /// Runs kubectl with `args` as the admin (`group` None), or as [`USER`] in `group`; the
+    /// output on success, else the error's text.
+    fn run(&self, args: &[&str], group: Option<&str>, stdin: Option<&str>) -> Result<Result<String, String>> {
         use std::io::Write;
         let mut c = self.command();
         c.args(args);
-        if as_carpool {
-            c.args(["--as", USER, "--as-group", GROUP]);
+        if let Some(group) = group {
+            c.args(["--as", USER, "--as-group", group]);
         }
         c.stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -344,24 +476,12 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels(
         "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\n"
     );
     kubectl
-        .run(&["apply", "-f", "-"], false, Some(&manifest))?
+        .run(&["apply", "-f", "-"], None, Some(&manifest))?
         .map_err(anyhow::Error::msg)?;
     let label = |args: &[&str]| -> Result<Result<String, String>> {
         let mut all = vec!["label", "node", node.as_str(), "--overwrite"];
         all.extend_from_slice(args);
-        // A policy that binds a moment after it is created may not be enforced yet: retry
-        // a refusal that should not be there, and an acceptance that should not be, for a
-        // few seconds before judging.
-        kubectl.run(&all, true, None)
-    };
-    let eventually = |f: &dyn Fn() -> Result<bool>| -> Result<bool> {
-        for _ in 0..20 {
-            if f()? {
-                return Ok(true);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(500));
-        }
-        Ok(false)
+        kubectl.run(&all, Some(GROUP), None)
     };
     let outcome = (|| -> Result<()> {
         ensure!(
@@ -385,16 +505,16 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels(
         );
         let taint = kubectl.run(
             &["taint", "node", node.as_str(), "carpool.sh/test=x:NoSchedule"],
-            true,
+            Some(GROUP),
             None,
         )?;
         ensure!(taint.is_err(), "the provisioner's group could taint a node");
         // `kubectl cordon` prints a refusal but exits 0: read the Node back instead.
-        let _ = kubectl.run(&["cordon", node.as_str()], true, None)?;
+        let _ = kubectl.run(&["cordon", node.as_str()], Some(GROUP), None)?;
         let unschedulable = kubectl
             .run(
                 &["get", "node", node.as_str(), "-o", "jsonpath={.spec.unschedulable}"],
-                false,
+                None,
                 None,
             )?
             .map_err(anyhow::Error::msg)?;
@@ -406,12 +526,240 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels(
         kubectl
             .run(
                 &["label", "node", node.as_str(), "team=batch", "--overwrite"],
-                false,
+                None,
                 None,
             )?
             .map_err(anyhow::Error::msg)?;
         Ok(())
     })();
-    let _ = kubectl.run(&["delete", "node", node.as_str(), "--wait=false"], false, None);
+    let _ = kubectl.run(&["delete", "node", node.as_str(), "--wait=false"], None, None);
+    outcome
+}
+
+impl Kubectl {
+    /// The node's taints as `key=value:effect` lines, read as the admin.
+    fn taints(&self, node: &str) -> Result<Vec<String>> {
+        let out = self
+            .run(
+                &[
+                    "get",
+                    "node",
+                    node,
+                    "-o",
+                    r#"jsonpath={range .spec.taints[*]}{.key}={.value}:{.effect}{"\n"}{end}"#,
+                ],
+                None,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        Ok(out.lines().map(str::to_string).collect())
+    }
+}
+
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_interruption_group_may_add_and_remove_only_the_disrupted_taint_and_delete_the_node() -> Result<()> {
+    // RBAC grants `patch nodes` whole; infra/rbac/carpool-interruption-node-patch.yaml's
+    // ValidatingAdmissionPolicy narrows the group's patches to the carpool.sh/disrupted
+    // taint (with effect NoSchedule, as Karpenter's karpenter.sh/disrupted:NoSchedule) and
+    // Carpool's labels and annotations. The apiserver enforces it here for real, on
+    // `kubectl taint`, `kubectl label` and `kubectl cordon` (PATCHes) made as the group.
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let as_interruption = Some(INTERRUPTION_GROUP);
+    let node = format!("carpool-int-vap-{}", std::process::id());
+    let manifest = format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\nspec:\n  taints:\n    - key: dedicated\n      value: web\n      effect: NoSchedule\n"
+    );
+    kubectl
+        .run(&["apply", "-f", "-"], None, Some(&manifest))?
+        .map_err(anyhow::Error::msg)?;
+    let taint = |spec: &str| kubectl.run(&["taint", "node", node.as_str(), spec], as_interruption, None);
+    let outcome = (|| -> Result<()> {
+        ensure!(
+            eventually(&|| Ok(taint("carpool.sh/other=x:NoSchedule")?.is_err()))?,
+            "the interruption group could add a taint other than carpool.sh/disrupted"
+        );
+        let refused = taint("carpool.sh/other=x:NoSchedule")?.unwrap_err();
+        ensure!(
+            refused.contains("carpool-interruption-node-patch"),
+            "refused, but not by the policy: {refused}"
+        );
+        ensure!(
+            taint("carpool.sh/disrupted:NoExecute")?.is_err(),
+            "the interruption group could add carpool.sh/disrupted with effect NoExecute"
+        );
+        ensure!(
+            taint("dedicated-")?.is_err(),
+            "the interruption group could remove a user's taint"
+        );
+        taint("carpool.sh/disrupted:NoSchedule")?
+            .map_err(|e| anyhow::anyhow!("the interruption group could not taint the node: {e}"))?;
+        let taints = kubectl.taints(&node)?;
+        ensure!(
+            taints.contains(&"carpool.sh/disrupted=:NoSchedule".to_string())
+                && taints.contains(&"dedicated=web:NoSchedule".to_string()),
+            "after tainting, the node's taints are {taints:?}"
+        );
+        // A label pods select on stays; Carpool's own may be set.
+        let label = |arg: &str| {
+            kubectl.run(
+                &["label", "node", node.as_str(), "--overwrite", arg],
+                as_interruption,
+                None,
+            )
+        };
+        ensure!(
+            label("team=batch")?.is_err(),
+            "the interruption group could relabel `team`"
+        );
+        label("carpool.sh/drain=started")?
+            .map_err(|e| anyhow::anyhow!("the interruption group could not set a carpool.sh/ label: {e}"))?;
+        // `kubectl cordon` prints a refusal but exits 0: read the Node back instead.
+        let _ = kubectl.run(&["cordon", node.as_str()], as_interruption, None)?;
+        let unschedulable = kubectl
+            .run(
+                &["get", "node", node.as_str(), "-o", "jsonpath={.spec.unschedulable}"],
+                None,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        ensure!(
+            unschedulable.trim() != "true",
+            "the interruption group could cordon a node"
+        );
+        taint("carpool.sh/disrupted:NoSchedule-")?
+            .map_err(|e| anyhow::anyhow!("the interruption group could not remove its taint: {e}"))?;
+        let taints = kubectl.taints(&node)?;
+        ensure!(
+            taints == ["dedicated=web:NoSchedule"],
+            "after untainting, the node's taints are {taints:?}"
+        );
+        // The provisioner's group may not taint at all.
+        ensure!(
+            kubectl
+                .run(
+                    &["taint", "node", node.as_str(), "carpool.sh/disrupted:NoSchedule"],
+                    Some(GROUP),
+                    None
+                )?
+                .is_err(),
+            "the provisioner's group could add the disrupted taint"
+        );
+        // And the Node of an instance that is gone is removed by the interruption group.
+        kubectl
+            .run(
+                &["delete", "node", node.as_str(), "--wait=false"],
+                as_interruption,
+                None,
+            )?
+            .map_err(|e| anyhow::anyhow!("the interruption group could not delete the node: {e}"))?;
+        Ok(())
+    })();
+    let _ = kubectl.run(
+        &["delete", "node", node.as_str(), "--wait=false", "--ignore-not-found"],
+        None,
+        None,
+    );
+    outcome
+}
+
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_interruption_group_removes_pods_by_eviction_only() -> Result<()> {
+    // The drain's one way to move a pod: the Eviction API, which PodDisruptionBudgets
+    // guard (as `kubectl drain` and Karpenter's terminator evict). A direct delete, which
+    // no budget sees, is refused; the provisioner's group may not evict.
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let pod = format!("carpool-evict-{}", std::process::id());
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\n  namespace: default\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n    - name: pause\n      image: registry.k8s.io/pause:3.10\n"
+    );
+    kubectl
+        .run(&["apply", "-f", "-"], None, Some(&manifest))?
+        .map_err(anyhow::Error::msg)?;
+    let eviction = format!(
+        r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{pod}","namespace":"default"}}}}"#
+    );
+    let path = format!("/api/v1/namespaces/default/pods/{pod}/eviction");
+    let outcome = (|| -> Result<()> {
+        let deleted = kubectl.run(
+            &["delete", "pod", pod.as_str(), "-n", "default", "--wait=false"],
+            Some(INTERRUPTION_GROUP),
+            None,
+        )?;
+        ensure!(deleted.is_err(), "the interruption group could delete a pod directly");
+        let refused = deleted.unwrap_err();
+        ensure!(refused.contains("forbidden"), "refused, but not by RBAC: {refused}");
+        ensure!(
+            kubectl
+                .run(
+                    &["create", "--raw", path.as_str(), "-f", "-"],
+                    Some(GROUP),
+                    Some(&eviction)
+                )?
+                .is_err(),
+            "the provisioner's group could evict a pod"
+        );
+        kubectl
+            .run(
+                &["create", "--raw", path.as_str(), "-f", "-"],
+                Some(INTERRUPTION_GROUP),
+                Some(&eviction),
+            )?
+            .map_err(|e| anyhow::anyhow!("the interruption group could not evict the pod: {e}"))?;
+        // Evicted: gone, or terminating.
+        let left = kubectl
+            .run(
+                &[
+                    "get",
+                    "pod",
+                    pod.as_str(),
+                    "-n",
+                    "default",
+                    "--ignore-not-found",
+                    "-o",
+                    "jsonpath={.metadata.deletionTimestamp}",
+                ],
+                None,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        let found = kubectl
+            .run(
+                &[
+                    "get",
+                    "pod",
+                    pod.as_str(),
+                    "-n",
+                    "default",
+                    "--ignore-not-found",
+                    "-o",
+                    "name",
+                ],
+                None,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        ensure!(
+            found.trim().is_empty() || !left.trim().is_empty(),
+            "the evicted pod is still there and not terminating"
+        );
+        Ok(())
+    })();
+    let _ = kubectl.run(
+        &[
+            "delete",
+            "pod",
+            pod.as_str(),
+            "-n",
+            "default",
+            "--wait=false",
+            "--ignore-not-found",
+        ],
+        None,
+        None,
+    );
     outcome
 }
