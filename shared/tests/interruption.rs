@@ -5,7 +5,6 @@
 //! invocation; the provisioner running during the drain launches nothing for the evicted
 //! pods.
 
-use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -291,19 +290,12 @@ fn handle<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &InterruptionE
     block_on(handle_fut(w, cluster, owner, event))
 }
 
-fn handle_fut<'a, K: Cluster>(
-    w: &'a World,
-    cluster: &'a K,
-    owner: &'a str,
-    event: &'a InterruptionEvent,
-) -> impl Future<Output = Vec<EventReport>> + 'a {
-    async move {
-        let catalog = Catalog::embedded().unwrap();
-        let region = catalog.region("us-east-1").unwrap();
-        let i = Interrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
-        let until = w.clock_now() + Duration::from_secs(120);
-        i.handle(&region, event, until).await.unwrap()
-    }
+async fn handle_fut<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &InterruptionEvent) -> Vec<EventReport> {
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let i = Interrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
+    let until = w.clock_now() + Duration::from_secs(120);
+    i.handle(&region, event, until).await.unwrap()
 }
 
 fn sweep<K: Cluster>(w: &World, cluster: &K, owner: &str) -> Vec<EventReport> {
@@ -554,4 +546,71 @@ fn the_provisioner_during_the_drain_launches_nothing_for_the_evicted_pods() {
     );
     let batch = block_on(p.batch(&region)).unwrap();
     assert_eq!(batch.launched.len(), 1, "{batch:?}");
+}
+
+fn rebalance(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent {
+    let text = include_str!("data/events/rebalance-recommendation.json");
+    let mut v: Value = serde_json::from_str(text).unwrap();
+    v["id"] = json!(id);
+    v["detail"]["instance-id"] = json!(instance);
+    v["resources"] = json!([format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")]);
+    v["time"] = json!(rfc3339(time));
+    parse_event(&v).unwrap()
+}
+
+#[test]
+fn a_rebalance_recommendation_is_ignored_unless_the_nodepool_opts_in() {
+    let w = world();
+    let reports = handle(&w, &w.cluster, "inv-1", &rebalance("e-1", SPOT, start()));
+    assert!(
+        matches!(&reports[0].outcome, Outcome::Ignored { reason } if reason.contains("carpool.sh/rebalance")),
+        "{reports:?}"
+    );
+    assert!(w.on_demand_instances().is_empty());
+    assert!(w.cluster.node(NODE).is_some());
+}
+
+#[test]
+fn an_opted_in_rebalance_launches_first_and_drains_only_once_the_replacement_is_ready() {
+    let w = world();
+    let mut pool = NodePoolBuilder::new("general")
+        .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+        .requirement("kubernetes.io/arch", "In", &["amd64"])
+        .build();
+    pool["metadata"]["annotations"] = json!({"carpool.sh/rebalance": "true"});
+    w.cluster.add_nodepool(pool);
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let reports = handle(&w, &cluster, "inv-1", &rebalance("e-1", SPOT, start()));
+    assert_eq!(reports[0].outcome, Outcome::WaitingForReplacement, "{reports:?}");
+    assert_eq!(
+        reports[0].evicted, 0,
+        "nothing is evicted before the replacement is Ready"
+    );
+    let replacements = w.on_demand_instances();
+    assert!(!replacements.is_empty());
+
+    // Not Ready yet: the sweep keeps waiting.
+    w.clock.advance(Duration::from_secs(30));
+    let reports = sweep(&w, &cluster, "inv-2");
+    assert_eq!(reports[0].outcome, Outcome::WaitingForReplacement);
+
+    // The replacements register and turn Ready: the next sweep drains.
+    for (n, i) in replacements.iter().enumerate() {
+        w.cluster.add_node(
+            NodeBuilder::new(&format!("replacement-{n}"))
+                .label(wk::CARPOOL_MANAGED, "true")
+                .provider_id(&i.provider_id())
+                .allocatable("cpu", "4")
+                .allocatable("memory", "16Gi")
+                .allocatable("pods", "58")
+                .ready(true)
+                .node()
+                .unwrap(),
+        );
+    }
+    w.clock.advance(Duration::from_secs(30));
+    let reports = sweep(&w, &cluster, "inv-3");
+    assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{reports:?}");
+    assert_eq!(cluster.evicted().len(), 5);
+    assert_eq!(w.on_demand_instances().len(), replacements.len(), "launched once");
 }

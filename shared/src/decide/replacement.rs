@@ -29,7 +29,7 @@ use crate::model::well_known as wk;
 use crate::model::{CapacityType, NodePool};
 use crate::snapshot::Snapshot;
 
-fn bound_to<'a>(pod: &'a Pod) -> Option<&'a str> {
+fn bound_to(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 

@@ -276,17 +276,16 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
         let gone = instance
             .as_ref()
             .is_none_or(|i| matches!(i.state, InstanceState::Terminated | InstanceState::Stopped));
-        if let Action::Cleanup { .. } = event.action {
-            if instance
+        if let Action::Cleanup { .. } = event.action
+            && instance
                 .as_ref()
                 .is_some_and(|i| matches!(i.state, InstanceState::Running | InstanceState::Pending))
-            {
-                report.outcome = Outcome::Ignored {
-                    reason: "the instance is running again: the event is stale".into(),
-                };
-                self.store.record_event(&key, start, self.settings.event_ttl).await?;
-                return Ok(report);
-            }
+        {
+            report.outcome = Outcome::Ignored {
+                reason: "the instance is running again: the event is stale".into(),
+            };
+            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            return Ok(report);
         }
         if let Some(i) = &instance
             && let Some(reason) = not_owned(i, &self.settings.provision.deployment)

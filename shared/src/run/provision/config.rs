@@ -323,4 +323,19 @@ mod tests {
             Selector::default()
         );
     }
+
+    #[test]
+    fn the_drain_deadline_must_end_before_the_two_minute_spot_notice() {
+        let mut named = vec![
+            ("CARPOOL_CLUSTER_NAME", "prod"),
+            ("CARPOOL_TABLE_NAME", "carpool"),
+            ("AWS_REGION", "us-east-1"),
+        ];
+        let ok = ProvisionerConfig::from_vars(vars(&named)).unwrap();
+        assert_eq!(ok.drain_deadline, Duration::from_secs(90));
+        named.push(("CARPOOL_DRAIN_DEADLINE_SECONDS", "120"));
+        let e = ProvisionerConfig::from_vars(vars(&named)).unwrap_err();
+        assert_eq!(e.variable, "CARPOOL_DRAIN_DEADLINE_SECONDS");
+        assert!(e.message.contains("below 120"), "{e}");
+    }
 }
