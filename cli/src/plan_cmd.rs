@@ -7,6 +7,7 @@ use anyhow::Result;
 use carpool::catalog::Catalog;
 use carpool::decide::ProvisioningPlan;
 use carpool::decide::scheduler::Scheduler;
+use carpool::decide::ami_requirements::{images_by_class_from_status, narrow_to_images};
 use carpool::snapshot::Snapshot;
 use clap::Args;
 use serde::Serialize;
@@ -56,11 +57,16 @@ pub fn read_snapshots(paths: &[PathBuf]) -> Result<Snapshot> {
 
 /// Runs `carpool plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let snapshot = read_snapshots(&args.snapshots)?;
+    let mut snapshot = read_snapshots(&args.snapshots)?;
     let catalog = Catalog::embedded()?;
     let region = catalog
         .region(&args.region)
         .map_err(|e| UsageError(format!("--region: {e}")))?;
+    // The dump cannot resolve AMIs (no cloud), but a Karpenter cluster's EC2NodeClasses
+    // record theirs in `status.amis`: their architectures and variants constrain the
+    // plan as the provisioner's resolved images do.
+    let images = images_by_class_from_status(&snapshot.nodeclasses);
+    narrow_to_images(&mut snapshot.nodepools, &images, region.types());
     let start = Instant::now();
     let outcome = Scheduler::new(&snapshot, &region).run();
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;

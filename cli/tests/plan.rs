@@ -163,3 +163,32 @@ fn plan_json_gives_each_unschedulable_pod_a_kind_next_to_its_reason() {
     assert_eq!(u["reasons"][0]["kind"], "taints", "{u}");
     assert_eq!(u["reasons"][0]["nodepool"], "gpu", "{u}");
 }
+
+#[test]
+fn plan_says_a_pod_needing_arm64_has_no_image_when_the_class_status_resolves_only_x86() {
+    // A dump of a Karpenter cluster: the EC2NodeClass's status.amis (Karpenter's
+    // EC2NodeClassStatus.AMIs) resolved al2023@latest to an x86-64 image only, so no
+    // Graviton type can boot under it.
+    let dir = std::env::temp_dir().join(format!("carpool-ami-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dump = dir.join("arm.yaml");
+    std::fs::write(
+        &dump,
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\nspec:\n  role: R\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {k: v}}]\n  securityGroupSelectorTerms: [{tags: {k: v}}]\nstatus:\n  amis:\n  - id: ami-x86\n    name: al2023-x86\n    requirements:\n    - {key: kubernetes.io/arch, operator: In, values: [amd64]}\n    - {key: karpenter.k8s.aws/instance-gpu-count, operator: DoesNotExist}\n    - {key: karpenter.k8s.aws/instance-accelerator-count, operator: DoesNotExist}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: general}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64, arm64]}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: graviton, namespace: default}\nspec:\n  nodeSelector: {kubernetes.io/arch: arm64}\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: x86, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
+    )
+    .unwrap();
+    let out = carpool(&["plan", dump.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let u = &plan["unschedulable"];
+    assert_eq!(u.as_array().unwrap().len(), 1, "{plan}");
+    assert_eq!(u[0]["pod"], "default/graviton", "{u}");
+    assert!(u[0]["reason"].as_str().unwrap().contains("kubernetes.io/arch"), "{u}");
+    let placed: Vec<&str> = plan["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| n["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()))
+        .collect();
+    assert_eq!(placed, vec!["default/x86"]);
+}

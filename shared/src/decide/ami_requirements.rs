@@ -11,8 +11,70 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::requirements::{NodeSelectorRequirement, Operator};
 use crate::model::well_known as wk;
-use crate::model::{InstanceType, NodePool};
-use crate::ports::ResolvedImage;
+use crate::model::{Arch, EC2NodeClass, InstanceType, NodePool};
+use crate::ports::{ImageVariant, ResolvedImage};
+
+/// The images Karpenter resolved for a class, as its `status.amis` records them (a
+/// cluster dump of a Karpenter cluster carries them): each AMI's `id` and
+/// `requirements`, the architecture (`kubernetes.io/arch In`) and the variant
+/// (`karpenter.k8s.aws/instance-gpu-count` or `-accelerator-count` `Exists`: NVIDIA or
+/// Neuron; both `DoesNotExist`: standard), as Karpenter's `EC2NodeClassStatus.AMIs`
+/// holds them (`pkg/apis/v1/ec2nodeclass_status.go`, filled by
+/// `pkg/controllers/nodeclass/ami.go`). Deprecated AMIs are left out. `None` when the
+/// class has no such status: its images are unknown, and constrain nothing.
+pub fn images_from_status(class: &EC2NodeClass) -> Option<Vec<ResolvedImage>> {
+    let amis = class.status.as_ref()?.get("amis")?.as_array()?;
+    let images = amis
+        .iter()
+        .filter(|a| a.get("deprecated").and_then(serde_json::Value::as_bool) != Some(true))
+        .filter_map(|a| {
+            let id = a.get("id")?.as_str()?.to_string();
+            let requirements = a.get("requirements").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+            let requirement = |key: &str| {
+                requirements
+                    .iter()
+                    .find(|r| r.get("key").and_then(|k| k.as_str()) == Some(key))
+                    .map(|r| {
+                        let op = r.get("operator").and_then(|o| o.as_str()).unwrap_or_default().to_string();
+                        let values: Vec<String> = r
+                            .get("values")
+                            .and_then(|v| v.as_array())
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect();
+                        (op, values)
+                    })
+            };
+            let arch = requirement(wk::ARCH)
+                .filter(|(op, _)| op == "In")
+                .and_then(|(_, values)| match values.first().map(String::as_str) {
+                    Some("amd64") => Some(Arch::Amd64),
+                    Some("arm64") => Some(Arch::Arm64),
+                    _ => None,
+                });
+            let gpu = requirement("karpenter.k8s.aws/instance-gpu-count").map(|(op, _)| op);
+            let neuron = requirement("karpenter.k8s.aws/instance-accelerator-count").map(|(op, _)| op);
+            let variants = match (gpu.as_deref(), neuron.as_deref()) {
+                (Some("Exists"), _) => vec![ImageVariant::Nvidia],
+                (_, Some("Exists")) => vec![ImageVariant::Neuron],
+                (Some("DoesNotExist"), _) | (_, Some("DoesNotExist")) => vec![ImageVariant::Standard],
+                _ => Vec::new(),
+            };
+            Some(ResolvedImage { id, arch, variants })
+        })
+        .collect();
+    Some(images)
+}
+
+/// The images of each class of `classes` whose status records them
+/// ([`images_from_status`]), by class name.
+pub fn images_by_class_from_status(classes: &[EC2NodeClass]) -> BTreeMap<String, Vec<ResolvedImage>> {
+    classes
+        .iter()
+        .filter_map(|c| Some((c.name().to_string(), images_from_status(c)?)))
+        .collect()
+}
 
 /// The requirements that keep a pool to the types `images` boot, among `types`: none when
 /// they boot every one.
@@ -86,8 +148,6 @@ pub fn narrow_to_images(
 mod tests {
     use super::*;
     use crate::catalog::Catalog;
-    use crate::model::Arch;
-    use crate::ports::ImageVariant;
 
     fn types() -> Vec<&'static InstanceType> {
         let catalog = Catalog::embedded().unwrap();
@@ -128,5 +188,38 @@ mod tests {
         let got = image_requirements(&images, &types());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].operator, Operator::DoesNotExist);
+    }
+
+    #[test]
+    fn a_dumps_karpenter_status_amis_constrain_the_plan_to_the_architectures_they_boot() {
+        // Karpenter's EC2NodeClass status, as `kubectl get ec2nodeclass -o json` prints it
+        // (pkg/apis/v1/ec2nodeclass_status.go: AMI{ID, Name, Requirements, Deprecated}).
+        let class: EC2NodeClass = crate::model::manifest::from_value(&serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"role": "R", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+            "status": {"amis": [
+                {"id": "ami-x86", "name": "al2023-x86", "requirements": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "DoesNotExist"},
+                    {"key": "karpenter.k8s.aws/instance-accelerator-count", "operator": "DoesNotExist"}]},
+                {"id": "ami-nvidia", "name": "al2023-nvidia", "requirements": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Exists"}]},
+                {"id": "ami-old-arm", "deprecated": true, "requirements": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}
+            ]}
+        }))
+        .unwrap();
+        let images = images_from_status(&class).unwrap();
+        assert_eq!(
+            images,
+            vec![
+                ResolvedImage::new("ami-x86", Arch::Amd64, &[ImageVariant::Standard]),
+                ResolvedImage::new("ami-nvidia", Arch::Amd64, &[ImageVariant::Nvidia]),
+            ],
+            "the deprecated arm64 AMI is left out"
+        );
+        assert!(images_from_status(&EC2NodeClass::named("bare")).is_none());
     }
 }

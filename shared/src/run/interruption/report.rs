@@ -128,7 +128,7 @@ impl EventReport {
             .unwrap_or_default();
         tracing::info!(
             event_id = %self.event_id,
-            kind = ?self.kind,
+            kind = self.kind.as_str(),
             action = %self.action,
             instance_id = self.instance_id.as_deref().unwrap_or(""),
             node = self.node.as_deref().unwrap_or(""),
