@@ -126,25 +126,35 @@ fn world() -> World {
     w
 }
 
-/// The sample spot warning, about `instance`, sent at `time`.
-fn spot_warning(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent {
-    let text = include_str!("data/events/spot-interruption-warning.json");
+/// A sample event (`text`), made about `instance`, with the id `id`, sent at `time`.
+fn sample(text: &str, id: &str, instance: &str, time: SystemTime) -> Value {
     let mut v: Value = serde_json::from_str(text).unwrap();
     v["id"] = json!(id);
     v["detail"]["instance-id"] = json!(instance);
     v["resources"] = json!([format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")]);
     v["time"] = json!(rfc3339(time));
+    v
+}
+
+/// The sample spot warning, about `instance`, sent at `time`.
+fn spot_warning(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent {
+    let v = sample(
+        include_str!("data/events/spot-interruption-warning.json"),
+        id,
+        instance,
+        time,
+    );
     parse_event(&v).unwrap()
 }
 
 fn state_change(id: &str, instance: &str, state: &str, time: SystemTime) -> InterruptionEvent {
-    let text = include_str!("data/events/instance-state-change-terminated.json");
-    let mut v: Value = serde_json::from_str(text).unwrap();
-    v["id"] = json!(id);
-    v["detail"]["instance-id"] = json!(instance);
+    let mut v = sample(
+        include_str!("data/events/instance-state-change-terminated.json"),
+        id,
+        instance,
+        time,
+    );
     v["detail"]["state"] = json!(state);
-    v["resources"] = json!([format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")]);
-    v["time"] = json!(rfc3339(time));
     parse_event(&v).unwrap()
 }
 
@@ -549,12 +559,12 @@ fn the_provisioner_during_the_drain_launches_nothing_for_the_evicted_pods() {
 }
 
 fn rebalance(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent {
-    let text = include_str!("data/events/rebalance-recommendation.json");
-    let mut v: Value = serde_json::from_str(text).unwrap();
-    v["id"] = json!(id);
-    v["detail"]["instance-id"] = json!(instance);
-    v["resources"] = json!([format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")]);
-    v["time"] = json!(rfc3339(time));
+    let v = sample(
+        include_str!("data/events/rebalance-recommendation.json"),
+        id,
+        instance,
+        time,
+    );
     parse_event(&v).unwrap()
 }
 
@@ -613,4 +623,23 @@ fn an_opted_in_rebalance_launches_first_and_drains_only_once_the_replacement_is_
     assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{reports:?}");
     assert_eq!(cluster.evicted().len(), 5);
     assert_eq!(w.on_demand_instances().len(), replacements.len(), "launched once");
+}
+
+#[test]
+fn an_instance_shutting_down_is_still_drained_before_it_is_cleaned_up() {
+    let w = world();
+    let mut spot = w.cloud.instances().into_iter().find(|i| i.id == SPOT).unwrap();
+    spot.state = InstanceState::ShuttingDown;
+    w.cloud.add_instance(spot);
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let reports = handle(
+        &w,
+        &cluster,
+        "inv-1",
+        &state_change("e-1", SPOT, "shutting-down", start()),
+    );
+    assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{reports:?}");
+    assert_eq!(cluster.evicted().len(), 5, "its pods were evicted, not dropped");
+    assert!(!w.on_demand_instances().is_empty(), "and replaced");
+    assert!(w.cluster.node(NODE).is_none());
 }

@@ -29,13 +29,21 @@ pub fn images_from_status(class: &EC2NodeClass) -> Option<Vec<ResolvedImage>> {
         .filter(|a| a.get("deprecated").and_then(serde_json::Value::as_bool) != Some(true))
         .filter_map(|a| {
             let id = a.get("id")?.as_str()?.to_string();
-            let requirements = a.get("requirements").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+            let requirements = a
+                .get("requirements")
+                .and_then(|r| r.as_array())
+                .cloned()
+                .unwrap_or_default();
             let requirement = |key: &str| {
                 requirements
                     .iter()
                     .find(|r| r.get("key").and_then(|k| k.as_str()) == Some(key))
                     .map(|r| {
-                        let op = r.get("operator").and_then(|o| o.as_str()).unwrap_or_default().to_string();
+                        let op = r
+                            .get("operator")
+                            .and_then(|o| o.as_str())
+                            .unwrap_or_default()
+                            .to_string();
                         let values: Vec<String> = r
                             .get("values")
                             .and_then(|v| v.as_array())

@@ -17,6 +17,7 @@
 //! - [`offerings`]: the instance types offered in each zone.
 //! - [`errors`]: SDK errors and fleet errors as `CloudError`.
 
+pub mod al2_bootstrap;
 pub mod ami;
 pub mod block_devices;
 pub mod bottlerocket;
@@ -281,9 +282,8 @@ impl Ec2Cloud {
         image_id: String,
     ) -> Result<TemplateContent, CloudError> {
         let node_class = &request.node_class;
-        // AL2023's NodeConfig and Bottlerocket's TOML settings are written; an AL2 image
-        // would boot a node that never joins, so such an alias fails the launch with the
-        // reason.
+        // The alias's family says the user data: AL2023's nodeadm NodeConfig (also for
+        // classes without an alias), Bottlerocket's TOML settings, or AL2's bootstrap.sh.
         let family = node_class
             .spec
             .ami_selector_terms
@@ -291,18 +291,7 @@ impl Ec2Cloud {
             .find_map(|t| t.alias.as_deref())
             .map(|alias| (alias, ami::parse_alias(alias).map(|a| a.family)));
         let bottlerocket = matches!(family, Some((_, Ok(ami::AliasFamily::Bottlerocket))));
-        if let Some((alias, Ok(f))) = family
-            && f != ami::AliasFamily::Al2023
-            && f != ami::AliasFamily::Bottlerocket
-        {
-            return Err(CloudError::NodeClass {
-                node_class: node_class.name().to_string(),
-                reason: NodeClassReason::UnsupportedUserData {
-                    alias: alias.to_string(),
-                },
-                source: None,
-            });
-        }
+        let al2 = matches!(family, Some((_, Ok(ami::AliasFamily::Al2))));
         let profile = instance_profile::instance_profile(node_class, self.node_role.as_ref())?;
         let security_groups = resolve::security_groups(&self.ec2, &self.lookups, node_class).await?;
         if security_groups.is_empty() {
@@ -313,7 +302,19 @@ impl Ec2Cloud {
             });
         }
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
-        let document = if bottlerocket {
+        let document = if al2 {
+            al2_bootstrap::user_data(
+                &self.cluster,
+                &request.labels,
+                &taints,
+                node_class.spec.user_data.as_deref(),
+            )
+            .map_err(|e| CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::UserData,
+                source: Some(Box::new(e)),
+            })?
+        } else if bottlerocket {
             bottlerocket::settings(
                 &self.cluster,
                 &request.labels,

@@ -35,13 +35,13 @@ pub enum UserDataError {
 }
 
 /// `--node-labels=` with the labels as `k=v`, comma-separated.
-fn node_labels_flag(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn node_labels_flag(labels: &BTreeMap<String, String>) -> String {
     let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     format!("--node-labels={}", labels.join(","))
 }
 
 /// `--register-with-taints=` with the taints as `k=v:Effect` (or `k:Effect`), comma-separated.
-fn taints_flag(taints: &[Taint]) -> String {
+pub(crate) fn taints_flag(taints: &[Taint]) -> String {
     let taints: Vec<String> = taints
         .iter()
         .map(|t| match t.value.as_deref() {

@@ -11,8 +11,8 @@ use crate::catalog::RegionCatalog;
 use crate::model::CapacityType;
 use crate::model::node::instance_id_from_provider_id;
 use crate::ports::{
-    Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, EpochMillis, LaunchState, StateStore,
-    StoreError, Timer, epoch_millis,
+    Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, EpochMillis, InstanceState,
+    LaunchState, StateStore, StoreError, Timer, epoch_millis,
 };
 use crate::run::drain::drain_pass;
 use crate::run::provision::Provisioner;
@@ -126,9 +126,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
             Err(CloudError::NotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
+        // Gone (or stopped): clean up. An instance shutting down is still drained, for as
+        // long as it lasts: its pods get their eviction and grace period.
         if instance
             .as_ref()
-            .is_none_or(|i| i.is_gone() || i.state == crate::ports::InstanceState::Stopped)
+            .is_none_or(|i| matches!(i.state, InstanceState::Terminated | InstanceState::Stopped))
         {
             self.cleanup(&record.instance_id, Some(&record.node)).await?;
             report.outcome = Outcome::CleanedUp;
@@ -339,10 +341,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
             if pass.drained {
                 break true;
             }
+            // A hard deadline ends the drain; a soft one (there is time) ends this
+            // invocation's part after the drain deadline's length, and the sweep goes on.
             let stop = if record.hard_deadline {
                 deadline.min(until)
             } else {
-                until
+                until.min(start + self.settings.drain_deadline)
             };
             if now >= stop {
                 break false;
