@@ -167,8 +167,6 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
     /// One invocation's payload by `request_id`, which must end by `deadline`: an SQS
     /// batch answers a [`SqsBatchResponse`]; a bare event answers its reports.
     pub async fn handle(&self, request_id: &str, deadline: SystemTime, payload: &Value) -> Result<Value, Diagnostic> {
-        self.catalog.refresh(&self.cloud, &self.clock).await;
-        let until = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline);
         if payload.get("Records").is_some() {
             let (response, _) = self
                 .handle_batch(request_id, deadline, payload)
@@ -176,6 +174,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
                 .map_err(|e| non_retryable("UnreadableBatch", &e))?;
             return serde_json::to_value(response).map_err(|e| non_retryable("Response", &e));
         }
+        self.catalog.refresh(&self.cloud, &self.clock).await;
+        let until = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline);
         let event = parse_event(payload).map_err(|e| {
             tracing::error!(reason = %e, "unreadable event");
             non_retryable("UnreadableEvent", &e)

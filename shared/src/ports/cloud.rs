@@ -255,16 +255,6 @@ pub enum NodeClassReason {
         /// What was looked for.
         detail: String,
     },
-    /// Its AMI alias names a family whose user data Carpool does not write yet (AL2023's
-    /// nodeadm NodeConfig and Bottlerocket's TOML are written; an AL2 node would never
-    /// join).
-    #[error(
-        "selects AMI alias {alias:?}, but Carpool writes only AL2023 and Bottlerocket user data; use an al2023 or bottlerocket alias"
-    )]
-    UnsupportedUserData {
-        /// The alias.
-        alias: String,
-    },
     /// Its AMIs boot none of the request's instance types.
     #[error("has no AMI that boots any of {instance_types}")]
     NoImageForTypes {

@@ -11,7 +11,7 @@ use crate::catalog::RegionCatalog;
 use crate::model::CapacityType;
 use crate::model::node::instance_id_from_provider_id;
 use crate::ports::{
-    Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, EpochMillis, InstanceState,
+    Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, EpochMillis, Instance, InstanceState,
     LaunchState, StateStore, StoreError, Timer, epoch_millis,
 };
 use crate::run::drain::drain_pass;
@@ -49,6 +49,15 @@ fn at(ms: EpochMillis) -> SystemTime {
 }
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> {
+    /// The instance as EC2 describes it now; `None` when EC2 does not know it.
+    pub(super) async fn described(&self, id: &str) -> Result<Option<Instance>, InterruptionError> {
+        match self.cloud.get(id).await {
+            Ok(i) => Ok(Some(i)),
+            Err(CloudError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Takes the record for this invocation (unless another holds it), renewing the hold.
     async fn hold(&self, record: &DisruptionRecord) -> Result<Option<DisruptionRecord>, InterruptionError> {
         let now = self.clock.now();
@@ -86,12 +95,16 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
         &self,
         region: &RegionCatalog<'_>,
         record: DisruptionRecord,
+        known: Option<Instance>,
         event_time: Option<EpochMillis>,
         until: SystemTime,
         report: EventReport,
     ) -> Result<EventReport, InterruptionError> {
         let mut fallback = report.clone();
-        match self.advance_held(region, record, event_time, until, report).await {
+        match self
+            .advance_held(region, record, known, event_time, until, report)
+            .await
+        {
             Err(InterruptionError::TakenOver { instance_id }) => {
                 tracing::info!(instance_id = %instance_id, "another invocation took the disruption over, or finished it");
                 fallback.outcome = Outcome::HeldElsewhere {
@@ -107,6 +120,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
         &self,
         region: &RegionCatalog<'_>,
         record: DisruptionRecord,
+        known: Option<Instance>,
         event_time: Option<EpochMillis>,
         until: SystemTime,
         mut report: EventReport,
@@ -121,10 +135,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
             };
             return Ok(report);
         };
-        let instance = match self.cloud.get(&record.instance_id).await {
-            Ok(i) => Some(i),
-            Err(CloudError::NotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
+        // The event's handling read the instance a moment ago; a sweep reads it now.
+        let instance = match known {
+            Some(i) => Some(i),
+            None => self.described(&record.instance_id).await?,
         };
         // Gone (or stopped): clean up. An instance shutting down is still drained, for as
         // long as it lasts: its pods get their eviction and grace period.
@@ -203,11 +217,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
         }
 
         // Terminated: once the instance is gone, the Node and the records go too.
-        let gone = match self.cloud.get(&record.instance_id).await {
-            Ok(i) => i.is_gone(),
-            Err(CloudError::NotFound { .. }) => true,
-            Err(e) => return Err(e.into()),
-        };
+        let gone = self.described(&record.instance_id).await?.is_none_or(|i| i.is_gone());
         if gone {
             self.cleanup(&record.instance_id, Some(&record.node)).await?;
             report.outcome = Outcome::CleanedUp;

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::EventReport;
 use crate::ports::EpochMillis;
-use crate::run::provision::metrics::NAMESPACE;
+use crate::run::provision::metrics::emf_by;
 
 /// The EMF object for one instance's handling, or `None` for an event that was ignored,
 /// a duplicate, or not Carpool's (nothing was handled).
@@ -24,34 +24,13 @@ pub fn event_metrics(cluster: &str, timestamp: EpochMillis, report: &EventReport
     ) {
         return None;
     }
-    let kind = serde_json::to_value(report.kind).ok()?;
     let metrics = [
         ("InterruptionsHandled", "Count", json!(1)),
         ("DrainSeconds", "Seconds", json!(report.drain_seconds)),
         ("EvictionsDone", "Count", json!(report.evicted)),
         ("BlockedEvictions", "Count", json!(report.blocked.len())),
     ];
-    let mut object = json!({
-        "_aws": {
-            "Timestamp": timestamp,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [["Cluster"], ["Cluster", "Kind"]],
-                "Metrics": metrics
-                    .iter()
-                    .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
-                    .collect::<Vec<_>>(),
-            }],
-        },
-        "Cluster": cluster,
-        "Kind": kind,
-    });
-    if let Some(fields) = object.as_object_mut() {
-        for (name, _, value) in metrics {
-            fields.insert(name.to_string(), value);
-        }
-    }
-    Some(object)
+    Some(emf_by(cluster, &[("Kind", report.kind.as_str())], timestamp, &metrics))
 }
 
 #[cfg(test)]

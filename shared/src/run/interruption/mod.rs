@@ -239,7 +239,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
                 Some(&record.instance_id),
                 Outcome::Draining,
             );
-            reports.push(self.advance(region, record, None, until, report).await?);
+            reports.push(self.advance(region, record, None, None, until, report).await?);
         }
         Ok(reports)
     }
@@ -258,11 +258,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
             tracing::info!(event_id = %event.id, instance_id = %id, "event handled before: nothing done twice");
             return Ok(report);
         }
-        let instance = match self.cloud.get(id).await {
-            Ok(i) => Some(i),
-            Err(CloudError::NotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
-        };
+        let instance = self.described(id).await?;
         let existing = self
             .store
             .list_disruptions()
@@ -403,7 +399,8 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
             }
         };
         self.store.record_event(&key, start, self.settings.event_ttl).await?;
-        self.advance(region, record, event.time, until, report).await
+        self.advance(region, record, Some(instance), event.time, until, report)
+            .await
     }
 
     /// The Node of an instance, by its providerID.

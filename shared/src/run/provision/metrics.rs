@@ -14,12 +14,27 @@ pub const NAMESPACE: &str = "Carpool";
 /// An EMF object: `metrics` (name, unit, value) of `cluster` at `timestamp`, in the
 /// [`NAMESPACE`] namespace under the `Cluster` dimension.
 fn emf(cluster: &str, timestamp: EpochMillis, metrics: &[(&str, &str, Value)]) -> Value {
+    emf_by(cluster, &[], timestamp, metrics)
+}
+
+/// [`emf`], the metrics also under `Cluster` with the dimensions `by` (name, value),
+/// e.g. `[("Kind", "spot_interruption")]`.
+pub(crate) fn emf_by(
+    cluster: &str,
+    by: &[(&str, &str)],
+    timestamp: EpochMillis,
+    metrics: &[(&str, &str, Value)],
+) -> Value {
+    let mut dimensions = vec![vec!["Cluster"]];
+    if !by.is_empty() {
+        dimensions.push(std::iter::once("Cluster").chain(by.iter().map(|(k, _)| *k)).collect());
+    }
     let mut object = json!({
         "_aws": {
             "Timestamp": timestamp,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Cluster"]],
+                "Dimensions": dimensions,
                 "Metrics": metrics
                     .iter()
                     .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
@@ -29,6 +44,9 @@ fn emf(cluster: &str, timestamp: EpochMillis, metrics: &[(&str, &str, Value)]) -
         "Cluster": cluster,
     });
     if let Some(fields) = object.as_object_mut() {
+        for (name, value) in by {
+            fields.insert((*name).to_string(), json!(value));
+        }
         for (name, _, value) in metrics {
             fields.insert((*name).to_string(), value.clone());
         }
