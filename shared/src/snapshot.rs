@@ -3,8 +3,8 @@
 //!
 //! Accepted: a `List` (or any `*List`) of items, a single object, a JSON array of objects,
 //! and several YAML documents separated by `---`. Kinds read: Pod, Node, DaemonSet,
-//! PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, NodePool and
-//! EC2NodeClass; other kinds are ignored.
+//! PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode,
+//! Namespace, NodePool and EC2NodeClass; other kinds are ignored.
 //!
 //! A text that does not parse, or an object of a read kind that does not deserialize, is
 //! an error naming the source and the JSON path, except:
@@ -13,8 +13,9 @@
 //! - an invalid NodePool or EC2NodeClass is skipped with the reason, and the others work.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -38,6 +39,13 @@ pub struct Snapshot {
     pub pvs: Vec<PersistentVolume>,
     /// PersistentVolumeClaims.
     pub pvcs: Vec<PersistentVolumeClaim>,
+    /// StorageClasses.
+    pub storage_classes: Vec<StorageClass>,
+    /// CSINodes: the volume attach limits of existing nodes, per driver.
+    pub csinodes: Vec<CSINode>,
+    /// Namespaces, for the labels a pod affinity term's `namespaceSelector` reads. A
+    /// snapshot without them knows only the namespaces' names (see [`Snapshot::namespace_labels`]).
+    pub namespaces: Vec<Namespace>,
     /// Valid NodePools.
     pub nodepools: Vec<NodePool>,
     /// Valid EC2NodeClasses.
@@ -68,6 +76,22 @@ fn object_name(v: &Value) -> String {
 }
 
 impl Snapshot {
+    /// The labels of a namespace, for a pod affinity term's `namespaceSelector`: the
+    /// Namespace object's when the snapshot has it, else only the
+    /// `kubernetes.io/metadata.name` label that the apiserver sets on every namespace
+    /// (NamespaceDefaultLabelName, GA since Kubernetes 1.22): a dump without Namespace
+    /// objects is read as if its namespaces had no labels of their own.
+    pub fn namespace_labels(&self, name: &str) -> std::collections::BTreeMap<String, String> {
+        let mut labels = self
+            .namespaces
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default();
+        labels.insert("kubernetes.io/metadata.name".into(), name.into());
+        labels
+    }
+
     /// Reads one text (JSON or YAML, one or several documents) into the snapshot.
     pub fn add_text(&mut self, source_name: &str, text: &str) -> Result<(), SnapshotError> {
         let err = |path: String, message: String| SnapshotError {
@@ -148,6 +172,9 @@ impl Snapshot {
             "PodDisruptionBudget" => self.pdbs.push(typed(v, path, source_name)?),
             "PersistentVolume" => self.pvs.push(typed(v, path, source_name)?),
             "PersistentVolumeClaim" => self.pvcs.push(typed(v, path, source_name)?),
+            "StorageClass" => self.storage_classes.push(typed(v, path, source_name)?),
+            "CSINode" => self.csinodes.push(typed(v, path, source_name)?),
+            "Namespace" => self.namespaces.push(typed(v, path, source_name)?),
             "NodePool" => match from_value::<NodePool>(v) {
                 Ok(np) => self.nodepools.push(np),
                 Err(e) => self
