@@ -247,6 +247,7 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
             requests: c.used.clone(),
             daemonset_overhead: it.overhead.clone(),
             allocatable: it.instance_type.allocatable.clone(),
+            labels: t.labels.clone(),
         });
     }
     plan.cost_per_hour = plan.nodes.iter().map(|n| n.price_per_hour).sum();

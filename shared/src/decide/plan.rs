@@ -1,5 +1,7 @@
 //! The provisioning plan: a value, printed by the CLI and executed by the provisioner.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::templates::Skipped;
@@ -33,6 +35,11 @@ pub struct PlannedNode {
     pub daemonset_overhead: Resources,
     /// Allocatable of `instance_type`.
     pub allocatable: Resources,
+    /// The labels the node is launched with, beyond those its instance type, zone and
+    /// capacity type decide: the NodePool's template labels, `karpenter.sh/nodepool`, and
+    /// the value chosen for each requirement on a key that only the NodePool defines.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Pods planned onto a node that exists.

@@ -80,6 +80,7 @@ impl Scheduler {
                 requests: node.used.clone(),
                 daemonset_overhead: o.overhead.clone(),
                 allocatable: o.instance_type.allocatable.clone(),
+                labels: t.labels.clone(),
             });
         }
         self.plan.cost_per_hour = self.plan.nodes.iter().map(|n| n.price_per_hour).sum();
