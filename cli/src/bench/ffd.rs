@@ -20,6 +20,7 @@ use std::collections::HashMap;
 
 use carpool::catalog::RegionCatalog;
 use carpool::decide::daemonsets::DaemonSetInfo;
+use carpool::decide::namespaces::Namespaces;
 use carpool::decide::plan::MAX_ALTERNATIVES;
 use carpool::decide::pod::{PodInfo, Volumes, is_provisionable};
 use carpool::decide::taints::untolerated;
@@ -74,11 +75,12 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
         &snapshot.nodes,
     );
     let volumes = Volumes::new(&snapshot.pvcs, &snapshot.pvs);
+    let namespaces = Namespaces::new(snapshot);
     let mut pods: Vec<PodInfo> = snapshot
         .pods
         .iter()
         .filter(|p| is_provisionable(p))
-        .filter_map(|p| PodInfo::from_pod(p, &volumes).ok())
+        .filter_map(|p| PodInfo::from_pod(p, &volumes, &namespaces).ok())
         .collect();
     pods.sort_by(|a, b| {
         b.requests

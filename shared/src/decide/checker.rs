@@ -33,6 +33,7 @@ mod violation;
 pub use violation::{NewNode, NodeRef, TypeProblem, Violation};
 
 use super::daemonsets::DaemonSetInfo;
+use super::namespaces::Namespaces;
 use super::plan::ProvisioningPlan;
 use super::pod::{PodInfo, Volumes, is_provisionable, pod_key};
 use super::taints::untolerated;
@@ -63,7 +64,11 @@ fn pod_infos(snapshot: &Snapshot, volumes: &Volumes<'_>, filter: impl Fn(&Pod) -
         .pods
         .iter()
         .filter(|p| filter(p))
-        .filter_map(|p| PodInfo::from_pod(p, volumes).ok().map(|i| (pod_key(p), i)))
+        .filter_map(|p| {
+            PodInfo::from_pod(p, volumes, &Namespaces::new(snapshot))
+                .ok()
+                .map(|i| (pod_key(p), i))
+        })
         .collect()
 }
 

@@ -40,6 +40,8 @@ pub mod housekeeping;
 pub mod in_flight;
 pub mod interruption;
 pub mod lower_bound;
+pub mod namespaces;
+pub mod node_inclusion;
 pub mod nodepools;
 pub mod ownership;
 pub mod packer;

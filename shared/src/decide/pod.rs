@@ -7,6 +7,8 @@ use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm,
 };
 
+use super::namespaces::Namespaces;
+use super::node_inclusion::{NodeInclusion, Tolerations};
 use super::selector::{Selector, SelectorError};
 use crate::model::pod_requests::{RequestsError, effective_requests};
 use crate::model::pod_requirements::{PodRequirementError, from_k8s as requirement_from_k8s, pod_requirement_branches};
@@ -76,8 +78,17 @@ pub struct Spread {
     pub selector: Selector,
     /// The namespace the pods counted are in (the pod's own).
     pub namespace: String,
-    /// `nodeTaintsPolicy: Honor` (default Ignore).
-    pub honor_taints: bool,
+    /// The nodes it counts, by `nodeAffinityPolicy` and `nodeTaintsPolicy`.
+    pub inclusion: NodeInclusion,
+}
+
+impl Spread {
+    /// Whether the pod that owns the spread is counted by it: kube-scheduler adds the
+    /// incoming pod to a domain's count only when it matches the constraint's selector
+    /// (podtopologyspread `Filter`: `selfMatchNum`).
+    pub fn counts_itself(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.matches(labels)
+    }
 }
 
 /// A pod (anti-)affinity term.
@@ -226,10 +237,11 @@ impl<'a> Volumes<'a> {
 }
 
 /// Whether a pod is one Carpool should provision for: Pending, unbound, not terminating,
-/// not a DaemonSet's, and either marked `PodScheduled=False/Unschedulable` or not yet
-/// looked at by the scheduler.
+/// not a DaemonSet's, not preempting (kube-scheduler has nominated a node for it, where it
+/// waits for victims to leave: Karpenter's `IsProvisionable` skips `IsPreempting`), and
+/// either marked `PodScheduled=False/Unschedulable` or not yet looked at by the scheduler.
 pub fn is_provisionable(pod: &Pod) -> bool {
-    if pod.metadata.deletion_timestamp.is_some() || is_daemonset_pod(pod) {
+    if pod.metadata.deletion_timestamp.is_some() || is_daemonset_pod(pod) || is_preempting(pod) {
         return false;
     }
     if pod
@@ -247,6 +259,15 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         None => true,
         Some(c) => c.status == "False" && c.reason.as_deref() == Some("Unschedulable"),
     }
+}
+
+/// Whether kube-scheduler has nominated a node for the pod (`status.nominatedNodeName`):
+/// it preempted pods there and waits for them to go.
+pub fn is_preempting(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
 }
 
 /// Whether a DaemonSet owns the pod.
@@ -272,6 +293,7 @@ fn affinity_term(
     namespace: &str,
     labels: &BTreeMap<String, String>,
     weight: i32,
+    known: &Namespaces,
 ) -> Result<AffinityTerm, PodError> {
     let mut selector = match &t.label_selector {
         Some(s) => Selector::from_k8s(s)?,
@@ -283,12 +305,23 @@ fn affinity_term(
             selector = selector.with_label(key, v);
         }
     }
-    let namespaces = match (&t.namespace_selector, &t.namespaces) {
-        // A namespace selector needs the namespaces' labels, which a dump may lack:
-        // any namespace selector is read as "all namespaces".
-        (Some(_), _) => None,
-        (None, Some(list)) if !list.is_empty() => Some(list.iter().cloned().collect()),
-        _ => Some(BTreeSet::from([namespace.to_string()])),
+    // kube-scheduler's `newAffinityTerm` and Karpenter's `buildNamespaceList`: neither a
+    // list nor a selector means the pod's own namespace; otherwise the list together with
+    // what the selector matches, and the empty selector matches every namespace.
+    let list: BTreeSet<String> = t.namespaces.iter().flatten().cloned().collect();
+    let namespaces = match &t.namespace_selector {
+        None if list.is_empty() => Some(BTreeSet::from([namespace.to_string()])),
+        None => Some(list),
+        Some(sel) => {
+            let sel = Selector::from_k8s(sel)?;
+            if sel == Selector::default() {
+                None
+            } else {
+                let mut all = known.matching(&sel);
+                all.extend(list);
+                Some(all)
+            }
+        }
     };
     Ok(AffinityTerm {
         key: t.topology_key.clone(),
@@ -302,10 +335,11 @@ fn weighted(
     terms: &[WeightedPodAffinityTerm],
     ns: &str,
     labels: &BTreeMap<String, String>,
+    known: &Namespaces,
 ) -> Result<Vec<AffinityTerm>, PodError> {
     terms
         .iter()
-        .map(|w| affinity_term(&w.pod_affinity_term, ns, labels, w.weight))
+        .map(|w| affinity_term(&w.pod_affinity_term, ns, labels, w.weight, known))
         .collect()
 }
 
@@ -332,8 +366,9 @@ impl PodInfo {
         cap
     }
 
-    /// Reads a pod; the error says what makes it unreadable.
-    pub fn from_pod(pod: &Pod, volumes: &Volumes<'_>) -> Result<PodInfo, PodError> {
+    /// Reads a pod; the error says what makes it unreadable. `namespaces` resolves the
+    /// namespace selectors of its pod affinity terms.
+    pub fn from_pod(pod: &Pod, volumes: &Volumes<'_>, namespaces: &Namespaces) -> Result<PodInfo, PodError> {
         let spec = pod.spec.as_ref().ok_or(PodError::NoSpec)?;
         let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -383,6 +418,15 @@ impl PodInfo {
             if c.max_skew < 1 {
                 return Err(PodError::MaxSkew { max_skew: c.max_skew });
             }
+            // kube-scheduler's `filterTopologySpreadConstraints`: nodeAffinityPolicy
+            // defaults to Honor, nodeTaintsPolicy to Ignore.
+            let honor_affinity = c.node_affinity_policy.as_deref() != Some("Ignore");
+            let has_affinity = pod_branches.iter().any(|b| !b.is_empty());
+            let inclusion = NodeInclusion {
+                affinity: (honor_affinity && has_affinity).then(|| pod_branches.clone()),
+                taints: (c.node_taints_policy.as_deref() == Some("Honor"))
+                    .then(|| Tolerations::new(spec.tolerations.clone().unwrap_or_default())),
+            };
             spreads.push(Spread {
                 key: c.topology_key.clone(),
                 max_skew: c.max_skew,
@@ -390,7 +434,7 @@ impl PodInfo {
                 hard: c.when_unsatisfiable == "DoNotSchedule",
                 selector,
                 namespace: namespace.clone(),
-                honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+                inclusion,
             });
         }
 
@@ -400,7 +444,7 @@ impl PodInfo {
             terms
                 .into_iter()
                 .flatten()
-                .map(|t| affinity_term(t, &namespace, &labels, 0))
+                .map(|t| affinity_term(t, &namespace, &labels, 0, namespaces))
                 .collect()
         };
         let host_ports = spec
@@ -430,12 +474,14 @@ impl PodInfo {
                     .unwrap_or_default(),
                 &namespace,
                 &labels,
+                namespaces,
             )?,
             preferred_anti_affinity: weighted(
                 paa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_deref())
                     .unwrap_or_default(),
                 &namespace,
                 &labels,
+                namespaces,
             )?,
             namespace,
             labels,

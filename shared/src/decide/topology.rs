@@ -1,26 +1,68 @@
 //! Topology bookkeeping for spread constraints and pod (anti-)affinity: how many pods
-//! matching each selector sit in each domain (zone, hostname, capacity type).
+//! matching each selector sit in each domain (zone, hostname, capacity type, or any other
+//! node label).
 //!
 //! Every selector a pending pod uses becomes a group, registered before placement. Each
 //! placed pod (existing or planned) is recorded once: O(groups) selector checks. A check
 //! is then O(terms of the pod).
+//!
+//! A spread's group counts only the pods on the nodes its node inclusion policies admit
+//! ([`NodeInclusion`]), and never a terminating pod (kube-scheduler's podtopologyspread
+//! `countPodsMatchSelector` skips pods with a deletion timestamp; Karpenter's
+//! `IgnoredForTopology`). Pods that have finished are not recorded at all: kube-scheduler
+//! does not see them (its pod informer selects `status.phase!=Succeeded,!=Failed`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use k8s_openapi::api::core::v1::Taint;
+
+use super::node_inclusion::NodeInclusion;
 use super::pod::{AffinityTerm, PodInfo};
 use super::selector::Selector;
-use crate::model::well_known::ZONE as ZONE_KEY;
 
-type GroupKey = (String, Selector, Option<BTreeSet<String>>);
+/// A group: topology key, selector, namespaces, and for a spread the nodes it counts
+/// (`None` for pod (anti-)affinity, which counts every node).
+type GroupKey = (String, Selector, Option<BTreeSet<String>>, Option<NodeInclusion>);
 
 #[derive(Debug)]
 struct Group {
     key: String,
     selector: Selector,
     namespaces: Option<BTreeSet<String>>,
+    spread: Option<NodeInclusion>,
     counts: HashMap<String, i32>,
     total: i32,
 }
+
+/// A placed pod as the topology sees it.
+#[derive(Clone, Copy)]
+pub struct PlacedPod<'a> {
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Its required anti-affinity terms.
+    pub anti_affinity: &'a [AffinityTerm],
+    /// Whether it is terminating (spreads do not count it).
+    pub terminating: bool,
+}
+
+impl<'a> PlacedPod<'a> {
+    /// A pending pod, placed by the plan.
+    pub fn planned(pod: &'a PodInfo) -> Self {
+        PlacedPod {
+            namespace: &pod.namespace,
+            labels: &pod.labels,
+            anti_affinity: &pod.anti_affinity,
+            terminating: false,
+        }
+    }
+}
+
+/// The domains a pod's spread may count for its global minimum, one entry per spread:
+/// `None` when new domains can always be opened (a hostname: a new node is one), so the
+/// minimum is 0.
+pub type SpreadDomains = [Option<Vec<String>>];
 
 /// The domains of one node, by topology key.
 pub trait Domains {
@@ -98,8 +140,14 @@ pub struct Strictness {
 }
 
 impl Topology {
-    fn group(&mut self, key: &str, selector: &Selector, namespaces: Option<&BTreeSet<String>>) -> usize {
-        let k = (key.to_string(), selector.clone(), namespaces.cloned());
+    fn group(
+        &mut self,
+        key: &str,
+        selector: &Selector,
+        namespaces: Option<&BTreeSet<String>>,
+        spread: Option<&NodeInclusion>,
+    ) -> usize {
+        let k = (key.to_string(), selector.clone(), namespaces.cloned(), spread.cloned());
         if let Some(&g) = self.index.get(&k) {
             return g;
         }
@@ -107,6 +155,7 @@ impl Topology {
             key: key.to_string(),
             selector: selector.clone(),
             namespaces: namespaces.cloned(),
+            spread: spread.cloned(),
             counts: HashMap::new(),
             total: 0,
         });
@@ -118,7 +167,7 @@ impl Topology {
     pub fn register(&mut self, pod: &PodInfo) {
         for s in &pod.spreads {
             let ns = BTreeSet::from([s.namespace.clone()]);
-            self.group(&s.key, &s.selector, Some(&ns));
+            self.group(&s.key, &s.selector, Some(&ns), Some(&s.inclusion));
         }
         for t in pod
             .affinity
@@ -127,20 +176,19 @@ impl Topology {
             .chain(&pod.preferred_affinity)
             .chain(&pod.preferred_anti_affinity)
         {
-            self.group(&t.key, &t.selector, t.namespaces.as_ref());
+            self.group(&t.key, &t.selector, t.namespaces.as_ref(), None);
         }
     }
 
-    /// Records a placed pod on a node.
-    pub fn record(
-        &mut self,
-        namespace: &str,
-        labels: &BTreeMap<String, String>,
-        anti_affinity: &[AffinityTerm],
-        node: &impl Domains,
-    ) {
+    /// Records a placed pod on a node with these taints.
+    pub fn record(&mut self, pod: PlacedPod<'_>, node: &impl Domains, taints: &[Taint]) {
         for g in &mut self.groups {
-            if g.namespaces.as_ref().is_some_and(|ns| !ns.contains(namespace)) || !g.selector.matches(labels) {
+            if g.namespaces.as_ref().is_some_and(|ns| !ns.contains(pod.namespace)) || !g.selector.matches(pod.labels) {
+                continue;
+            }
+            if let Some(inclusion) = &g.spread
+                && (pod.terminating || !inclusion.admits(|k| node.domain(k), taints))
+            {
                 continue;
             }
             if let Some(d) = node.domain(&g.key) {
@@ -148,28 +196,47 @@ impl Topology {
                 g.total += 1;
             }
         }
-        for t in anti_affinity {
+        for t in pod.anti_affinity {
             if let Some(d) = node.domain(&t.key) {
                 self.held.entry(t.clone()).or_default().insert(d.to_string());
             }
         }
     }
 
+    /// The topology keys of every group and of every required anti-affinity term held by
+    /// a placed pod.
+    pub fn keys(&self) -> BTreeSet<String> {
+        self.groups
+            .iter()
+            .map(|g| g.key.clone())
+            .chain(self.held.keys().map(|t| t.key.clone()))
+            .collect()
+    }
+
     /// Looks up the groups of a pod's constraints (registered with [`Topology::register`]).
     pub fn groups_of(&self, pod: &PodInfo) -> PodGroups {
-        let id = |key: &str, sel: &Selector, ns: Option<&BTreeSet<String>>| {
-            self.index.get(&(key.to_string(), sel.clone(), ns.cloned())).copied()
+        let id = |key: &str, sel: &Selector, ns: Option<&BTreeSet<String>>, spread: Option<&NodeInclusion>| {
+            self.index
+                .get(&(key.to_string(), sel.clone(), ns.cloned(), spread.cloned()))
+                .copied()
         };
         let terms = |ts: &[AffinityTerm]| {
             ts.iter()
-                .map(|t| id(&t.key, &t.selector, t.namespaces.as_ref()))
+                .map(|t| id(&t.key, &t.selector, t.namespaces.as_ref(), None))
                 .collect()
         };
         PodGroups {
             spreads: pod
                 .spreads
                 .iter()
-                .map(|s| id(&s.key, &s.selector, Some(&BTreeSet::from([s.namespace.clone()]))))
+                .map(|s| {
+                    id(
+                        &s.key,
+                        &s.selector,
+                        Some(&BTreeSet::from([s.namespace.clone()])),
+                        Some(&s.inclusion),
+                    )
+                })
                 .collect(),
             affinity: terms(&pod.affinity),
             anti_affinity: terms(&pod.anti_affinity),
@@ -207,18 +274,32 @@ impl Topology {
         self.count_in(groups.spreads.get(i).copied().flatten(), domain)
     }
 
-    /// Checks a pod's spreads and (anti-)affinity against a node. `eligible_zones` are the
-    /// zones the pod may use, for zonal spreads; for other keys new domains can always be
-    /// opened (a new node is a new hostname), so the minimum count is 0.
+    /// Checks a pod's spreads and (anti-)affinity against a node. `domains` are, per
+    /// spread, the domains its global minimum is taken over.
     pub fn check(
         &self,
         pod: &PodInfo,
         groups: &PodGroups,
         node: &impl Domains,
         strict: Strictness,
-        eligible_zones: Option<&[String]>,
+        domains: &SpreadDomains,
     ) -> Result<(), Rejection> {
-        self.check_keys(pod, groups, node, strict, eligible_zones, |_| true)
+        self.check_keys(pod, groups, node, strict, domains, |_| true)
+    }
+
+    /// The global minimum of a pod's `i`-th spread: the fewest matching pods in any of
+    /// its domains, or 0 when there are fewer domains than `minDomains` or new ones can
+    /// be opened (kube-scheduler's podtopologyspread `preFilterState.minMatchNum`;
+    /// Karpenter's `TopologyGroup.domainMinCount`).
+    pub fn spread_min(&self, pod: &PodInfo, groups: &PodGroups, i: usize, domains: &SpreadDomains) -> i32 {
+        let Some(s) = pod.spreads.get(i) else { return 0 };
+        let g = groups.spreads.get(i).copied().flatten();
+        match domains.get(i).and_then(Option::as_ref) {
+            Some(ds) if !ds.is_empty() && ds.len() as i32 >= s.min_domains.unwrap_or(1) => {
+                ds.iter().map(|d| self.count_in(g, d)).min().unwrap_or(0)
+            }
+            _ => 0,
+        }
     }
 
     /// [`Topology::check`] restricted to the constraints whose topology key passes `keys`
@@ -229,7 +310,7 @@ impl Topology {
         groups: &'a PodGroups,
         node: &impl Domains,
         strict: Strictness,
-        eligible_zones: Option<&[String]>,
+        domains: &SpreadDomains,
         keys: impl Fn(&str) -> bool,
     ) -> Result<(), Rejection> {
         for (i, s) in pod.spreads.iter().enumerate() {
@@ -241,13 +322,10 @@ impl Topology {
             };
             let g = groups.spreads.get(i).copied().flatten();
             let count = self.count_in(g, d);
-            let min = match eligible_zones.filter(|_| s.key == ZONE_KEY) {
-                Some(domains) if domains.len() as i32 >= s.min_domains.unwrap_or(1) => {
-                    domains.iter().map(|d| self.count_in(g, d)).min().unwrap_or(0)
-                }
-                _ => 0,
-            };
-            if count + 1 - min > s.max_skew {
+            let min = self.spread_min(pod, groups, i, domains);
+            // 'existing matching num' + 'if self-match (1 or 0)' - 'global min matching num'.
+            let self_match = i32::from(s.counts_itself(&pod.labels));
+            if count + self_match - min > s.max_skew {
                 return Err(Rejection::Spread(s.key.clone()));
             }
         }
@@ -264,18 +342,32 @@ impl Topology {
                 .zip(ids.iter().chain(pref_ids))
                 .filter(|(t, _)| keys(&t.key))
         };
+        // kube-scheduler's interpodaffinity `satisfyPodAffinity`: every term needs a
+        // matching pod in the node's domain, and the node must have every term's key;
+        // failing that, the first pod of a group is admitted when no pod anywhere matches
+        // any of its terms and it matches all of them itself.
+        let mut missing: Option<&str> = None;
+        let mut any_match_anywhere = false;
+        let mut matches_all_itself = true;
         for (t, g) in terms(
             &pod.affinity,
             &pod.preferred_affinity,
             &groups.affinity,
             &groups.preferred_affinity,
         ) {
-            let here = node.domain(&t.key).map_or(0, |d| self.count_in(*g, d));
-            let anywhere = g.map_or(0, |g| self.groups[g].total);
-            let self_match = t.matches(&pod.namespace, &pod.labels);
-            if here == 0 && !(anywhere == 0 && self_match && node.domain(&t.key).is_some()) {
+            let Some(d) = node.domain(&t.key) else {
                 return Err(Rejection::Affinity(t.key.clone()));
+            };
+            if self.count_in(*g, d) == 0 && missing.is_none() {
+                missing = Some(&t.key);
             }
+            any_match_anywhere |= g.is_some_and(|g| self.groups[g].total > 0);
+            matches_all_itself &= t.matches(&pod.namespace, &pod.labels);
+        }
+        if let Some(key) = missing
+            && (any_match_anywhere || !matches_all_itself)
+        {
+            return Err(Rejection::Affinity(key.to_string()));
         }
         for (t, g) in terms(
             &pod.anti_affinity,

@@ -3,9 +3,10 @@
 //! levels, its requirement branches and eligible zones at each, its topology groups and
 //! the hard zonal spreads that count it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::Scheduler;
+use super::existing_node::NodeView;
 use super::index::{ClassId, IdVec, NewNodeId, PodId, TemplateId};
 use super::relaxation::{Level, branches_at, levels};
 use crate::decide::pod::PodInfo;
@@ -15,13 +16,15 @@ use crate::decide::topology::{PodGroups, Topology};
 use crate::model::well_known as wk;
 use crate::model::{Requirements, Resources};
 
-/// A class that owns a hard zonal spread on a topology group.
-#[derive(Clone, Copy, Debug)]
+/// A hard zonal spread on a topology group, as a class that owns it has it.
+#[derive(Clone, Debug)]
 pub(super) struct SpreadOwner {
-    /// The owning class.
-    pub(super) class: ClassId,
     /// The spread's maxSkew.
     pub(super) max_skew: i32,
+    /// The owner's zones for that spread's global minimum.
+    pub(super) domains: Option<Vec<String>>,
+    /// The spread's minDomains.
+    pub(super) min_domains: Option<i32>,
 }
 
 /// What a class is: fixed for the run.
@@ -38,6 +41,8 @@ pub(super) struct Class {
     pub(super) branches: Vec<Vec<Requirements>>,
     /// Per level: the zones its pods may go to (existing nodes' and the NodePools').
     pub(super) zones: Vec<Vec<String>>,
+    /// Per spread: the domains its global minimum is taken over (see [`spread_domains`]).
+    pub(super) spread_domains: Vec<Option<Vec<String>>>,
     /// The topology groups its constraints refer to.
     pub(super) groups: PodGroups,
     /// The zonal spread groups its pods count in, with the classes that own a hard spread
@@ -84,6 +89,7 @@ pub(super) fn classes(
     pods: &IdVec<PodId, PodInfo>,
     templates: &IdVec<TemplateId, Template>,
     existing_zones: &[String],
+    nodes: &[NodeView],
     topology: &Topology,
 ) -> Classes {
     let mut keys: HashMap<u64, Vec<ClassId>> = HashMap::new();
@@ -141,6 +147,7 @@ pub(super) fn classes(
                 levels,
                 branches,
                 zones,
+                spread_domains: spread_domains(pod, templates, nodes),
                 groups: topology.groups_of(pod),
                 counted_in_zone_spreads: Vec::new(),
             }
@@ -149,15 +156,16 @@ pub(super) fn classes(
 
     // Owners of hard zonal spreads, by group.
     let mut owners: HashMap<usize, Vec<SpreadOwner>> = HashMap::new();
-    for (c, class) in classes.enumerate() {
+    for class in classes.iter() {
         for (i, sp) in pods[class.rep].spreads.iter().enumerate() {
             if sp.hard
                 && sp.key == wk::ZONE
                 && let Some(g) = Topology::spread_group(&class.groups, i)
             {
                 owners.entry(g).or_default().push(SpreadOwner {
-                    class: c,
                     max_skew: sp.max_skew,
+                    domains: class.spread_domains.get(i).cloned().flatten(),
+                    min_domains: sp.min_domains,
                 });
             }
         }
@@ -201,6 +209,95 @@ fn eligible_zones(
     out.sort();
     out.dedup();
     out
+}
+
+/// The domains of each of a pod's spreads, for its global minimum (kube-scheduler's
+/// podtopologyspread `calPreFilterState`; Karpenter's `TopologyGroup.domainMinCount` over
+/// the pod's domains):
+/// - the values of the nodes that exist, when they have every key the pod spreads on and
+///   pass the spread's node inclusion policies;
+/// - the values new nodes could take in the NodePools the pod can launch into (it
+///   tolerates their taints and its requirements intersect theirs): zones and capacity
+///   types from their offerings, other keys from their labels, their instance types'
+///   labels or their requirements' values; kept when the spread's `nodeAffinityPolicy:
+///   Honor` lets the pod's own node affinity accept them.
+///
+/// `None` for a hostname, or a key a NodePool lets take any value: a new node opens a new
+/// domain there, so the minimum is 0. Pods of other NodePools may still open domains this
+/// does not count (a tainted pool's nodes, under `nodeTaintsPolicy: Ignore`).
+fn spread_domains(
+    pod: &PodInfo,
+    templates: &IdVec<TemplateId, Template>,
+    nodes: &[NodeView],
+) -> Vec<Option<Vec<String>>> {
+    let usable: Vec<&Template> = templates
+        .iter()
+        .filter(|t| untolerated(&pod.tolerations, &t.taints).is_none())
+        .filter(|t| pod.branches.iter().any(|b| t.requirements.intersects(b).is_ok()))
+        .collect();
+    pod.spreads
+        .iter()
+        .map(|s| {
+            if s.key == wk::HOSTNAME {
+                return None;
+            }
+            let mut out = BTreeSet::new();
+            for n in nodes {
+                let has_keys = pod.spreads.iter().all(|o| n.labels.contains_key(&o.key));
+                if has_keys
+                    && s.inclusion.admits_labels(&n.labels, &n.taints)
+                    && let Some(v) = n.labels.get(&s.key)
+                {
+                    out.insert(v.clone());
+                }
+            }
+            let allowed = |v: &str| {
+                s.inclusion
+                    .affinity
+                    .as_ref()
+                    .is_none_or(|branches| branches.iter().any(|b| b.get(&s.key).is_none_or(|r| r.has(v))))
+            };
+            for t in &usable {
+                let values = template_values(t, &s.key)?;
+                out.extend(values.into_iter().filter(|v| allowed(v)));
+            }
+            Some(out.into_iter().collect())
+        })
+        .collect()
+}
+
+/// The values a new node of a template can take for a label key; `None` when any value
+/// is possible (a requirement like `Exists` on a key only the NodePool defines).
+fn template_values(t: &Template, key: &str) -> Option<BTreeSet<String>> {
+    let allowed = |v: &String| t.requirements.get(key).is_none_or(|r| r.has(v));
+    let values: BTreeSet<String> = match key {
+        wk::ZONE => t
+            .types
+            .iter()
+            .flat_map(|o| o.offers.iter().map(|o| o.zone.clone()))
+            .collect(),
+        wk::CAPACITY_TYPE => t
+            .types
+            .iter()
+            .flat_map(|o| o.offers.iter().map(|o| o.capacity_type.label().to_string()))
+            .collect(),
+        _ => match t.labels.get(key) {
+            Some(v) => BTreeSet::from([v.clone()]),
+            None => {
+                let from_types: BTreeSet<String> = t.types.iter().filter_map(|o| o.labels.get(key).cloned()).collect();
+                if !from_types.is_empty() {
+                    from_types
+                } else {
+                    match t.requirements.get(key) {
+                        Some(r) if !r.is_complement() => r.values().clone(),
+                        Some(_) => return None,
+                        None => BTreeSet::new(),
+                    }
+                }
+            }
+        },
+    };
+    Some(values.into_iter().filter(allowed).collect())
 }
 
 /// How many of a class's unreserved pods one node in one zone can expect: all of them,

@@ -7,9 +7,10 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 
 use super::Scheduler;
 use super::index::PodId;
+use crate::decide::namespaces::Namespaces;
 use crate::decide::pod::{HostPort, PodInfo, Volumes};
 use crate::decide::taints::untolerated;
-use crate::decide::topology::Topology;
+use crate::decide::topology::{PlacedPod, Topology};
 use crate::model::pod_requests::effective_requests;
 use crate::model::well_known as wk;
 use crate::model::{Node, Resources};
@@ -31,10 +32,24 @@ pub(super) struct ExistingNode {
     pub(super) placed: Vec<PodId>,
 }
 
-/// The usable (Ready, schedulable, not terminating) nodes of the snapshot, with what is
-/// bound to them taken off their room. Pods bound to any node, usable or not, are recorded
-/// in `topology`.
-pub(super) fn existing_nodes(snapshot: &Snapshot, volumes: &Volumes<'_>, topology: &mut Topology) -> Vec<ExistingNode> {
+/// A node of the snapshot as a topology domain: its labels (with a hostname) and taints.
+pub(super) struct NodeView {
+    /// Its labels.
+    pub(super) labels: BTreeMap<String, String>,
+    /// Its taints.
+    pub(super) taints: Vec<Taint>,
+}
+
+/// The nodes of the snapshot: the usable ones (Ready, schedulable, not terminating), with
+/// what is bound to them taken off their room, and every node as a topology domain
+/// (kube-scheduler counts spread domains over all the nodes it knows). Pods bound to any
+/// node, usable or not, are recorded in `topology`.
+pub(super) fn existing_nodes(
+    snapshot: &Snapshot,
+    volumes: &Volumes<'_>,
+    namespaces: &Namespaces,
+    topology: &mut Topology,
+) -> (Vec<ExistingNode>, Vec<NodeView>) {
     let mut all_nodes = Vec::new();
     let mut by_name = HashMap::new();
     for n in &snapshot.nodes {
@@ -69,12 +84,24 @@ pub(super) fn existing_nodes(snapshot: &Snapshot, volumes: &Volumes<'_>, topolog
             r.pods += 1;
             node.free = node.free.minus(&r);
         }
-        if let Ok(info) = PodInfo::from_pod(p, volumes) {
+        if let Ok(info) = PodInfo::from_pod(p, volumes, namespaces) {
             node.ports.extend(info.host_ports.iter().cloned());
-            topology.record(&info.namespace, &info.labels, &info.anti_affinity, &node.labels);
+            let placed = PlacedPod {
+                terminating: p.metadata.deletion_timestamp.is_some(),
+                ..PlacedPod::planned(&info)
+            };
+            topology.record(placed, &node.labels, &node.taints);
         }
     }
-    all_nodes.into_iter().filter(|(u, _)| *u).map(|(_, n)| n).collect()
+    let views = all_nodes
+        .iter()
+        .map(|(_, n)| NodeView {
+            labels: n.labels.clone(),
+            taints: n.taints.clone(),
+        })
+        .collect();
+    let usable = all_nodes.into_iter().filter(|(u, _)| *u).map(|(_, n)| n).collect();
+    (usable, views)
 }
 
 /// Whether a pod still holds its node's resources (not Succeeded nor Failed).
@@ -105,8 +132,7 @@ impl Scheduler {
             n.free = n.free.minus(&p.requests);
             n.ports.extend(p.host_ports.iter().cloned());
             n.placed.push(pod);
-            self.topology
-                .record(&p.namespace, &p.labels, &p.anti_affinity, &n.labels);
+            self.topology.record(PlacedPod::planned(p), &n.labels, &n.taints);
             let state = &mut self.progress[class];
             state.remaining = state.remaining.saturating_sub(1);
             return true;

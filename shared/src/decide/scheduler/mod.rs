@@ -54,6 +54,7 @@ use self::offer_key::{Candidates, FitKey, OfferKey, offer_keys};
 use self::relaxation::soft_only;
 use self::target::{MatchKey, Planned, Shortlist, ShortlistKey, resource_prices};
 use super::daemonsets::DaemonSetInfo;
+use super::namespaces::Namespaces;
 use super::packer::ResourcePrices;
 use super::plan::{ProvisioningPlan, Unschedulable};
 use super::pod::{PodInfo, Volumes, is_provisionable, pod_key};
@@ -87,6 +88,22 @@ impl Why {
             self.reasons
         }
     }
+}
+
+/// The topology keys whose value on a new node comes from its instance type's labels, not
+/// from its offering (zone, capacity type), its NodePool's labels or its hostname.
+fn type_decided(topology: &Topology, templates: &IdVec<TemplateId, Template>) -> Vec<String> {
+    const OFFERING: [&str; 4] = [wk::ZONE, wk::CAPACITY_TYPE, wk::REGION, wk::HOSTNAME];
+    topology
+        .keys()
+        .into_iter()
+        .filter(|k| !OFFERING.contains(&k.as_str()))
+        .filter(|k| {
+            templates
+                .iter()
+                .any(|t| !t.labels.contains_key(k) && t.types.iter().any(|o| o.labels.contains_key(k)))
+        })
+        .collect()
 }
 
 /// What a scheduler run decided, with what the lower bound needs.
@@ -128,6 +145,10 @@ pub struct Scheduler {
     /// Planned nodes per zone, in the order they were opened.
     zone_nodes: BTreeMap<String, Vec<NewNodeId>>,
     topology: Topology,
+    /// The topology keys whose value on a new node its instance type decides (the
+    /// architecture, the type, its family...): a new node's types are narrowed to those
+    /// that keep the node in the domain its pods were checked against.
+    type_keys: Vec<String>,
     /// Per class, level and template: the offer keys and types that take the pod alone;
     /// `Err` holds why none does.
     offer_cache: HashMap<FitKey, Rc<Result<Candidates, Reason>>>,
@@ -176,9 +197,10 @@ impl Scheduler {
         let offer_keys = templates.iter().map(|t| offer_keys(t, region.region())).collect();
 
         let volumes = Volumes::new(&snapshot.pvcs, &snapshot.pvs);
+        let namespaces = Namespaces::new(snapshot);
         let mut pods = IdVec::new();
         for p in snapshot.pods.iter().filter(|p| is_provisionable(p)) {
-            match PodInfo::from_pod(p, &volumes) {
+            match PodInfo::from_pod(p, &volumes, &namespaces) {
                 Ok(info) => {
                     pods.push(info);
                 }
@@ -195,7 +217,7 @@ impl Scheduler {
         for p in pods.iter() {
             topology.register(p);
         }
-        let existing = existing_nodes(snapshot, &volumes, &mut topology);
+        let (existing, node_views) = existing_nodes(snapshot, &volumes, &namespaces, &mut topology);
         let existing_zones: Vec<String> = existing
             .iter()
             .filter_map(|n| n.labels.get(wk::ZONE).cloned())
@@ -204,8 +226,9 @@ impl Scheduler {
             classes,
             progress,
             class_of,
-        } = class::classes(&pods, &templates, &existing_zones, &topology);
+        } = class::classes(&pods, &templates, &existing_zones, &node_views, &topology);
         let prices = resource_prices(&templates, &pods);
+        let type_keys = type_decided(&topology, &templates);
         let planned = templates.iter().map(|_| Planned::default()).collect();
 
         Scheduler {
@@ -221,6 +244,7 @@ impl Scheduler {
             new_nodes: IdVec::new(),
             zone_nodes: BTreeMap::new(),
             topology,
+            type_keys,
             offer_cache: HashMap::new(),
             pareto_cache: HashMap::new(),
             match_cache: HashMap::new(),
@@ -290,6 +314,12 @@ impl Scheduler {
         Err(why.into_reasons())
     }
 
+    /// Whether a pod that failed may fit once other pods are placed: it has required pod
+    /// affinity, which only more placed pods can satisfy.
+    fn waits_for_others(&self, pod: PodId) -> bool {
+        !self.pods[pod].affinity.is_empty()
+    }
+
     /// Runs the simulation.
     pub fn run(mut self) -> SchedulerOutcome {
         let mut order: Vec<PodId> = self.pods.ids().collect();
@@ -302,15 +332,37 @@ impl Scheduler {
                 .then(self.class_of[a].cmp(&self.class_of[b]))
                 .then(pa.key.cmp(&pb.key))
         });
-        for pod in order {
-            if let Err(reasons) = self.schedule(pod) {
-                let state = &mut self.progress[self.class_of[pod]];
-                state.remaining = state.remaining.saturating_sub(1);
-                self.plan.unschedulable.push(Unschedulable {
-                    pod: self.pods[pod].key.clone(),
-                    reasons,
-                });
+        // Karpenter's `Scheduler.Solve` puts a pod that fails back on its queue and tries
+        // it again after the others, until a whole pass places nothing: a pod whose
+        // affinity points at pods still pending waits for them to be placed.
+        let mut failed: Vec<(PodId, Vec<Reason>)> = Vec::new();
+        loop {
+            let mut placed_any = false;
+            for pod in order {
+                match self.schedule(pod) {
+                    Ok(()) => placed_any = true,
+                    Err(reasons) => failed.push((pod, reasons)),
+                }
             }
+            if !placed_any {
+                break;
+            }
+            let (waiting, done): (Vec<_>, Vec<_>) = std::mem::take(&mut failed)
+                .into_iter()
+                .partition(|(p, _)| self.waits_for_others(*p));
+            failed = done;
+            if waiting.is_empty() {
+                break;
+            }
+            order = waiting.into_iter().map(|(p, _)| p).collect();
+        }
+        for (pod, reasons) in failed {
+            let state = &mut self.progress[self.class_of[pod]];
+            state.remaining = state.remaining.saturating_sub(1);
+            self.plan.unschedulable.push(Unschedulable {
+                pod: self.pods[pod].key.clone(),
+                reasons,
+            });
         }
         self.finish()
     }

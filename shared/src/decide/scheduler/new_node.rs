@@ -10,7 +10,7 @@ use super::labels::{Split, WithHost, matches_split};
 use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
 use crate::decide::taints::untolerated;
-use crate::decide::topology::Domains;
+use crate::decide::topology::{Domains, PlacedPod};
 use crate::decide::unschedulable::{Reason, Shortfall};
 use crate::model::well_known as wk;
 use crate::model::{CapacityType, Resources};
@@ -66,7 +66,10 @@ impl Scheduler {
         let quota = node.quota.get(&class).copied().unwrap_or(0);
         let room = if quota > 0 { &node.free } else { &node.room };
         if p.requests.fits_in(room).is_err() {
-            return Err(Refusal::ForGood);
+            if !self.grow_for(pod, n, li) {
+                return Err(Refusal::ForGood);
+            }
+            return self.try_new_node(pod, n, li);
         }
         let count = node.class_count.get(&class).copied().unwrap_or(0);
         if count >= self.classes[class].per_node_cap {
@@ -103,9 +106,13 @@ impl Scheduler {
         }
         let candidates: Option<Vec<TypeId>> =
             (!seen).then(|| node.candidates.iter().copied().filter(fits_type).collect());
+        let pinned = self.pinned_candidates(n);
         let node = &mut self.new_nodes[n];
         if let Some(c) = candidates {
             node.candidates = c;
+        }
+        if let Some(keep) = pinned {
+            node.candidates.retain(|i| keep.contains(i));
         }
         node.used = node.used.plus(&p.requests);
         node.free = node.free.minus(&p.requests);
@@ -126,10 +133,122 @@ impl Scheduler {
             node: &node.labels,
             instance,
         };
-        self.topology.record(&p.namespace, &p.labels, &p.anti_affinity, &split);
+        let taints = &self.templates[node.template].taints;
+        self.topology.record(PlacedPod::planned(p), &split, taints);
         let state = &mut self.progress[class];
         state.remaining = state.remaining.saturating_sub(1);
         Ok(())
+    }
+
+    /// Moves planned node `n` to a larger candidate type so that `pod` fits, when the pod
+    /// can go nowhere else: its required pod affinity by hostname points at pods on this
+    /// node (Karpenter keeps every type that fits a NodeClaim's pods, not one target, so a
+    /// follower that needs more room than the target has still joins its leader). The
+    /// cheapest candidate with room for the node's pods, its reserved slots and this pod
+    /// becomes the target, within the NodePool's limits.
+    fn grow_for(&mut self, pod: PodId, n: NewNodeId, li: usize) -> bool {
+        let p = &self.pods[pod];
+        if !p.affinity.iter().any(|t| t.key == wk::HOSTNAME) {
+            return false;
+        }
+        let node = &self.new_nodes[n];
+        let t = &self.templates[node.template];
+        let split = Split {
+            node: &node.labels,
+            instance: &t.ty(node.target).labels,
+        };
+        if self.check_topology(pod, li, &split).is_err() {
+            return false;
+        }
+        let old = t.ty(node.target);
+        // Room for what the node holds, its unfilled reserved slots and the pod.
+        let reserved = node.free.minus(&node.room);
+        let needed = node.used.plus(&reserved).plus(&p.requests);
+        let planned = &self.planned[node.template];
+        let within_limits = |c: &Resources| {
+            t.limits
+                .iter()
+                .filter(|(name, _)| name.as_str() != "nodes")
+                .all(|(name, limit)| {
+                    let used = t.used.get(name).copied().unwrap_or(0);
+                    used + planned.capacity.get(name) + c.get(name) - old.instance_type.capacity.get(name) <= *limit
+                })
+        };
+        let Some(&bigger) = node.candidates.iter().find(|&&c| {
+            let ty = t.ty(c);
+            c != node.target && needed.fits_in(&ty.net).is_ok() && within_limits(&ty.instance_type.capacity)
+        }) else {
+            return false;
+        };
+        let grown = t.ty(bigger);
+        let (net, capacity) = (grown.net.clone(), grown.instance_type.capacity.clone());
+        let (old_net, old_capacity) = (old.net.clone(), old.instance_type.capacity.clone());
+        let node = &mut self.new_nodes[n];
+        node.target = bigger;
+        node.free = node.free.plus(&net).minus(&old_net);
+        node.room = node.room.plus(&net).minus(&old_net);
+        let planned = &mut self.planned[node.template];
+        planned.capacity = planned.capacity.plus(&capacity).minus(&old_capacity);
+        true
+    }
+
+    /// The candidates of planned node `n` that agree with its target on every topology key
+    /// an instance type decides, so that the type finally chosen keeps the node in the
+    /// domains its pods were counted in; `None` when no constraint uses such a key.
+    fn pinned_candidates(&self, n: NewNodeId) -> Option<Vec<TypeId>> {
+        if self.type_keys.is_empty() {
+            return None;
+        }
+        let node = &self.new_nodes[n];
+        let t = &self.templates[node.template];
+        let target = &t.ty(node.target).labels;
+        Some(
+            node.candidates
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let labels = &t.ty(i).labels;
+                    self.type_keys.iter().all(|k| labels.get(k) == target.get(k))
+                })
+                .collect(),
+        )
+    }
+
+    /// The types of an offer key whose labels the pod's topology constraints accept on a
+    /// new node, when some constraint is on a key the instance type decides (kube-scheduler
+    /// checks a node's own labels; Karpenter narrows the NodeClaim's requirements to the
+    /// domains its topology allows): anti-affinity to pods on arm64 nodes opens an amd64
+    /// node. `None` when no such key is in play (any type will do; the first is checked).
+    fn topology_types(
+        &self,
+        pod: PodId,
+        li: usize,
+        ti: TemplateId,
+        k: OfferKeyId,
+        types: &[TypeId],
+        hostname: &str,
+    ) -> Option<Vec<TypeId>> {
+        if self.type_keys.is_empty() {
+            return None;
+        }
+        let key = &self.offer_keys[ti][k];
+        let t = &self.templates[ti];
+        Some(
+            types
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let split = WithHost {
+                        hostname,
+                        labels: Split {
+                            node: &key.labels,
+                            instance: &t.ty(i).labels,
+                        },
+                    };
+                    self.check_topology(pod, li, &split).is_ok()
+                })
+                .collect(),
+        )
     }
 
     /// Opens a node for a pod from the first template (heaviest NodePool first) that can
@@ -148,15 +267,24 @@ impl Scheduler {
             // Pick zone and capacity type: balanced spreads first, then price.
             let hostname = format!("carpool-planned-{}", self.new_nodes.len());
             let mut choices: Vec<(i64, f64, usize, OfferKeyId)> = Vec::new();
+            let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             let mut topo_err = None;
-            for (&k, types) in by_offer {
+            for (&k, all_types) in by_offer {
                 let key = &self.offer_keys[ti][k];
                 let t = &self.templates[ti];
+                let narrow = self.topology_types(pod, li, ti, k, all_types, &hostname);
+                let types = narrow.as_deref().unwrap_or(all_types);
+                let Some(&first) = types.first() else {
+                    topo_err = Some(crate::decide::topology::Rejection::AntiAffinity(
+                        self.type_keys.join(","),
+                    ));
+                    continue;
+                };
                 let split = WithHost {
                     hostname: &hostname,
                     labels: Split {
                         node: &key.labels,
-                        instance: &t.ty(types[0]).labels,
+                        instance: &t.ty(first).labels,
                     },
                 };
                 if let Err(e) = self.check_topology(pod, li, &split) {
@@ -182,6 +310,9 @@ impl Scheduler {
                     .fold(f64::INFINITY, f64::min);
                 let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
                 choices.push((spread_count, price, in_zone, k));
+                if let Some(list) = narrow {
+                    narrowed.insert(k, list);
+                }
             }
             choices.sort_by(|a, b| {
                 a.0.cmp(&b.0)
@@ -195,7 +326,11 @@ impl Scheduler {
                 }
                 continue;
             };
-            let Some((target, quota)) = self.choose_target(ti, &by_offer[&k], k, class, li) else {
+            let chosen = match narrowed.get(&k) {
+                Some(types) => self.choose_target(ti, types, k, class, li, false),
+                None => self.choose_target(ti, &by_offer[&k], k, class, li, true),
+            };
+            let Some((target, quota)) = chosen else {
                 why.add(Reason::Limits {
                     nodepool: self.templates[ti].name.clone(),
                 });

@@ -123,7 +123,8 @@ impl Scheduler {
     }
 
     /// The most cost-effective type among `types` for a node opened by `class`, with the
-    /// mix of classes it should hold.
+    /// mix of classes it should hold. `cacheable`: `types` are all of the offer key's for
+    /// the class, so their shortlist is kept for the next node; narrowed lists are not.
     pub(super) fn choose_target(
         &mut self,
         ti: TemplateId,
@@ -131,6 +132,7 @@ impl Scheduler {
         k: OfferKeyId,
         class: ClassId,
         li: usize,
+        cacheable: bool,
     ) -> Option<(TypeId, HashMap<ClassId, u32>)> {
         let prices = self.prices[ti].unwrap_or(ResourcePrices {
             cpu: 1e-5,
@@ -184,8 +186,9 @@ impl Scheduler {
             template: ti,
             offer: k,
         };
-        let shortlist = match self.pareto_cache.get(&shortlist_key) {
+        let shortlist = match self.pareto_cache.get(&shortlist_key).filter(|_| cacheable) {
             Some(list) => Rc::clone(list),
+            None if !cacheable => Rc::new(pareto(tmpl, types, &self.offer_keys[ti][k].prices)),
             None => {
                 let list = Rc::new(pareto(tmpl, types, &self.offer_keys[ti][k].prices));
                 self.pareto_cache.insert(shortlist_key, Rc::clone(&list));

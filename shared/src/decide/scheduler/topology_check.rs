@@ -16,7 +16,7 @@ impl Scheduler {
         let c = &self.classes[class];
         let level = c.levels[li];
         self.topology
-            .check(&self.pods[pod], &c.groups, node, level.strict, Some(&c.zones[li]))?;
+            .check(&self.pods[pod], &c.groups, node, level.strict, &c.spread_domains)?;
         match node.domain(wk::ZONE) {
             Some(zone) if !self.keeps_owners_balanced(class, zone) => Err(Rejection::Spread(wk::ZONE.to_string())),
             _ => Ok(()),
@@ -35,7 +35,7 @@ impl Scheduler {
                 &c.groups,
                 &node,
                 level.strict,
-                Some(&c.zones[li]),
+                &c.spread_domains,
                 |k| k == wk::ZONE,
             )
             .is_ok()
@@ -49,18 +49,21 @@ impl Scheduler {
     fn keeps_owners_balanced(&self, class: ClassId, zone: &str) -> bool {
         self.classes[class].counted_in_zone_spreads.iter().all(|(g, owners)| {
             owners.iter().all(|owner| {
-                let level = self.current_level(owner.class);
-                let Some(eligible) = self.classes[owner.class].zones.get(level) else {
+                let Some(eligible) = &owner.domains else {
                     return true;
                 };
                 if !eligible.iter().any(|z| z == zone) {
                     return true;
                 }
-                let min = eligible
-                    .iter()
-                    .map(|z| self.topology.count_of(*g, z))
-                    .min()
-                    .unwrap_or(0);
+                let min = if (eligible.len() as i32) < owner.min_domains.unwrap_or(1) {
+                    0
+                } else {
+                    eligible
+                        .iter()
+                        .map(|z| self.topology.count_of(*g, z))
+                        .min()
+                        .unwrap_or(0)
+                };
                 self.topology.count_of(*g, zone) + 1 - min <= owner.max_skew
             })
         })

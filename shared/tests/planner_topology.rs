@@ -1,0 +1,498 @@
+//! The planner's topology spread and inter-pod affinity against kube-scheduler's rules
+//! (and Karpenter's, where kube-scheduler says nothing of new nodes). Each test names the
+//! upstream code its rule comes from; every plan is re-checked by the independent checker.
+
+use carpool::catalog::Catalog;
+use carpool::decide::checker::check;
+use carpool::decide::unschedulable::Kind;
+use carpool::decide::{PlannedNode, ProvisioningPlan, provisioning_plan};
+use carpool::fixtures::{NodeBuilder, NodePoolBuilder, PodBuilder};
+use carpool::snapshot::Snapshot;
+use serde_json::{Value, json};
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+fn plan(items: Vec<Value>) -> ProvisioningPlan {
+    let mut snapshot = Snapshot::default();
+    snapshot
+        .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
+        .unwrap();
+    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+    let plan = provisioning_plan(&snapshot, &region);
+    let violations = check(&snapshot, &region, &plan);
+    assert!(
+        violations.is_empty(),
+        "checker: {violations:#?}\nplan: {}",
+        serde_json::to_string_pretty(&plan).unwrap()
+    );
+    plan
+}
+
+/// A NodePool of small general-purpose types in the given zones.
+fn pool(zones: &[&str]) -> Value {
+    NodePoolBuilder::new("general")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .requirement(ZONE, "In", zones)
+        .build()
+}
+
+fn pending(name: &str, app: &str) -> PodBuilder {
+    PodBuilder::new(name)
+        .label("app", app)
+        .requests("500m", "512Mi")
+        .unschedulable()
+}
+
+fn spread(key: &str, app: &str, extra: Value) -> Value {
+    let mut c = json!({"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": app}}});
+    if let (Value::Object(c), Value::Object(extra)) = (&mut c, extra) {
+        c.extend(extra);
+    }
+    json!([c])
+}
+
+/// A node that exists, cordoned so that nothing new lands on it: it is only a domain.
+fn cordoned(name: &str, zone: &str) -> Value {
+    let mut n = NodeBuilder::new(name)
+        .zone(zone)
+        .label("kubernetes.io/arch", "amd64")
+        .label("karpenter.sh/capacity-type", "on-demand")
+        .allocatable("cpu", "4")
+        .allocatable("memory", "16Gi")
+        .allocatable("pods", "58")
+        .ready(true)
+        .build();
+    n["spec"]["unschedulable"] = json!(true);
+    n
+}
+
+fn bound(name: &str, app: &str, node: &str) -> PodBuilder {
+    PodBuilder::new(name)
+        .label("app", app)
+        .requests("100m", "128Mi")
+        .spec("nodeName", json!(node))
+        .running()
+}
+
+fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a PlannedNode {
+    let key = format!("default/{pod}");
+    p.nodes
+        .iter()
+        .find(|n| n.pods.contains(&key))
+        .unwrap_or_else(|| panic!("{pod} is not on a new node: {p:#?}"))
+}
+
+fn zones_of(p: &ProvisioningPlan, pods: &[&str]) -> Vec<String> {
+    let mut z: Vec<String> = pods.iter().map(|n| node_of(p, n).zone.clone()).collect();
+    z.sort();
+    z
+}
+
+fn spread_pods(n: usize, key: &str, extra: Value, pod: impl Fn(PodBuilder) -> PodBuilder) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            pod(pending(&format!("web-{i}"), "web"))
+                .spec("topologySpreadConstraints", spread(key, "web", extra.clone()))
+                .build()
+        })
+        .collect()
+}
+
+// kube-scheduler: podtopologyspread `matchNodeInclusionPolicies`, with nodeAffinityPolicy
+// defaulting to Honor in `filterTopologySpreadConstraints`: a node the pod's node
+// selector excludes is no domain, so its empty zone does not hold the others back.
+#[test]
+fn a_zone_the_pods_own_node_selector_excludes_is_no_spread_domain_by_default() {
+    let mut items = vec![
+        pool(&["us-east-1a", "us-east-1b", "us-east-1c"]),
+        cordoned("c1", "us-east-1c"),
+    ];
+    let not_c = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1a", "us-east-1b"]}]}]}}});
+    items.extend(spread_pods(6, ZONE, json!({}), |p| p.spec("affinity", not_c.clone())));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let names: Vec<String> = (0..6).map(|i| format!("web-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let zones = zones_of(&p, &names);
+    assert_eq!(zones.iter().filter(|z| *z == "us-east-1a").count(), 3, "{zones:?}");
+    assert_eq!(zones.iter().filter(|z| *z == "us-east-1b").count(), 3, "{zones:?}");
+}
+
+// kube-scheduler: podtopologyspread `matchNodeInclusionPolicies` with
+// nodeAffinityPolicy: Ignore: every node is a domain, so the existing node's empty zone c
+// keeps the global minimum at 0 and each other zone takes maxSkew pods.
+#[test]
+fn with_node_affinity_policy_ignore_an_excluded_zone_still_holds_the_spread_back() {
+    let mut items = vec![
+        pool(&["us-east-1a", "us-east-1b", "us-east-1c"]),
+        cordoned("c1", "us-east-1c"),
+    ];
+    let not_c = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1a", "us-east-1b"]}]}]}}});
+    items.extend(spread_pods(6, ZONE, json!({"nodeAffinityPolicy": "Ignore"}), |p| {
+        p.spec("affinity", not_c.clone())
+    }));
+    let p = plan(items);
+    assert_eq!(p.nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 2, "{p:#?}");
+    assert_eq!(p.unschedulable.len(), 4);
+    assert!(
+        p.unschedulable.iter().all(|u| u.has(Kind::Topology)),
+        "{:#?}",
+        p.unschedulable
+    );
+}
+
+// kube-scheduler: podtopologyspread `matchNodeInclusionPolicies`, nodeTaintsPolicy
+// defaults to Ignore: a tainted node the pods do not tolerate is still a domain...
+#[test]
+fn a_tainted_node_is_a_spread_domain_unless_node_taints_policy_is_honor() {
+    let tainted = |items: &mut Vec<Value>| {
+        let mut n = cordoned("c1", "us-east-1c");
+        n["spec"]["taints"] = json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]);
+        items.push(n);
+    };
+    let mut items = vec![pool(&["us-east-1a", "us-east-1b"])];
+    tainted(&mut items);
+    items.extend(spread_pods(4, ZONE, json!({}), |p| p));
+    let p = plan(items);
+    assert_eq!(
+        p.unschedulable.len(),
+        2,
+        "zone c's empty tainted node holds the minimum at 0: {p:#?}"
+    );
+
+    // ...and with nodeTaintsPolicy: Honor it is not.
+    let mut items = vec![pool(&["us-east-1a", "us-east-1b"])];
+    tainted(&mut items);
+    items.extend(spread_pods(4, ZONE, json!({"nodeTaintsPolicy": "Honor"}), |p| p));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    assert_eq!(
+        zones_of(&p, &["web-0", "web-1", "web-2", "web-3"]),
+        ["us-east-1a", "us-east-1a", "us-east-1b", "us-east-1b"]
+    );
+}
+
+// kube-scheduler: podtopologyspread `calPreFilterState` takes the minimum over every
+// domain of the key; Karpenter's `TopologyGroup.domainMinCount` does so over the
+// NodePools' domains, which for karpenter.sh/capacity-type are spot and on-demand.
+#[test]
+fn a_spread_on_capacity_type_alternates_spot_and_on_demand() {
+    let pool = NodePoolBuilder::new("general")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+        .build();
+    let mut items = vec![pool];
+    items.extend(spread_pods(4, "karpenter.sh/capacity-type", json!({}), |p| p));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let on = |ct: &str| {
+        p.nodes
+            .iter()
+            .filter(|n| n.capacity_type.label() == ct)
+            .map(|n| n.pods.len())
+            .sum::<usize>()
+    };
+    assert_eq!((on("spot"), on("on-demand")), (2, 2), "{p:#?}");
+}
+
+// kube-scheduler: podtopologyspread `countPodsMatchSelector` bypasses terminating pods
+// (#87621), and its pod informer lists only `status.phase!=Succeeded,!=Failed`
+// (scheduler.go `newPodInformer`); Karpenter's `IgnoredForTopology` skips both.
+#[test]
+fn terminating_and_finished_pods_do_not_count_in_a_spread() {
+    let mut items = vec![
+        pool(&["us-east-1a", "us-east-1b"]),
+        cordoned("a1", "us-east-1a"),
+        cordoned("b1", "us-east-1b"),
+    ];
+    for i in 0..3 {
+        items.push(
+            bound(&format!("old-{i}"), "web", "a1")
+                .deleting("2026-12-01T00:00:00Z")
+                .build(),
+        );
+        items.push(bound(&format!("done-{i}"), "web", "a1").phase("Succeeded").build());
+    }
+    items.push(bound("live-0", "web", "b1").build());
+    items.extend(spread_pods(3, ZONE, json!({}), |p| p));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    // Counted: a=0 and b=1 (the live pod), so two go to a and one to b.
+    assert_eq!(
+        zones_of(&p, &["web-0", "web-1", "web-2"]),
+        ["us-east-1a", "us-east-1a", "us-east-1b"]
+    );
+}
+
+// kube-scheduler: podtopologyspread `Filter`: 'existing matching num' + 'if self-match
+// (1 or 0)' - 'global min matching num' <= maxSkew; a pod its own selector does not
+// match adds nothing to the skew.
+#[test]
+fn a_pod_its_own_spread_selector_does_not_match_adds_nothing_to_the_skew() {
+    let mut items = vec![
+        pool(&["us-east-1a", "us-east-1b"]),
+        cordoned("a1", "us-east-1a"),
+        cordoned("b1", "us-east-1b"),
+        bound("db-0", "db", "a1").build(),
+    ];
+    // Pinned to zone a, where one db pod already runs and zone b has none: with the
+    // pod counted, the skew would be 2.
+    items.push(
+        pending("web-0", "web")
+            .node_selector(ZONE, "us-east-1a")
+            .spec(
+                "topologySpreadConstraints",
+                spread(ZONE, "db", json!({"nodeAffinityPolicy": "Ignore"})),
+            )
+            .build(),
+    );
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    assert_eq!(node_of(&p, "web-0").zone, "us-east-1a");
+}
+
+fn db_in(namespace: &str, node: &str) -> Value {
+    PodBuilder::new(&format!("db-{namespace}"))
+        .namespace(namespace)
+        .label("app", "db")
+        .requests("100m", "128Mi")
+        .spec("nodeName", json!(node))
+        .running()
+        .build()
+}
+
+fn namespace(name: &str, team: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"team": team}}})
+}
+
+fn away_from_db(namespaces: Value) -> Value {
+    let mut term = json!({"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "db"}}});
+    if let (Value::Object(t), Value::Object(extra)) = (&mut term, namespaces) {
+        t.extend(extra);
+    }
+    pending("web-0", "web")
+        .spec(
+            "affinity",
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}),
+        )
+        .build()
+}
+
+// kube-scheduler: framework `newAffinityTerm` / `AffinityTerm.Matches` (the namespaces
+// list, or a namespace the namespaceSelector matches); Karpenter's `buildNamespaceList`.
+#[test]
+fn an_anti_affinity_term_covers_only_the_namespaces_its_selector_matches() {
+    let base = || {
+        vec![
+            pool(&["us-east-1a", "us-east-1b", "us-east-1c"]),
+            cordoned("a1", "us-east-1a"),
+            cordoned("b1", "us-east-1b"),
+            cordoned("c1", "us-east-1c"),
+            namespace("data", "x"),
+            namespace("other", "y"),
+            namespace("third", "y"),
+            db_in("data", "b1"),
+            db_in("other", "a1"),
+            db_in("third", "c1"),
+        ]
+    };
+    // Only the db pod in `data` (team=x, zone b) repels the pod.
+    let mut items = base();
+    items.push(away_from_db(
+        json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}),
+    ));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    assert_ne!(node_of(&p, "web-0").zone, "us-east-1b");
+
+    // The list and the selector together: data (by selector) and other (by name).
+    let mut items = base();
+    items.push(away_from_db(
+        json!({"namespaces": ["other"], "namespaceSelector": {"matchLabels": {"team": "x"}}}),
+    ));
+    let p = plan(items);
+    assert_eq!(node_of(&p, "web-0").zone, "us-east-1c");
+
+    // The empty selector covers every namespace: no zone is left.
+    let mut items = base();
+    items.push(away_from_db(json!({"namespaceSelector": {}})));
+    let p = plan(items);
+    assert!(p.unschedulable.iter().any(|u| u.has(Kind::Topology)), "{p:#?}");
+}
+
+// With no Namespace objects in the dump, a namespace is read with the label the
+// apiserver sets on every one (kubernetes.io/metadata.name, NamespaceDefaultLabelName).
+#[test]
+fn without_namespace_objects_a_namespace_selector_matches_by_metadata_name() {
+    let items = vec![
+        pool(&["us-east-1a", "us-east-1b"]),
+        cordoned("a1", "us-east-1a"),
+        cordoned("b1", "us-east-1b"),
+        db_in("data", "a1"),
+        db_in("other", "b1"),
+        away_from_db(json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "data"}}})),
+    ];
+    let p = plan(items);
+    assert_eq!(node_of(&p, "web-0").zone, "us-east-1b");
+}
+
+fn two_term_affinity(name: &str) -> Value {
+    PodBuilder::new(name)
+        .label("app", "web")
+        .label("tier", "front")
+        .requests("500m", "512Mi")
+        .unschedulable()
+        .spec(
+            "affinity",
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "web"}}},
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"tier": "front"}}}]}}),
+        )
+        .build()
+}
+
+// kube-scheduler: interpodaffinity `satisfyPodAffinity`: the first pod of a group passes
+// only when no pod matches ANY of its terms (`len(state.affinityCounts) == 0`) and it
+// matches ALL of them itself (`podMatchesAllAffinityTerms`).
+#[test]
+fn the_first_pod_of_a_group_is_admitted_only_when_no_pod_matches_any_of_its_terms() {
+    // No pod matches either term, and it matches both: admitted.
+    let p = plan(vec![pool(&["us-east-1a"]), two_term_affinity("web-0")]);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+
+    // A pod that matches only the hostname term exists: the zone term has no match in any
+    // domain, and the pod is not the first of its group any more.
+    let mut node = NodeBuilder::new("n1")
+        .zone("us-east-1a")
+        .label("kubernetes.io/arch", "amd64")
+        .allocatable("cpu", "8")
+        .allocatable("memory", "32Gi")
+        .allocatable("pods", "58")
+        .ready(true)
+        .build();
+    node["metadata"]["labels"]["kubernetes.io/os"] = json!("linux");
+    let front = PodBuilder::new("front-0")
+        .label("tier", "front")
+        .requests("100m", "128Mi")
+        .spec("nodeName", json!("n1"))
+        .running()
+        .build();
+    let p = plan(vec![pool(&["us-east-1a"]), node, front, two_term_affinity("web-0")]);
+    assert_eq!(p.unschedulable.len(), 1, "{p:#?}");
+    assert!(p.unschedulable[0].has(Kind::Topology));
+}
+
+// Karpenter: `Scheduler.Solve` pushes a pod that failed back on its queue and retries it
+// once the others are placed (queue.go `Queue.Push`, relaxation on no progress).
+#[test]
+fn a_pod_whose_affinity_targets_a_pending_pod_is_placed_once_its_target_is() {
+    let follower = PodBuilder::new("follower")
+        .label("app", "follower")
+        .requests("2", "2Gi")
+        .unschedulable()
+        .spec(
+            "affinity",
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "leader"}}}]}}),
+        )
+        .build();
+    // The leader itself follows the cache, so both come last, the bigger follower first.
+    let leader = PodBuilder::new("leader")
+        .label("app", "leader")
+        .requests("1", "1Gi")
+        .unschedulable()
+        .spec(
+            "affinity",
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "cache"}}}]}}),
+        )
+        .build();
+    let cache = pending("cache", "cache").build();
+    let p = plan(vec![pool(&["us-east-1a", "us-east-1b"]), follower, leader, cache]);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    assert!(node_of(&p, "follower").pods.contains(&"default/leader".to_string()));
+    assert_eq!(node_of(&p, "leader").zone, node_of(&p, "cache").zone);
+}
+
+fn anti_affine_on(key: &str) -> Value {
+    pending("web-0", "web")
+        .spec(
+            "affinity",
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": key, "labelSelector": {"matchLabels": {"app": "db"}}}]}}),
+        )
+        .build()
+}
+
+// Karpenter: `Topology.AddRequirements` narrows a new NodeClaim to the domains a
+// topology allows (`nextDomainAntiAffinity`), so anti-affinity on a key the instance
+// type decides picks types in another domain; kube-scheduler's interpodaffinity
+// `satisfyExistingPodsAntiAffinity` then checks the node's own label.
+#[test]
+fn anti_affinity_on_the_architecture_opens_a_node_of_the_other_architecture() {
+    let arm = {
+        let mut n = cordoned("arm1", "us-east-1a");
+        n["metadata"]["labels"]["kubernetes.io/arch"] = json!("arm64");
+        n
+    };
+    let pool = NodePoolBuilder::new("general")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .requirement("kubernetes.io/arch", "In", &["amd64", "arm64"])
+        .build();
+    let p = plan(vec![
+        pool,
+        arm,
+        bound("db-0", "db", "arm1").build(),
+        anti_affine_on("kubernetes.io/arch"),
+    ]);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let region = Catalog::embedded().unwrap();
+    let region = region.region("us-east-1").unwrap();
+    let node = node_of(&p, "web-0");
+    for name in &node.instance_types {
+        let it = region.types().iter().find(|t| &t.name == name).unwrap();
+        assert_eq!(
+            it.labels()["kubernetes.io/arch"],
+            "amd64",
+            "{name} among {:?}",
+            node.instance_types
+        );
+    }
+}
+
+// Same rule on the capacity type, which the offering decides.
+#[test]
+fn anti_affinity_on_the_capacity_type_opens_a_node_of_the_other_capacity_type() {
+    let spot = {
+        let mut n = cordoned("s1", "us-east-1a");
+        n["metadata"]["labels"]["karpenter.sh/capacity-type"] = json!("spot");
+        n
+    };
+    let pool = NodePoolBuilder::new("general")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+        .build();
+    let p = plan(vec![
+        pool,
+        spot,
+        bound("db-0", "db", "s1").build(),
+        anti_affine_on("karpenter.sh/capacity-type"),
+    ]);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    assert_eq!(node_of(&p, "web-0").capacity_type.label(), "on-demand");
+}
+
+// Karpenter: utils/pod `IsProvisionable` requires `!IsPreempting(pod)`
+// (`status.nominatedNodeName` set): kube-scheduler is making room for it elsewhere.
+#[test]
+fn a_preempting_pod_is_not_launched_for() {
+    let mut preempting = pending("urgent", "urgent").build();
+    preempting["status"]["nominatedNodeName"] = json!("n1");
+    let p = plan(vec![pool(&["us-east-1a"]), preempting, pending("web-0", "web").build()]);
+    assert_eq!(p.nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 1);
+    assert!(node_of(&p, "web-0").pods.len() == 1);
+    assert!(p.unschedulable.is_empty());
+}
