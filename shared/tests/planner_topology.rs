@@ -144,6 +144,23 @@ fn with_node_affinity_policy_ignore_an_excluded_zone_still_holds_the_spread_back
     );
 }
 
+// kube-scheduler counts only nodes that exist; Karpenter's `domainMinCount` takes new
+// domains from the pod's own requirements (`podDomains`) whatever the policy: with
+// nodeAffinityPolicy: Ignore but no node in zone c, zone c is no domain.
+#[test]
+fn with_node_affinity_policy_ignore_a_zone_without_nodes_the_pod_cannot_use_is_no_domain() {
+    let mut items = vec![pool(&["us-east-1a", "us-east-1b", "us-east-1c"])];
+    items.extend(spread_pods(4, ZONE, json!({"nodeAffinityPolicy": "Ignore"}), |p| {
+        p.spec(
+            "affinity",
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1a", "us-east-1b"]}]}]}}}),
+        )
+    }));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+}
+
 // kube-scheduler: podtopologyspread `matchNodeInclusionPolicies`, nodeTaintsPolicy
 // defaults to Ignore: a tainted node the pods do not tolerate is still a domain...
 #[test]

@@ -219,8 +219,8 @@ fn eligible_zones(
 /// - the values new nodes could take in the NodePools the pod can launch into (it
 ///   tolerates their taints and its requirements intersect theirs): zones and capacity
 ///   types from their offerings, other keys from their labels, their instance types'
-///   labels or their requirements' values; kept when the spread's `nodeAffinityPolicy:
-///   Honor` lets the pod's own node affinity accept them.
+///   labels or their requirements' values, as far as the pod's own requirements allow them
+///   (Karpenter's `podDomains`, whatever the policy).
 ///
 /// `None` for a hostname, or a key a NodePool lets take any value: a new node opens a new
 /// domain there, so the minimum is 0. Pods of other NodePools may still open domains this
@@ -251,12 +251,9 @@ fn spread_domains(
                     out.insert(v.clone());
                 }
             }
-            let allowed = |v: &str| {
-                s.inclusion
-                    .affinity
-                    .as_ref()
-                    .is_none_or(|branches| branches.iter().any(|b| b.get(&s.key).is_none_or(|r| r.has(v))))
-            };
+            // Karpenter's `podDomains`: the pod's own requirements bound the new domains
+            // whatever the policy (a node it cannot go to is opened only for other pods).
+            let allowed = |v: &str| pod.branches.iter().any(|b| b.get(&s.key).is_none_or(|r| r.has(v)));
             for t in &usable {
                 let values = template_values(t, &s.key)?;
                 out.extend(values.into_iter().filter(|v| allowed(v)));
