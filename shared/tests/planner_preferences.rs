@@ -41,10 +41,12 @@ fn plan(items: Vec<Value>) -> ProvisioningPlan {
 
 fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a PlannedNode {
     let key = format!("default/{pod}");
-    p.nodes
-        .iter()
-        .find(|n| n.pods.contains(&key))
-        .unwrap_or_else(|| panic!("{pod} is not on a new node: {}", serde_json::to_string_pretty(p).unwrap()))
+    p.nodes.iter().find(|n| n.pods.contains(&key)).unwrap_or_else(|| {
+        panic!(
+            "{pod} is not on a new node: {}",
+            serde_json::to_string_pretty(p).unwrap()
+        )
+    })
 }
 
 fn family(instance_type: &str) -> &str {
@@ -112,7 +114,10 @@ fn a_pod_preferring_a_zone_gets_its_node_there_when_it_costs_no_more() {
     let spread = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
         "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}]);
     let web = pod("web-0", "1", "2Gi")
-        .spec("affinity", preferring(vec![term(10, "topology.kubernetes.io/zone", &["us-east-1d"])]))
+        .spec(
+            "affinity",
+            preferring(vec![term(10, "topology.kubernetes.io/zone", &["us-east-1d"])]),
+        )
         .spec("topologySpreadConstraints", spread)
         .build();
     let p = plan(vec![pool, web]);
@@ -155,7 +160,11 @@ fn a_prefer_no_schedule_nodepool_is_used_only_when_no_other_fits() {
         "no other pool fits, so the taint is tolerated"
     );
     let p = plan(vec![soft, plain, tolerating]);
-    assert_eq!(node_of(&p, "batch-0").nodepool, "soft", "a tolerating pod takes the heavier pool");
+    assert_eq!(
+        node_of(&p, "batch-0").nodepool,
+        "soft",
+        "a tolerating pod takes the heavier pool"
+    );
 }
 
 // Karpenter: provisioning/scheduling/nodeclaim.go `NodeClaim.Add` filters the instance
@@ -190,12 +199,12 @@ fn pods_that_would_leave_too_few_instance_types_go_to_another_node() {
 fn a_pod_that_breaks_min_values_is_refused_alone_and_its_neighbours_launch() {
     let pool = NodePoolBuilder::new("mixed")
         .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
-        .requirement_min_values("karpenter.k8s.aws/instance-family", "In", &["m5", "c5"], 2)
+        .requirement_min_values("karpenter.k8s.aws/instance-family", "In", &["m5", "r5"], 2)
         .build();
     let mut items = vec![pool];
-    items.extend((0..3).map(|i| pod(&format!("web-{i}"), "500m", "1Gi").build()));
+    items.extend((0..3).map(|i| pod(&format!("web-{i}"), "250m", "512Mi").build()));
     items.push(
-        pod("picky-0", "500m", "1Gi")
+        pod("picky-0", "250m", "512Mi")
             .node_selector("karpenter.k8s.aws/instance-family", "m5")
             .build(),
     );

@@ -96,7 +96,12 @@ mod tests {
         assert!(untolerated_by_nodepool(&[], &soft, false).is_some());
         assert!(untolerated_by_nodepool(&[], &soft, true).is_none());
         assert!(
-            untolerated_by_nodepool(&[tol(Some("a"), "Exists", None, Some("PreferNoSchedule"))], &soft, false).is_none()
+            untolerated_by_nodepool(
+                &[tol(Some("a"), "Exists", None, Some("PreferNoSchedule"))],
+                &soft,
+                false
+            )
+            .is_none()
         );
         assert_eq!(
             untolerated(&[], std::slice::from_ref(&gpu)).map(|t| t.key.as_str()),

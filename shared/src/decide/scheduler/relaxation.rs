@@ -58,7 +58,8 @@ pub(super) fn levels<'a>(pod: &PodInfo, nodepool_taints: impl IntoIterator<Item 
         out.push(cur);
     }
     let repelled = nodepool_taints.into_iter().any(|t| {
-        t.effect == "PreferNoSchedule" && untolerated_by_nodepool(&pod.tolerations, std::slice::from_ref(t), false).is_some()
+        t.effect == "PreferNoSchedule"
+            && untolerated_by_nodepool(&pod.tolerations, std::slice::from_ref(t), false).is_some()
     });
     if repelled {
         cur.tolerate_prefer_no_schedule = true;
