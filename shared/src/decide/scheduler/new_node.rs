@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::index::{ClassId, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
 use super::labels::{Split, WithHost, matches_split};
+use super::target::Target;
 use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
 use crate::decide::topology::Domains;
@@ -201,7 +202,12 @@ impl Scheduler {
                 }
                 continue;
             };
-            let Some((target, quota, net)) = self.choose_target(ti, &by_offer[&k], k, class, li) else {
+            let Some(Target {
+                ty: target,
+                quota,
+                capacity: net,
+            }) = self.choose_target(ti, &by_offer[&k], k, class, li)
+            else {
                 why.add(self.no_target_reason(ti, &by_offer[&k]));
                 continue;
             };

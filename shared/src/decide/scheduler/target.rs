@@ -49,6 +49,18 @@ pub(super) struct MatchKey {
     pub(super) offer: OfferKeyId,
 }
 
+/// What a new node is opened for: the type it is filled towards, the slots it reserves per
+/// class, and the capacity it may be filled to.
+pub(super) struct Target {
+    /// The type.
+    pub(super) ty: TypeId,
+    /// Slots reserved per class.
+    pub(super) quota: HashMap<ClassId, u32>,
+    /// The type's net allocatable, or less where `minValues` needs smaller types to hold
+    /// the node's pods too.
+    pub(super) capacity: Resources,
+}
+
 /// Capacity and node count of a template's planned nodes, for its limits.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Planned {
@@ -133,7 +145,7 @@ impl Scheduler {
         k: OfferKeyId,
         class: ClassId,
         li: usize,
-    ) -> Option<(TypeId, HashMap<ClassId, u32>, Resources)> {
+    ) -> Option<Target> {
         let prices = self.prices[ti].unwrap_or(ResourcePrices {
             cpu: 1e-5,
             memory: 1e-12,
@@ -203,10 +215,10 @@ impl Scheduler {
             })
             .collect();
         ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.1.total_cmp(&b.1)));
-        let mut best: Option<(f64, f64, i64, TypeId, HashMap<ClassId, u32>, Resources)> = None;
+        let mut best: Option<(f64, f64, i64, Target)> = None;
         let opener = self.classes[class].rep;
         for (i, price, upper) in ranked {
-            if let Some((s, _, _, _, _, _)) = &best
+            if let Some((s, _, _, _)) = &best
                 && upper < *s * (1.0 - 1e-9)
             {
                 break;
@@ -238,7 +250,7 @@ impl Scheduler {
             let score = pattern.value / price;
             // At the same worth and price, the type the opening pod prefers.
             let preferred = self.preference_weight_at(opener, ti, k, &[i], price);
-            let better = best.as_ref().is_none_or(|(s, p, w, _, _, _)| {
+            let better = best.as_ref().is_none_or(|(s, p, w, _)| {
                 score > *s * (1.0 + 1e-9)
                     || (score >= *s * (1.0 - 1e-9) && (price < *p || (price <= *p && preferred > *w)))
             });
@@ -248,10 +260,15 @@ impl Scheduler {
                     .iter()
                     .map(|&(c, n)| (ClassId::from_index(c), n))
                     .collect();
-                best = Some((score, price, preferred, i, quota, net));
+                let target = Target {
+                    ty: i,
+                    quota,
+                    capacity: net,
+                };
+                best = Some((score, price, preferred, target));
             }
         }
-        best.map(|(_, _, _, i, quota, net)| (i, quota, net))
+        best.map(|(_, _, _, target)| target)
     }
 }
 
