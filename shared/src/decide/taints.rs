@@ -1,4 +1,5 @@
-//! Taints and tolerations, as kube-scheduler's TaintToleration filter applies them.
+//! Taints and tolerations, as kube-scheduler's TaintToleration filter applies them, and
+//! as Karpenter applies a NodePool's taints to the nodes it would launch.
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
@@ -28,6 +29,22 @@ pub fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Optio
     taints
         .iter()
         .filter(|t| t.effect != "PreferNoSchedule")
+        .find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+}
+
+/// The first taint of a NodePool that keeps the pod off the nodes it would launch, if any.
+/// Karpenter counts every effect here, `PreferNoSchedule` included (`Taints.ToleratesPod`
+/// in its `scheduling/taints.go`), and tolerates `PreferNoSchedule` only as the last
+/// relaxation of a pod that fits nowhere else (`preferences.go`,
+/// `toleratePreferNoScheduleTaints`): pass `tolerate_prefer_no_schedule` at that level.
+pub fn untolerated_by_nodepool<'a>(
+    tolerations: &[Toleration],
+    taints: &'a [Taint],
+    tolerate_prefer_no_schedule: bool,
+) -> Option<&'a Taint> {
+    taints
+        .iter()
+        .filter(|t| !(tolerate_prefer_no_schedule && t.effect == "PreferNoSchedule"))
         .find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
 }
 
@@ -76,6 +93,16 @@ mod tests {
         );
         let soft = [taint("a", None, "PreferNoSchedule")];
         assert!(untolerated(&[], &soft).is_none());
+        assert!(untolerated_by_nodepool(&[], &soft, false).is_some());
+        assert!(untolerated_by_nodepool(&[], &soft, true).is_none());
+        assert!(
+            untolerated_by_nodepool(
+                &[tol(Some("a"), "Exists", None, Some("PreferNoSchedule"))],
+                &soft,
+                false
+            )
+            .is_none()
+        );
         assert_eq!(
             untolerated(&[], std::slice::from_ref(&gpu)).map(|t| t.key.as_str()),
             Some("nvidia.com/gpu")

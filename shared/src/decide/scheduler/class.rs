@@ -5,12 +5,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use k8s_openapi::api::core::v1::Taint;
+
 use super::Scheduler;
 use super::existing_node::NodeView;
 use super::index::{ClassId, IdVec, NewNodeId, PodId, TemplateId};
 use super::relaxation::{Level, branches_at, levels};
 use crate::decide::pod::PodInfo;
-use crate::decide::taints::untolerated;
+use crate::decide::taints::{untolerated, untolerated_by_nodepool};
 use crate::decide::templates::Template;
 use crate::decide::topology::{PodGroups, Topology};
 use crate::model::well_known as wk;
@@ -134,11 +136,12 @@ pub(super) fn classes(
         .iter()
         .map(|&rep| {
             let pod = &pods[rep];
-            let levels = levels(pod);
+            let levels = levels(pod, templates.iter().flat_map(|t| t.taints.iter()));
             let branches: Vec<Vec<Requirements>> = levels.iter().map(|l| branches_at(pod, *l)).collect();
-            let zones = branches
+            let zones = levels
                 .iter()
-                .map(|b| eligible_zones(pod, b, templates, &template_zones, existing_zones))
+                .zip(&branches)
+                .map(|(l, b)| eligible_zones(pod, *l, b, templates, &template_zones, existing_zones))
                 .collect();
             Class {
                 rep,
@@ -186,9 +189,11 @@ pub(super) fn classes(
 }
 
 /// The zones a pod with these branches may go to: the existing nodes', and those of every
-/// NodePool whose taints it tolerates and whose requirements and the pod's allow the zone.
+/// NodePool whose taints it tolerates at `level` and whose requirements and the pod's allow
+/// the zone.
 fn eligible_zones(
     pod: &PodInfo,
+    level: Level,
     branches: &[Requirements],
     templates: &IdVec<TemplateId, Template>,
     template_zones: &[Vec<String>],
@@ -196,7 +201,7 @@ fn eligible_zones(
 ) -> Vec<String> {
     let mut out = existing_zones.to_vec();
     for (t, zones) in templates.iter().zip(template_zones) {
-        if untolerated(&pod.tolerations, &t.taints).is_some() {
+        if untolerated_by_nodepool(&pod.tolerations, &t.taints, level.tolerate_prefer_no_schedule).is_some() {
             continue;
         }
         for z in zones {
@@ -308,6 +313,14 @@ pub(super) fn per_zone_share(unreserved: u32, pod: &PodInfo, zones: usize) -> u3
 }
 
 impl Scheduler {
+    /// The first taint of template `ti` that keeps pods of `class` at level `li` off its
+    /// nodes (`PreferNoSchedule` counts until the level tolerates it).
+    pub(super) fn nodepool_taint(&self, class: ClassId, li: usize, ti: TemplateId) -> Option<&Taint> {
+        let c = &self.classes[class];
+        let tolerate = c.levels.get(li).is_some_and(|l| l.tolerate_prefer_no_schedule);
+        untolerated_by_nodepool(&self.pods[c.rep].tolerations, &self.templates[ti].taints, tolerate)
+    }
+
     /// The level a class has reached, as an index into its levels.
     pub(super) fn current_level(&self, class: ClassId) -> usize {
         self.progress[class]

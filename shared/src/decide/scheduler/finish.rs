@@ -27,19 +27,8 @@ impl Scheduler {
             let t = &self.templates[node.template];
             // Under limits, no type (nor alternative) may exceed the capacity the limits
             // were checked against when the node was opened.
-            let target = &t.ty(node.target).instance_type.capacity;
-            let within_limits = |i: TypeId| {
-                t.limits
-                    .keys()
-                    .filter(|k| *k != "nodes")
-                    .all(|k| t.ty(i).instance_type.capacity.get(k) <= target.get(k))
-            };
-            let fitting: Vec<TypeId> = node
-                .candidates
-                .iter()
-                .copied()
-                .filter(|&i| node.used.fits_in(&t.ty(i).net).is_ok() && within_limits(i))
-                .collect();
+            let mut fitting: Vec<TypeId> = self.holding_types(node, &node.candidates, &node.used).collect();
+            self.prefer_at_equal_price(node, &mut fitting);
             let labels: Vec<&BTreeMap<String, String>> = fitting.iter().map(|&i| &t.ty(i).labels).collect();
             if let Err(e) = t.requirements.check_min_values(labels.iter().copied()) {
                 for &p in &node.pods {

@@ -11,13 +11,20 @@
 //!    [`super::packer`]); a per-class cursor skips nodes that already refused the class
 //!    for lack of room, which keeps this step amortised O(nodes + pods);
 //! 3. a new node from the heaviest NodePool that can take it: the zone and capacity type
-//!    that keep its spreads balanced at the lowest price, and the instance type that
-//!    [`super::packer`] finds most cost-effective for the pods still waiting.
+//!    that keep its spreads balanced at the lowest price (at equal price, those its
+//!    preferred node affinity favours), and the instance type that [`super::packer`]
+//!    finds most cost-effective for the pods still waiting.
 //!
-//! A pod no node takes is retried with its preferences relaxed, one level at a time:
-//! preferred pod (anti-)affinity, then preferred node affinity terms (lightest first),
-//! then `ScheduleAnyway` spreads. When every level fails, the reasons of the failures are
-//! reported, the most relaxed level's last.
+//! A planned node whose NodePool has `minValues` takes a pod only while enough of its
+//! candidate types still hold all its pods (Karpenter's `NodeClaim.Add`), and is packed
+//! only up to what those types hold ([`target`]).
+//!
+//! A pod no node takes is retried with its preferences relaxed, one level at a time, as
+//! Karpenter's `Preferences.Relax` does: preferred pod (anti-)affinity, then preferred node
+//! affinity (the heaviest term alone, then the next alone, then none), then
+//! `ScheduleAnyway` spreads, then, when a NodePool has one, its `PreferNoSchedule` taints.
+//! When every level fails, the reasons of the failures are reported, the most relaxed
+//! level's last.
 //!
 //! At the end each new node takes the cheapest instance type that holds its pods, with up
 //! to 60 alternatives that also do, for CreateFleet.

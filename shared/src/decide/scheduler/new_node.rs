@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::index::{ClassId, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
 use super::labels::{Split, WithHost, matches_split};
+use super::target::Target;
 use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
-use crate::decide::taints::untolerated;
 use crate::decide::topology::{Domains, PlacedPod};
 use crate::decide::unschedulable::{Reason, Shortfall};
 use crate::model::well_known as wk;
@@ -75,7 +75,7 @@ impl Scheduler {
         if count >= self.classes[class].per_node_cap {
             return Err(Refusal::ForGood);
         }
-        if untolerated(&p.tolerations, &t.taints).is_some() {
+        if self.nodepool_taint(class, li, node.template).is_some() {
             return Err(Refusal::ForGood);
         }
         if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b))) {
@@ -106,6 +106,10 @@ impl Scheduler {
         }
         let candidates: Option<Vec<TypeId>> =
             (!seen).then(|| node.candidates.iter().copied().filter(fits_type).collect());
+        if !self.keeps_min_values(n, candidates.as_deref(), &p.requests) {
+            self.release_quota(n, class);
+            return Err(Refusal::ForGood);
+        }
         let pinned = self.pinned_candidates(n);
         let node = &mut self.new_nodes[n];
         if let Some(c) = candidates {
@@ -266,7 +270,7 @@ impl Scheduler {
             };
             // Pick zone and capacity type: balanced spreads first, then price.
             let hostname = format!("carpool-planned-{}", self.new_nodes.len());
-            let mut choices: Vec<(i64, f64, usize, OfferKeyId)> = Vec::new();
+            let mut choices: Vec<(i64, f64, i64, usize, OfferKeyId)> = Vec::new();
             let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             let mut topo_err = None;
             for (&k, all_types) in by_offer {
@@ -309,7 +313,9 @@ impl Scheduler {
                     .filter_map(|&i| key.prices[i])
                     .fold(f64::INFINITY, f64::min);
                 let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
-                choices.push((spread_count, price, in_zone, k));
+                // At the same price, the zone and capacity type the pod prefers.
+                let preferred = -self.preference_weight_at(pod, ti, k, types, price);
+                choices.push((spread_count, price, preferred, in_zone, k));
                 if let Some(list) = narrow {
                     narrowed.insert(k, list);
                 }
@@ -319,21 +325,25 @@ impl Scheduler {
                     .then(a.1.total_cmp(&b.1))
                     .then(a.2.cmp(&b.2))
                     .then(a.3.cmp(&b.3))
+                    .then(a.4.cmp(&b.4))
             });
-            let Some(&(_, _, _, k)) = choices.first() else {
+            let Some(&(_, _, _, _, k)) = choices.first() else {
                 if let Some(rejection) = topo_err {
                     why.add(Reason::Topology { rejection });
                 }
                 continue;
             };
-            let chosen = match narrowed.get(&k) {
-                Some(types) => self.choose_target(ti, types, k, class, li, false),
-                None => self.choose_target(ti, &by_offer[&k], k, class, li, true),
+            let (types, cacheable) = match narrowed.get(&k) {
+                Some(types) => (types.clone(), false),
+                None => (by_offer[&k].clone(), true),
             };
-            let Some((target, quota)) = chosen else {
-                why.add(Reason::Limits {
-                    nodepool: self.templates[ti].name.clone(),
-                });
+            let Some(Target {
+                ty: target,
+                quota,
+                capacity: net,
+            }) = self.choose_target(ti, &types, k, class, li, cacheable)
+            else {
+                why.add(self.no_target_reason(ti, &types));
                 continue;
             };
             let t = &self.templates[ti];
@@ -349,7 +359,6 @@ impl Scheduler {
                     self.progress[c].quota_nodes.push(n);
                 }
             }
-            let net = t.ty(target).net.clone();
             let reserved = quota.iter().fold(Resources::default(), |acc, (c, q)| {
                 let mut acc = acc;
                 for _ in 0..*q {

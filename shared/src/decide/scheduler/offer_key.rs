@@ -8,7 +8,6 @@ use std::rc::Rc;
 use super::Scheduler;
 use super::index::{ClassId, IdVec, OfferKeyId, TemplateId, TypeId, Types, type_ids};
 use super::labels::{Split, matches_split};
-use crate::decide::taints::untolerated;
 use crate::decide::templates::Template;
 use crate::decide::unschedulable::{Mismatch, Reason, Shortfall};
 use crate::model::well_known as wk;
@@ -95,7 +94,7 @@ impl Scheduler {
         let p = &self.pods[self.classes[class].rep];
         let branches = &self.classes[class].branches[li];
         let result = (|| {
-            if let Some(taint) = untolerated(&p.tolerations, &t.taints) {
+            if let Some(taint) = self.nodepool_taint(class, li, ti) {
                 return Err(Reason::Taints {
                     nodepool: t.name.clone(),
                     key: taint.key.clone(),

@@ -3,17 +3,18 @@
 //! still waiting, with the mix of classes it reserves slots for; and the NodePool limits
 //! that bound it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use super::Scheduler;
 use super::class::per_zone_share;
-use super::index::{ClassId, Id, IdVec, OfferKeyId, PodId, TemplateId, TypeId, Types};
+use super::index::{ClassId, Id, IdVec, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
 use super::labels::{Split, matches_split};
+use super::new_node::NewNode;
 use crate::decide::packer::{self, ClassDemand, ResourcePrices, Supply};
 use crate::decide::pod::PodInfo;
-use crate::decide::taints::untolerated;
 use crate::decide::templates::Template;
+use crate::decide::unschedulable::Reason;
 use crate::model::Resources;
 use crate::model::well_known as wk;
 
@@ -46,6 +47,18 @@ pub(super) struct MatchKey {
     pub(super) ty: TypeId,
     /// The offer key.
     pub(super) offer: OfferKeyId,
+}
+
+/// What a new node is opened for: the type it is filled towards, the slots it reserves per
+/// class, and the capacity it may be filled to.
+pub(super) struct Target {
+    /// The type.
+    pub(super) ty: TypeId,
+    /// Slots reserved per class.
+    pub(super) quota: HashMap<ClassId, u32>,
+    /// The type's net allocatable, or less where `minValues` needs smaller types to hold
+    /// the node's pods too.
+    pub(super) capacity: Resources,
 }
 
 /// Capacity and node count of a template's planned nodes, for its limits.
@@ -123,8 +136,10 @@ impl Scheduler {
     }
 
     /// The most cost-effective type among `types` for a node opened by `class`, with the
-    /// mix of classes it should hold. `cacheable`: `types` are all of the offer key's for
-    /// the class, so their shortlist is kept for the next node; narrowed lists are not.
+    /// mix of classes it should hold and the capacity it may be filled to (less than the
+    /// type's when the NodePool's `minValues` needs smaller types to hold its pods too).
+    /// `cacheable`: `types` are all of the offer key's for the class, so their shortlist is
+    /// kept for the next node; lists narrowed by topology are not.
     pub(super) fn choose_target(
         &mut self,
         ti: TemplateId,
@@ -133,7 +148,7 @@ impl Scheduler {
         class: ClassId,
         li: usize,
         cacheable: bool,
-    ) -> Option<(TypeId, HashMap<ClassId, u32>)> {
+    ) -> Option<Target> {
         let prices = self.prices[ti].unwrap_or(ResourcePrices {
             cpu: 1e-5,
             memory: 1e-12,
@@ -163,7 +178,7 @@ impl Scheduler {
             .filter(|&c| c != class && self.progress[c].unreserved() > 0)
             .filter(|&c| {
                 let q = &self.pods[self.classes[c].rep];
-                untolerated(&q.tolerations, &tmpl.taints).is_none()
+                self.nodepool_taint(c, self.current_level(c), ti).is_none()
                     && q.affinity.is_empty()
                     && !q
                         .anti_affinity
@@ -204,7 +219,8 @@ impl Scheduler {
             })
             .collect();
         ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.1.total_cmp(&b.1)));
-        let mut best: Option<(f64, f64, TypeId, HashMap<ClassId, u32>)> = None;
+        let mut best: Option<(f64, f64, i64, Target)> = None;
+        let opener = self.classes[class].rep;
         for (i, price, upper) in ranked {
             if let Some((s, _, _, _)) = &best
                 && upper < *s * (1.0 - 1e-9)
@@ -229,24 +245,34 @@ impl Scheduler {
                     per_node_cap: self.classes[c].per_node_cap,
                 })
                 .collect();
-            let net = &self.templates[ti].ty(i).net;
-            let Some(pattern) = packer::fill(net, &opening, &demands, &prices) else {
+            let Some(net) = self.min_values_capacity(ti, types, i, &prices) else {
+                continue;
+            };
+            let Some(pattern) = packer::fill(&net, &opening, &demands, &prices) else {
                 continue;
             };
             let score = pattern.value / price;
-            let better = best
-                .as_ref()
-                .is_none_or(|(s, p, _, _)| score > *s * (1.0 + 1e-9) || (score >= *s * (1.0 - 1e-9) && price < *p));
+            // At the same worth and price, the type the opening pod prefers.
+            let preferred = self.preference_weight_at(opener, ti, k, &[i], price);
+            let better = best.as_ref().is_none_or(|(s, p, w, _)| {
+                score > *s * (1.0 + 1e-9)
+                    || (score >= *s * (1.0 - 1e-9) && (price < *p || (price <= *p && preferred > *w)))
+            });
             if better {
                 let quota = pattern
                     .counts
                     .iter()
                     .map(|&(c, n)| (ClassId::from_index(c), n))
                     .collect();
-                best = Some((score, price, i, quota));
+                let target = Target {
+                    ty: i,
+                    quota,
+                    capacity: net,
+                };
+                best = Some((score, price, preferred, target));
             }
         }
-        best.map(|(_, _, i, quota)| (i, quota))
+        best.map(|(_, _, _, target)| target)
     }
 }
 
@@ -268,4 +294,141 @@ fn pareto(t: &Template, types: &[TypeId], prices: &IdVec<TypeId, Option<f64>>) -
         }
     }
     kept
+}
+
+/// The smaller amount of each resource.
+fn at_most(a: &Resources, b: &Resources) -> Resources {
+    a.minus(&a.minus(b).max(&Resources::default()))
+}
+
+/// Whether a template's requirements carry a `minValues`.
+pub(super) fn has_min_values(t: &Template) -> bool {
+    t.requirements.iter().any(|r| r.min_values().is_some())
+}
+
+impl Scheduler {
+    /// The capacity a node of target type `target` may be filled to while enough of
+    /// `types` still hold its pods for the template's `minValues`: for each requirement
+    /// with `minValues`, the target and, for each other value it needs, the type of that
+    /// value that keeps the most worth; the capacity is what all of them hold. `None` when
+    /// `types` have too few values (Karpenter refuses such a NodeClaim: `NodeClaim.Add`,
+    /// "min requirement not met").
+    fn min_values_capacity(
+        &self,
+        ti: TemplateId,
+        types: &[TypeId],
+        target: TypeId,
+        prices: &ResourcePrices,
+    ) -> Option<Resources> {
+        let t = &self.templates[ti];
+        let mut cap = t.ty(target).net.clone();
+        if !has_min_values(t) {
+            return Some(cap);
+        }
+        let limit_cap = &t.ty(target).instance_type.capacity;
+        let within_limits = |i: TypeId| {
+            t.limits
+                .keys()
+                .filter(|k| *k != "nodes")
+                .all(|k| t.ty(i).instance_type.capacity.get(k) <= limit_cap.get(k))
+        };
+        for r in t.requirements.iter() {
+            let Some(min) = r.min_values() else { continue };
+            let value_of = |i: TypeId| t.ty(i).labels.get(r.key()).filter(|v| r.has(v));
+            let own = value_of(target);
+            // Per other value, the type that keeps the most of the capacity.
+            let mut best: HashMap<&String, (f64, TypeId)> = HashMap::new();
+            for &i in types.iter().filter(|&&i| within_limits(i)) {
+                let Some(v) = value_of(i) else { continue };
+                if Some(v) == own {
+                    continue;
+                }
+                let worth = prices.value(&at_most(&cap, &t.ty(i).net));
+                let e = best.entry(v).or_insert((worth, i));
+                if worth > e.0 {
+                    *e = (worth, i);
+                }
+            }
+            let needed = (min as usize).saturating_sub(usize::from(own.is_some()));
+            if best.len() < needed {
+                return None;
+            }
+            let mut ranked: Vec<(f64, TypeId)> = best.into_values().collect();
+            ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            for (_, i) in ranked.into_iter().take(needed) {
+                cap = at_most(&cap, &t.ty(i).net);
+            }
+        }
+        Some(cap)
+    }
+
+    /// Whether planned node `n`, with `extra` more requested and its candidate types
+    /// narrowed to `candidates` (or as they are), still has enough types that hold its
+    /// pods for the template's `minValues` (Karpenter's `NodeClaim.Add` filters the
+    /// instance types by requirements and requests, then refuses the pod when fewer than
+    /// `minValues` values remain).
+    pub(super) fn keeps_min_values(&self, n: NewNodeId, candidates: Option<&[TypeId]>, extra: &Resources) -> bool {
+        let node = &self.new_nodes[n];
+        let t = &self.templates[node.template];
+        if !has_min_values(t) {
+            return true;
+        }
+        let used = node.used.plus(extra);
+        let holding: Vec<&BTreeMap<String, String>> = self
+            .holding_types(node, candidates.unwrap_or(&node.candidates), &used)
+            .map(|i| &t.ty(i).labels)
+            .collect();
+        t.requirements.check_min_values(holding.iter().copied()).is_ok()
+    }
+
+    /// Of `candidates`, the types that hold `used` on planned node `node` and, under
+    /// NodePool limits, exceed in no limited resource the capacity of the type the
+    /// limits were checked against when the node was opened.
+    pub(super) fn holding_types<'a>(
+        &'a self,
+        node: &'a NewNode,
+        candidates: &'a [TypeId],
+        used: &'a Resources,
+    ) -> impl Iterator<Item = TypeId> + 'a {
+        let t = &self.templates[node.template];
+        let target = &t.ty(node.target).instance_type.capacity;
+        candidates.iter().copied().filter(move |&i| {
+            used.fits_in(&t.ty(i).net).is_ok()
+                && t.limits
+                    .keys()
+                    .filter(|k| *k != "nodes")
+                    .all(|k| t.ty(i).instance_type.capacity.get(k) <= target.get(k))
+        })
+    }
+
+    /// Gives up the slots still reserved for `class` on planned node `n`, once the node
+    /// can no longer take its pods.
+    pub(super) fn release_quota(&mut self, n: NewNodeId, class: ClassId) {
+        let node = &mut self.new_nodes[n];
+        let Some(q) = node.quota.get_mut(&class) else { return };
+        let left = std::mem::take(q);
+        for _ in 0..left {
+            node.room = node.room.plus(&self.classes[class].requests);
+        }
+        let state = &mut self.progress[class];
+        state.reserved = state.reserved.saturating_sub(left);
+    }
+}
+
+impl Scheduler {
+    /// Why no type among `types` could be a target for a new node of template `ti`: too
+    /// few values for its `minValues`, or else its limits.
+    pub(super) fn no_target_reason(&self, ti: TemplateId, types: &[TypeId]) -> Reason {
+        let t = &self.templates[ti];
+        let labels: Vec<&BTreeMap<String, String>> = types.iter().map(|&i| &t.ty(i).labels).collect();
+        match t.requirements.check_min_values(labels.iter().copied()) {
+            Err(e) => Reason::MinValues {
+                nodepool: t.name.clone(),
+                detail: e.to_string(),
+            },
+            Ok(()) => Reason::Limits {
+                nodepool: t.name.clone(),
+            },
+        }
+    }
 }
