@@ -81,8 +81,15 @@ pub struct Template {
     pub weight: i32,
     /// Its requirements, labels and name as requirements.
     pub requirements: Requirements,
-    /// Labels every node gets (template labels and `karpenter.sh/nodepool`).
+    /// Labels every node gets (template labels, `karpenter.sh/nodepool` and
+    /// `karpenter.k8s.aws/ec2nodeclass`).
     pub labels: BTreeMap<String, String>,
+    /// The requirements on custom keys: keys that are neither well known nor template
+    /// labels, so that no instance type defines them. The NodePool labels each node it
+    /// launches with a value they allow (Karpenter's
+    /// `NodeClaimTemplate.resolveCustomLabelsFromRequirements`), narrowed by the pods the
+    /// node is for; they never exclude an instance type.
+    pub custom: Requirements,
     /// Taints pods must tolerate.
     pub taints: Vec<Taint>,
     /// Taints present at start; pods need not tolerate them.
@@ -114,10 +121,16 @@ pub fn node_settings(class: Option<&EC2NodeClass>) -> NodeSettings {
     }
 }
 
-/// The labels a pool puts on every node.
+/// The labels a pool puts on every node: its template labels, `karpenter.sh/nodepool` and
+/// `karpenter.k8s.aws/ec2nodeclass` (Karpenter's `NewNodeClaimTemplate`), and Carpool's
+/// own.
 pub fn pool_labels(pool: &NodePool) -> BTreeMap<String, String> {
     let mut labels = pool.spec.template.metadata.labels.clone();
     labels.insert(wk::NODEPOOL.to_string(), pool.name().to_string());
+    labels.insert(
+        wk::EC2NODECLASS.to_string(),
+        pool.spec.template.spec.node_class_ref.name.clone(),
+    );
     labels.insert(wk::CARPOOL_MANAGED.to_string(), "true".to_string());
     labels
 }
@@ -178,7 +191,7 @@ pub fn build(
     };
     let mut templates = Vec::new();
     for pool in pools {
-        let requirements = match pool.requirements() {
+        let mut requirements = match pool.requirements() {
             Ok(r) => r,
             Err(e) => {
                 skipped.push(Skipped {
@@ -193,9 +206,15 @@ pub fn build(
             .find(|c| c.name() == pool.spec.template.spec.node_class_ref.name);
         let settings = node_settings(class);
         let labels = pool_labels(pool);
+        requirements.add_all(&Requirements::from_labels(&labels));
+        let mut custom = Requirements::new();
+        for r in requirements.iter() {
+            if !wk::is_well_known(r.key()) && !labels.contains_key(r.key()) {
+                custom.add(r.clone());
+            }
+        }
         let taints = pool.spec.template.spec.taints.clone();
         let startup_taints = pool.spec.template.spec.startup_taints.clone();
-        let all_taints: Vec<Taint> = taints.iter().chain(&startup_taints).cloned().collect();
         let mut types = Vec::new();
         for &it in region.types() {
             let mut node_labels = it.labels();
@@ -212,7 +231,8 @@ pub fn build(
                             wk::CAPACITY_TYPE => Some(o.capacity_type.label()),
                             key => node_labels.get(key).map(String::as_str),
                         };
-                        value.map_or_else(|| r.allows_absent(), |v| r.has(v))
+                        // A custom key is the NodePool's to label: it excludes no type.
+                        value.map_or_else(|| r.allows_absent() || custom.has_key(r.key()), |v| r.has(v))
                     })
                 })
                 .map(|o| Offer {
@@ -226,7 +246,9 @@ pub fn build(
             }
             offers.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)));
             let it = with_settings(it, &settings);
-            let ds = overhead(daemonsets, &node_labels, &all_taints);
+            // Karpenter's `isDaemonPodCompatible`: a DaemonSet counts when it tolerates the
+            // NodePool's taints; startup taints are removed once the node is up.
+            let ds = overhead(daemonsets, &node_labels, &custom, &taints);
             let net = it.allocatable.minus(&ds);
             if net.any_negative().is_some() {
                 continue;
@@ -255,6 +277,7 @@ pub fn build(
             weight: pool.weight(),
             requirements,
             labels,
+            custom,
             taints,
             startup_taints,
             types,

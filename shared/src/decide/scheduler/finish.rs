@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::index::{TypeId, Types};
+use super::labels::custom_labels;
 use super::{BoundInput, Scheduler, SchedulerOutcome};
 use crate::decide::plan::{ExistingPlacement, MAX_ALTERNATIVES, PlannedNode, Unschedulable};
 use crate::decide::templates::Template;
@@ -80,7 +81,12 @@ impl Scheduler {
                 requests: node.used.clone(),
                 daemonset_overhead: o.overhead.clone(),
                 allocatable: o.instance_type.allocatable.clone(),
-                labels: t.labels.clone(),
+                labels: t
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .chain(custom_labels(&node.custom))
+                    .collect(),
             });
         }
         self.plan.cost_per_hour = self.plan.nodes.iter().map(|n| n.price_per_hour).sum();

@@ -6,14 +6,14 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::index::{ClassId, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
-use super::labels::{Split, WithHost, matches_split};
+use super::labels::{Split, WithHost, matches_split, narrow};
 use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
 use crate::decide::taints::untolerated;
 use crate::decide::topology::Domains;
 use crate::decide::unschedulable::{Reason, Shortfall};
 use crate::model::well_known as wk;
-use crate::model::{CapacityType, Resources};
+use crate::model::{CapacityType, Requirements, Resources};
 
 /// A node the plan launches.
 pub(super) struct NewNode {
@@ -25,6 +25,8 @@ pub(super) struct NewNode {
     pub(super) capacity_type: CapacityType,
     /// Node labels: the template's, zone, capacity type, region and a hostname.
     pub(super) labels: BTreeMap<String, String>,
+    /// The values its NodePool's custom keys may still take, narrowed by its pods.
+    pub(super) custom: Requirements,
     /// The type the node is filled towards.
     pub(super) target: TypeId,
     /// Types that still satisfy every pod on the node, cheapest first.
@@ -83,6 +85,7 @@ impl Scheduler {
             let split = Split {
                 node: &node.labels,
                 instance: &t.ty(*i).labels,
+                custom: &node.custom,
             };
             branches.iter().any(|b| matches_split(b, &split))
         };
@@ -93,6 +96,7 @@ impl Scheduler {
         let split = Split {
             node: &node.labels,
             instance: &target.labels,
+            custom: &node.custom,
         };
         if let Err(e) = self.check_topology(pod, li, &split) {
             return Err(if e.is_permanent_on_a_node() {
@@ -103,9 +107,23 @@ impl Scheduler {
         }
         let candidates: Option<Vec<TypeId>> =
             (!seen).then(|| node.candidates.iter().copied().filter(fits_type).collect());
+        let custom = (!seen && !node.custom.is_empty())
+            .then(|| {
+                let split = Split {
+                    node: &node.labels,
+                    instance: &target.labels,
+                    custom: &node.custom,
+                };
+                let b = branches.iter().find(|b| matches_split(b, &split))?;
+                narrow(&node.custom, b)
+            })
+            .flatten();
         let node = &mut self.new_nodes[n];
         if let Some(c) = candidates {
             node.candidates = c;
+        }
+        if let Some(c) = custom {
+            node.custom = c;
         }
         node.used = node.used.plus(&p.requests);
         node.free = node.free.minus(&p.requests);
@@ -125,6 +143,7 @@ impl Scheduler {
         let split = Split {
             node: &node.labels,
             instance,
+            custom: &node.custom,
         };
         self.topology.record(&p.namespace, &p.labels, &p.anti_affinity, &split);
         let state = &mut self.progress[class];
@@ -157,6 +176,7 @@ impl Scheduler {
                     labels: Split {
                         node: &key.labels,
                         instance: &t.ty(types[0]).labels,
+                        custom: &t.custom,
                     },
                 };
                 if let Err(e) = self.check_topology(pod, li, &split) {
@@ -228,6 +248,7 @@ impl Scheduler {
                 zone: key.zone.clone(),
                 capacity_type: key.capacity_type,
                 labels,
+                custom: t.custom.clone(),
                 target,
                 candidates,
                 used: Resources::default(),

@@ -131,6 +131,7 @@ impl Scheduler {
                     let split = Split {
                         node: &key.labels,
                         instance: &o.labels,
+                        custom: &t.custom,
                     };
                     if !compatible.iter().any(|b| matches_split(b, &split)) {
                         continue;

@@ -58,7 +58,10 @@ fn request(
     pool: Option<&NodePool>,
     snapshot: &Snapshot,
 ) -> LaunchRequest {
+    // The planned node's labels carry the values chosen for the NodePool's custom keys
+    // (Karpenter's `NodeClaimTemplate.ToNodeClaim` labels the NodeClaim with them).
     let mut labels = pool.map(pool_labels).unwrap_or_default();
+    labels.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     labels.insert(wk::NODEPOOL.into(), node.nodepool.clone());
     labels.insert(wk::CAPACITY_TYPE.into(), node.capacity_type.label().to_string());
     let class_name = pool.map(|p| p.spec.template.spec.node_class_ref.name.clone());

@@ -1,0 +1,193 @@
+//! The planner on NodePool labels and requirements, DaemonSets and well-known labels: each
+//! test builds a small cluster dump, plans it, runs the independent checker on the plan,
+//! and asserts what a user expects, citing the upstream rule it follows.
+
+use carpool::catalog::Catalog;
+use carpool::decide::checker::check;
+use carpool::decide::{PlannedNode, ProvisioningPlan, Unschedulable, provisioning_plan_with_bound};
+use carpool::fixtures::{NodePoolBuilder, PodBuilder};
+use carpool::snapshot::Snapshot;
+use serde_json::{Value, json};
+
+const TEAM: &str = "company.com/team";
+
+fn pod(name: &str, cpu: &str, mem: &str) -> PodBuilder {
+    PodBuilder::new(name)
+        .label("app", name.split('-').next().unwrap())
+        .requests(cpu, mem)
+        .unschedulable()
+}
+
+fn plan(items: Vec<Value>) -> ProvisioningPlan {
+    let mut snapshot = Snapshot::default();
+    snapshot
+        .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
+        .unwrap();
+    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+    let plan = provisioning_plan_with_bound(&snapshot, &region);
+    let violations = check(&snapshot, &region, &plan);
+    assert!(
+        violations.is_empty(),
+        "checker: {violations:#?}\nplan: {}",
+        serde_json::to_string_pretty(&plan).unwrap()
+    );
+    assert!(
+        plan.cost_per_hour + 1e-9 >= plan.lower_bound_per_hour.unwrap(),
+        "cost below its lower bound"
+    );
+    plan
+}
+
+fn unschedulable<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a Unschedulable {
+    p.unschedulable
+        .iter()
+        .find(|u| u.pod == format!("default/{pod}"))
+        .unwrap_or_else(|| panic!("{pod} is not unschedulable: {p:#?}"))
+}
+
+fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a PlannedNode {
+    let key = format!("default/{pod}");
+    p.nodes
+        .iter()
+        .find(|n| n.pods.contains(&key))
+        .unwrap_or_else(|| panic!("{pod} is not on a new node: {p:#?}"))
+}
+
+fn team_pool(operator: &str, values: &[&str]) -> Value {
+    NodePoolBuilder::new("teams")
+        .requirement("kubernetes.io/arch", "In", &["amd64"])
+        .requirement(TEAM, operator, values)
+        .build()
+}
+
+fn daemonset(name: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]);
+    }
+    json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}})
+}
+
+// Karpenter: pkg/controllers/provisioning/scheduling/nodeclaimtemplate.go
+// `resolveCustomLabelsFromRequirements` labels the NodeClaim with `Requirement.Any()` of each
+// requirement on a key that is neither well known nor restricted; `Requirements.Compatible`
+// (pkg/scheduling/requirements.go) lets a pod require a key the NodePool defines.
+#[test]
+fn a_nodepool_requirement_on_a_custom_label_launches_and_labels_the_node() {
+    let p = plan(vec![
+        team_pool("In", &["a", "b"]),
+        pod("web-0", "1", "1Gi").node_selector(TEAM, "b").build(),
+    ]);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(node_of(&p, "web-0").labels.get(TEAM).map(String::as_str), Some("b"));
+
+    let p = plan(vec![team_pool("In", &["a", "b"]), pod("web-0", "1", "1Gi").build()]);
+    let value = node_of(&p, "web-0").labels.get(TEAM).cloned();
+    assert!(
+        matches!(value.as_deref(), Some("a" | "b")),
+        "a pod that does not mention the key takes any allowed value: {value:?}"
+    );
+
+    let p = plan(vec![
+        team_pool("Exists", &[]),
+        pod("web-0", "1", "1Gi")
+            .spec(
+                "affinity",
+                json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": TEAM, "operator": "Exists"}]}]}}}),
+            )
+            .build(),
+    ]);
+    assert!(
+        node_of(&p, "web-0").labels.contains_key(TEAM),
+        "Exists labels the node with some value"
+    );
+}
+
+// Karpenter: pkg/scheduling/requirements.go `Requirements.Intersects` (a pod's values must
+// meet the NodePool's), and nodeclaim.go `NodeClaim.Add`, which narrows the NodeClaim's
+// requirements to the intersection with each pod it takes.
+#[test]
+fn a_pod_asking_a_custom_value_the_nodepool_does_not_allow_is_not_launched_for() {
+    let p = plan(vec![
+        team_pool("In", &["a", "b"]),
+        pod("web-0", "1", "1Gi").node_selector(TEAM, "c").build(),
+    ]);
+    assert!(p.nodes.is_empty(), "{:?}", p.nodes);
+    let u = unschedulable(&p, "web-0");
+    assert!(format!("{u:?}").contains(TEAM), "{u:?}");
+}
+
+// Karpenter: nodeclaim.go `NodeClaim.Add` intersects the NodeClaim's requirements with the
+// pod's, so a node whose custom label is settled on `a` takes no pod asking `b`; a pod that
+// does not mention the key joins either.
+#[test]
+fn pods_asking_different_custom_values_get_nodes_labelled_with_each() {
+    let p = plan(vec![
+        team_pool("In", &["a", "b"]),
+        pod("a-0", "500m", "128Mi").node_selector(TEAM, "a").build(),
+        pod("b-0", "500m", "128Mi").node_selector(TEAM, "b").build(),
+        pod("any-0", "500m", "128Mi").build(),
+    ]);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let (a, b) = (node_of(&p, "a-0"), node_of(&p, "b-0"));
+    assert_eq!(a.labels.get(TEAM).map(String::as_str), Some("a"));
+    assert_eq!(b.labels.get(TEAM).map(String::as_str), Some("b"));
+    assert_eq!(p.nodes.len(), 2, "the pod that does not mention the key shares a node: {}", serde_json::to_string_pretty(&p).unwrap());
+}
+
+// Karpenter: pkg/controllers/provisioning/scheduling/scheduler.go `isDaemonPodCompatible`
+// checks `nodeClaimTemplate.Spec.Taints` only: a DaemonSet that does not tolerate a
+// startup taint still runs on the node once the taint is removed.
+#[test]
+fn a_daemonset_counts_on_new_nodes_although_it_does_not_tolerate_a_startup_taint() {
+    let pool = NodePoolBuilder::new("cilium")
+        .requirement("kubernetes.io/arch", "In", &["amd64"])
+        .startup_taint_value("node.cilium.io/agent-not-ready", "true", "NoExecute")
+        .build();
+    let p = plan(vec![pool, daemonset("logs", json!({})), pod("web-0", "1", "1Gi").build()]);
+    let n = node_of(&p, "web-0");
+    assert_eq!(n.daemonset_overhead.cpu_millis, 1000, "{n:?}");
+}
+
+// Karpenter: `isDaemonPodCompatible` checks the template's requirements with
+// `IsCompatible`: a DaemonSet that selects a value of a custom key the NodePool allows counts.
+#[test]
+fn a_daemonset_selecting_a_custom_value_the_nodepool_allows_counts_on_its_nodes() {
+    let ds = daemonset("agent", json!({"nodeSelector": {TEAM: "a"}}));
+    let p = plan(vec![
+        team_pool("In", &["a"]),
+        ds,
+        pod("web-0", "1", "1Gi").build(),
+    ]);
+    assert_eq!(node_of(&p, "web-0").daemonset_overhead.cpu_millis, 1000);
+}
+
+// Karpenter: nodeclaimtemplate.go `NewNodeClaimTemplate` puts
+// `karpenter.k8s.aws/ec2nodeclass: <nodeClassRef.name>` among the template's labels and
+// requirements, so a pod may select it.
+#[test]
+fn a_pod_selecting_its_nodepools_ec2nodeclass_plans() {
+    let pool = NodePoolBuilder::new("general")
+        .requirement("kubernetes.io/arch", "In", &["amd64"])
+        .build();
+    let p = plan(vec![
+        pool.clone(),
+        pod("web-0", "1", "1Gi")
+            .node_selector("karpenter.k8s.aws/ec2nodeclass", "default")
+            .build(),
+        pod("other-0", "1", "1Gi")
+            .node_selector("karpenter.k8s.aws/ec2nodeclass", "gpu")
+            .build(),
+    ]);
+    assert_eq!(
+        node_of(&p, "web-0")
+            .labels
+            .get("karpenter.k8s.aws/ec2nodeclass")
+            .map(String::as_str),
+        Some("default")
+    );
+    unschedulable(&p, "other-0");
+}
