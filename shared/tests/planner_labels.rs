@@ -191,3 +191,49 @@ fn a_pod_selecting_its_nodepools_ec2nodeclass_plans() {
     );
     unschedulable(&p, "other-0");
 }
+
+fn binding(port: i64) -> Value {
+    json!([{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+            "ports": [{"containerPort": port, "hostPort": port}]}])
+}
+
+// kube-scheduler: pkg/scheduler/framework/plugins/nodeports `Fits` (a pod cannot bind a host
+// port a pod on the node binds); Karpenter: scheduler.go `getDaemonHostPortUsage` reserves the
+// host ports of the DaemonSets that land on a NodeClaimTemplate's nodes.
+#[test]
+fn a_pod_binding_a_daemonset_host_port_is_not_launched_for() {
+    let exporter = daemonset("node-exporter", json!({"containers": binding(9100)}));
+    let p = plan(vec![
+        NodePoolBuilder::new("general").build(),
+        exporter,
+        pod("metrics-0", "100m", "64Mi").spec("containers", binding(9100)).build(),
+        pod("web-0", "100m", "64Mi").spec("containers", binding(8080)).build(),
+    ]);
+    let u = unschedulable(&p, "metrics-0");
+    assert!(format!("{u:?}").contains("TCP/9100"), "{u:?}");
+    assert!(
+        node_of(&p, "web-0").daemonset_overhead.cpu_millis == 100,
+        "another port is free"
+    );
+}
+
+// The same rule where the DaemonSet lands on some types only: the pod goes to a type the
+// DaemonSet does not land on (kube-scheduler `nodeports`; Karpenter groups daemon overhead
+// and host ports by instance type, `getDaemonOverhead`).
+#[test]
+fn a_pod_binding_a_daemonset_host_port_goes_where_that_daemonset_does_not_land() {
+    let arm_agent = daemonset(
+        "arm-agent",
+        json!({"nodeSelector": {"kubernetes.io/arch": "arm64"}, "containers": binding(9100)}),
+    );
+    let p = plan(vec![
+        NodePoolBuilder::new("general").build(),
+        arm_agent,
+        pod("metrics-0", "100m", "64Mi").spec("containers", binding(9100)).build(),
+    ]);
+    let n = node_of(&p, "metrics-0");
+    let catalog = Catalog::embedded().unwrap();
+    for t in &n.instance_types {
+        assert_eq!(catalog.get(t).unwrap().arch.label(), "amd64", "{t} is arm64");
+    }
+}

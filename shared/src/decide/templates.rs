@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node as K8sNode, Taint};
 
-use super::daemonsets::{DaemonSetInfo, overhead};
+use super::daemonsets::{DaemonSetInfo, landing};
+use super::pod::HostPort;
 use crate::catalog::RegionCatalog;
 use crate::catalog::allocatable::{NodeSettings, with_settings};
 use crate::model::manifest::from_yaml;
@@ -51,6 +52,9 @@ pub struct TypeOption {
     pub labels: BTreeMap<String, String>,
     /// The DaemonSet requests that land on such a node.
     pub overhead: Resources,
+    /// The host ports the DaemonSets that land on such a node bind: no pending pod that
+    /// binds one can go there (Karpenter's `getDaemonHostPortUsage`).
+    pub daemon_ports: Vec<HostPort>,
     /// Allocatable less the DaemonSet overhead: what pending pods can use.
     pub net: Resources,
     /// The offerings the template allows, cheapest first.
@@ -248,7 +252,12 @@ pub fn build(
             let it = with_settings(it, &settings);
             // Karpenter's `isDaemonPodCompatible`: a DaemonSet counts when it tolerates the
             // NodePool's taints; startup taints are removed once the node is up.
-            let ds = overhead(daemonsets, &node_labels, &custom, &taints);
+            let mut ds = Resources::default();
+            let mut daemon_ports = Vec::new();
+            for d in landing(daemonsets, &node_labels, &custom, &taints) {
+                ds = ds.plus(&d.requests);
+                daemon_ports.extend(d.host_ports.iter().cloned());
+            }
             let net = it.allocatable.minus(&ds);
             if net.any_negative().is_some() {
                 continue;
@@ -257,6 +266,7 @@ pub fn build(
                 instance_type: it,
                 labels: node_labels,
                 overhead: ds,
+                daemon_ports,
                 net,
                 offers,
             });

@@ -77,7 +77,9 @@ impl Scheduler {
         if untolerated(&p.tolerations, &t.taints).is_some() {
             return Err(Refusal::ForGood);
         }
-        if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b))) {
+        if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b)))
+            || HostPort::any_conflict(&p.host_ports, &target.daemon_ports).is_some()
+        {
             return Err(Refusal::ForGood);
         }
         let branches = &self.classes[class].branches[li];
@@ -88,6 +90,7 @@ impl Scheduler {
                 custom: &node.custom,
             };
             branches.iter().any(|b| matches_split(b, &split))
+                && HostPort::any_conflict(&p.host_ports, &t.ty(*i).daemon_ports).is_none()
         };
         let seen = count > 0;
         if !seen && !fits_type(&node.target) {

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use super::Scheduler;
 use super::index::{ClassId, IdVec, OfferKeyId, TemplateId, TypeId, Types, type_ids};
 use super::labels::{Split, matches_split};
+use crate::decide::pod::HostPort;
 use crate::decide::taints::untolerated;
 use crate::decide::templates::Template;
 use crate::decide::unschedulable::{Mismatch, Reason, Shortfall};
@@ -122,6 +123,7 @@ impl Scheduler {
             }
             let mut out = Candidates::new();
             let mut any_label_match = false;
+            let mut port_taken = None;
             for (k, key) in self.offer_keys[ti].enumerate() {
                 for i in type_ids(t) {
                     if key.prices[i].is_none() {
@@ -136,6 +138,10 @@ impl Scheduler {
                     if !compatible.iter().any(|b| matches_split(b, &split)) {
                         continue;
                     }
+                    if let Some(hp) = HostPort::any_conflict(&p.host_ports, &o.daemon_ports) {
+                        port_taken = Some(format!("{}/{}", hp.protocol, hp.port));
+                        continue;
+                    }
                     any_label_match = true;
                     if p.requests.fits_in(&o.net).is_ok() {
                         out.entry(k).or_default().push(i);
@@ -143,7 +149,12 @@ impl Scheduler {
                 }
             }
             if out.is_empty() {
-                return Err(if any_label_match {
+                return Err(if let (false, Some(port)) = (any_label_match, port_taken) {
+                    Reason::Requirements {
+                        nodepool: t.name.clone(),
+                        mismatch: Mismatch::DaemonSetHostPort { port },
+                    }
+                } else if any_label_match {
                     Reason::Resources {
                         nodepool: t.name.clone(),
                         shortfall: Shortfall::TooLarge {
