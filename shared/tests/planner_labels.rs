@@ -135,7 +135,12 @@ fn pods_asking_different_custom_values_get_nodes_labelled_with_each() {
     let (a, b) = (node_of(&p, "a-0"), node_of(&p, "b-0"));
     assert_eq!(a.labels.get(TEAM).map(String::as_str), Some("a"));
     assert_eq!(b.labels.get(TEAM).map(String::as_str), Some("b"));
-    assert_eq!(p.nodes.len(), 2, "the pod that does not mention the key shares a node: {}", serde_json::to_string_pretty(&p).unwrap());
+    assert_eq!(
+        p.nodes.len(),
+        2,
+        "the pod that does not mention the key shares a node: {}",
+        serde_json::to_string_pretty(&p).unwrap()
+    );
 }
 
 // Karpenter: pkg/controllers/provisioning/scheduling/scheduler.go `isDaemonPodCompatible`
@@ -147,7 +152,11 @@ fn a_daemonset_counts_on_new_nodes_although_it_does_not_tolerate_a_startup_taint
         .requirement("kubernetes.io/arch", "In", &["amd64"])
         .startup_taint_value("node.cilium.io/agent-not-ready", "true", "NoExecute")
         .build();
-    let p = plan(vec![pool, daemonset("logs", json!({})), pod("web-0", "1", "1Gi").build()]);
+    let p = plan(vec![
+        pool,
+        daemonset("logs", json!({})),
+        pod("web-0", "1", "1Gi").build(),
+    ]);
     let n = node_of(&p, "web-0");
     assert_eq!(n.daemonset_overhead.cpu_millis, 1000, "{n:?}");
 }
@@ -157,11 +166,7 @@ fn a_daemonset_counts_on_new_nodes_although_it_does_not_tolerate_a_startup_taint
 #[test]
 fn a_daemonset_selecting_a_custom_value_the_nodepool_allows_counts_on_its_nodes() {
     let ds = daemonset("agent", json!({"nodeSelector": {TEAM: "a"}}));
-    let p = plan(vec![
-        team_pool("In", &["a"]),
-        ds,
-        pod("web-0", "1", "1Gi").build(),
-    ]);
+    let p = plan(vec![team_pool("In", &["a"]), ds, pod("web-0", "1", "1Gi").build()]);
     assert_eq!(node_of(&p, "web-0").daemonset_overhead.cpu_millis, 1000);
 }
 
@@ -206,7 +211,9 @@ fn a_pod_binding_a_daemonset_host_port_is_not_launched_for() {
     let p = plan(vec![
         NodePoolBuilder::new("general").build(),
         exporter,
-        pod("metrics-0", "100m", "64Mi").spec("containers", binding(9100)).build(),
+        pod("metrics-0", "100m", "64Mi")
+            .spec("containers", binding(9100))
+            .build(),
         pod("web-0", "100m", "64Mi").spec("containers", binding(8080)).build(),
     ]);
     let u = unschedulable(&p, "metrics-0");
@@ -229,11 +236,93 @@ fn a_pod_binding_a_daemonset_host_port_goes_where_that_daemonset_does_not_land()
     let p = plan(vec![
         NodePoolBuilder::new("general").build(),
         arm_agent,
-        pod("metrics-0", "100m", "64Mi").spec("containers", binding(9100)).build(),
+        pod("metrics-0", "100m", "64Mi")
+            .spec("containers", binding(9100))
+            .build(),
     ]);
     let n = node_of(&p, "metrics-0");
     let catalog = Catalog::embedded().unwrap();
     for t in &n.instance_types {
         assert_eq!(catalog.get(t).unwrap().arch.label(), "amd64", "{t} is arm64");
+    }
+}
+
+fn affinity(key: &str, operator: &str, values: &[&str]) -> Value {
+    json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": key, "operator": operator, "values": values}]}]}}})
+}
+
+// Karpenter AWS: pkg/providers/instancetype/types.go `computeRequirements` adds
+// `topology.k8s.aws/zone-id` from the EC2NodeClass's `status.subnets[].zoneID`, one per
+// zone, so a pod selecting a zone id gets that zone.
+#[test]
+fn a_pod_selecting_a_zone_id_gets_the_zone_with_that_id() {
+    let mut class = carpool::fixtures::EC2NodeClassBuilder::standard().build();
+    class["status"] = json!({"subnets": [
+        {"id": "subnet-a", "zone": "us-east-1a", "zoneID": "use1-az6"},
+        {"id": "subnet-b", "zone": "us-east-1b", "zoneID": "use1-az1"}]});
+    let p = plan(vec![
+        class,
+        NodePoolBuilder::new("general").build(),
+        pod("web-0", "1", "1Gi")
+            .node_selector("topology.k8s.aws/zone-id", "use1-az1")
+            .build(),
+        pod("db-0", "1", "1Gi")
+            .node_selector("topology.k8s.aws/zone-id", "use1-az9")
+            .build(),
+    ]);
+    let n = node_of(&p, "web-0");
+    assert_eq!(n.zone, "us-east-1b");
+    assert_eq!(
+        n.labels.get("topology.k8s.aws/zone-id").map(String::as_str),
+        Some("use1-az1"),
+        "the node is launched with its zone id"
+    );
+    unschedulable(&p, "db-0");
+}
+
+// Karpenter AWS: pkg/apis/v1/labels.go `WellKnownLabels` and types.go `computeRequirements`
+// (instance-ebs-bandwidth from EbsOptimizedInfo.MaximumBandwidthInMbps, instance-cpu-
+// sustained-clock-speed-mhz, instance-encryption-in-transit-supported,
+// instance-capability-flex, instance-accelerator-*): pods select types on them.
+#[test]
+fn pods_select_instance_types_on_the_labels_karpenters_aws_provider_sets() {
+    let catalog = Catalog::embedded().unwrap();
+    let cases: [(&str, Value, fn(&carpool::model::InstanceType) -> bool); 5] = [
+        (
+            "ebs",
+            affinity("karpenter.k8s.aws/instance-ebs-bandwidth", "Gt", &["15000"]),
+            |t| t.label_facts.ebs_bandwidth_mbps.is_some_and(|b| b > 15000),
+        ),
+        (
+            "clock",
+            affinity("karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz", "Gte", &["3500"]),
+            |t| t.label_facts.cpu_sustained_clock_mhz.is_some_and(|c| c >= 3500),
+        ),
+        (
+            "eit",
+            affinity("karpenter.k8s.aws/instance-encryption-in-transit-supported", "In", &["true"]),
+            |t| t.label_facts.encryption_in_transit == Some(true),
+        ),
+        (
+            "flex",
+            affinity("karpenter.k8s.aws/instance-capability-flex", "In", &["true"]),
+            |t| t.family.ends_with("-flex"),
+        ),
+        (
+            "inferentia",
+            affinity("karpenter.k8s.aws/instance-accelerator-name", "In", &["inferentia2"]),
+            |t| t.family == "inf2",
+        ),
+    ];
+    for (name, aff, holds) in cases {
+        let p = plan(vec![
+            NodePoolBuilder::new("general").build(),
+            pod(&format!("{name}-0"), "1", "1Gi").spec("affinity", aff).build(),
+        ]);
+        let n = node_of(&p, &format!("{name}-0"));
+        for t in &n.instance_types {
+            assert!(holds(catalog.get(t).unwrap()), "{name}: {t}");
+        }
     }
 }

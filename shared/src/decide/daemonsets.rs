@@ -4,8 +4,8 @@
 //! selector and required node affinity accept the node's labels (Karpenter's
 //! `isDaemonPodCompatible`, `pkg/controllers/provisioning/scheduling/scheduler.go`). A new
 //! node's startup taints do not count: they are removed once the node is up, and the
-//! DaemonSet's pods land then. The labels decided only at launch (zone, capacity type,
-//! hostname, and the values of the NodePool's custom keys) are taken as possible: the
+//! DaemonSet's pods land then. The labels decided only at launch (zone and zone id,
+//! capacity type, hostname, and the values of the NodePool's custom keys) are taken as possible: the
 //! overhead errs on the large side, as Karpenter's does. The host ports its pods bind are
 //! taken on every node it lands on (Karpenter's `getDaemonHostPortUsage`).
 
@@ -129,7 +129,7 @@ impl DaemonSetInfo {
     /// any value `custom` allows: a requirement on one counts as met when some allowed
     /// value meets it (Karpenter's `Requirements.IsCompatible` against the template).
     pub fn lands_on_template(&self, node: &BTreeMap<String, String>, custom: &Requirements, taints: &[Taint]) -> bool {
-        const DECIDED_AT_LAUNCH: [&str; 3] = [wk::ZONE, wk::CAPACITY_TYPE, wk::HOSTNAME];
+        const DECIDED_AT_LAUNCH: [&str; 4] = [wk::ZONE, wk::ZONE_ID, wk::CAPACITY_TYPE, wk::HOSTNAME];
         untolerated(&self.tolerations, taints).is_none()
             && self.branches.iter().any(|b| {
                 b.iter().all(|r| match node.get(r.key()) {

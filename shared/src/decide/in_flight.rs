@@ -317,7 +317,9 @@ fn synthetic_node(
     let taints: Vec<Taint> = pool.map(|p| p.spec.template.spec.taints.clone()).unwrap_or_default();
     // DaemonSets tolerate the node's taints, not its startup taints (Karpenter's
     // `isDaemonPodCompatible`).
-    let free = it.allocatable.minus(&overhead(daemonsets, &labels, &Requirements::new(), &taints));
+    let free = it
+        .allocatable
+        .minus(&overhead(daemonsets, &labels, &Requirements::new(), &taints));
     Some(Node {
         metadata: ObjectMeta {
             name: Some(name),

@@ -94,6 +94,9 @@ pub struct Template {
     /// `NodeClaimTemplate.resolveCustomLabelsFromRequirements`), narrowed by the pods the
     /// node is for; they never exclude an instance type.
     pub custom: Requirements,
+    /// The zone id of each zone (`topology.k8s.aws/zone-id`), as the EC2NodeClass's status
+    /// reports its subnets; empty when it reports none.
+    pub zone_ids: BTreeMap<String, String>,
     /// Taints pods must tolerate.
     pub taints: Vec<Taint>,
     /// Taints present at start; pods need not tolerate them.
@@ -137,6 +140,25 @@ pub fn pool_labels(pool: &NodePool) -> BTreeMap<String, String> {
     );
     labels.insert(wk::CARPOOL_MANAGED.to_string(), "true".to_string());
     labels
+}
+
+/// The zone id of each zone of the EC2NodeClass's subnets, from the `status.subnets[]`
+/// (`zone`, `zoneID`) that Karpenter's subnet controller writes; Karpenter's
+/// `computeRequirements` labels offerings with them.
+pub fn zone_ids(class: Option<&EC2NodeClass>) -> BTreeMap<String, String> {
+    let subnets = class
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.get("subnets"))
+        .and_then(serde_json::Value::as_array);
+    subnets
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let zone = s.get("zone")?.as_str()?;
+            let id = s.get("zoneID")?.as_str()?;
+            (!zone.is_empty() && !id.is_empty()).then(|| (zone.to_string(), id.to_string()))
+        })
+        .collect()
 }
 
 fn limit_amount(name: &str, q: &crate::model::Quantity) -> i64 {
@@ -209,6 +231,7 @@ pub fn build(
             .iter()
             .find(|c| c.name() == pool.spec.template.spec.node_class_ref.name);
         let settings = node_settings(class);
+        let zone_ids = zone_ids(class);
         let labels = pool_labels(pool);
         requirements.add_all(&Requirements::from_labels(&labels));
         let mut custom = Requirements::new();
@@ -231,6 +254,7 @@ pub fn build(
                     requirements.iter().all(|r| {
                         let value = match r.key() {
                             wk::ZONE => Some(o.zone.as_str()),
+                            wk::ZONE_ID => zone_ids.get(&o.zone).map(String::as_str),
                             wk::REGION => Some(region_name),
                             wk::CAPACITY_TYPE => Some(o.capacity_type.label()),
                             key => node_labels.get(key).map(String::as_str),
@@ -288,6 +312,7 @@ pub fn build(
             requirements,
             labels,
             custom,
+            zone_ids,
             taints,
             startup_taints,
             types,

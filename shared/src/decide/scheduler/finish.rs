@@ -11,6 +11,7 @@ use super::{BoundInput, Scheduler, SchedulerOutcome};
 use crate::decide::plan::{ExistingPlacement, MAX_ALTERNATIVES, PlannedNode, Unschedulable};
 use crate::decide::templates::Template;
 use crate::decide::unschedulable::{Reason, Shortfall};
+use crate::model::well_known as wk;
 
 impl Scheduler {
     /// Turns the simulation's state into the plan.
@@ -86,6 +87,11 @@ impl Scheduler {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .chain(custom_labels(&node.custom))
+                    .chain(
+                        t.zone_ids
+                            .get(&node.zone)
+                            .map(|id| (wk::ZONE_ID.to_string(), id.clone())),
+                    )
                     .collect(),
             });
         }

@@ -44,6 +44,9 @@ pub(super) fn offer_keys(t: &Template, region: &str) -> IdVec<OfferKeyId, OfferK
             labels.insert(wk::ZONE.into(), zone.clone());
             labels.insert(wk::CAPACITY_TYPE.into(), capacity_type.label().into());
             labels.insert(wk::REGION.into(), region.into());
+            if let Some(id) = t.zone_ids.get(&zone) {
+                labels.insert(wk::ZONE_ID.into(), id.clone());
+            }
             let prices: IdVec<TypeId, Option<f64>> = t.types.iter().map(|o| o.price(&zone, capacity_type)).collect();
             let mut by_price: Vec<TypeId> = type_ids(t).filter(|&i| prices[i].is_some()).collect();
             by_price.sort_by(|&a, &b| {

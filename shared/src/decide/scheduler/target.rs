@@ -180,9 +180,9 @@ impl Scheduler {
                         .anti_affinity
                         .iter()
                         .any(|a| a.key == wk::HOSTNAME && a.matches(&q.namespace, &q.labels))
-                    && custom.as_ref().is_none_or(|custom| {
-                        custom_fits(custom, &self.classes[c].branches[self.current_level(c)])
-                    })
+                    && custom
+                        .as_ref()
+                        .is_none_or(|custom| custom_fits(custom, &self.classes[c].branches[self.current_level(c)]))
             })
             .collect();
         let remaining_value: f64 = std::iter::once(class)
