@@ -296,12 +296,20 @@ fn pods_select_instance_types_on_the_labels_karpenters_aws_provider_sets() {
         ),
         (
             "clock",
-            affinity("karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz", "Gte", &["3500"]),
+            affinity(
+                "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz",
+                "Gte",
+                &["3500"],
+            ),
             |t| t.label_facts.cpu_sustained_clock_mhz.is_some_and(|c| c >= 3500),
         ),
         (
             "eit",
-            affinity("karpenter.k8s.aws/instance-encryption-in-transit-supported", "In", &["true"]),
+            affinity(
+                "karpenter.k8s.aws/instance-encryption-in-transit-supported",
+                "In",
+                &["true"],
+            ),
             |t| t.label_facts.encryption_in_transit == Some(true),
         ),
         (

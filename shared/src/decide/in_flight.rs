@@ -310,6 +310,8 @@ fn synthetic_node(
             labels.insert(wk::CARPOOL_MANAGED.into(), "true".into());
         }
     }
+    // The values chosen for the NodePool's custom keys, and the zone id.
+    labels.extend(launch.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     labels.insert(wk::ZONE.into(), launch.zone.clone());
     labels.insert(wk::REGION.into(), region.region().to_string());
     labels.insert(wk::CAPACITY_TYPE.into(), launch.capacity_type.label().to_string());

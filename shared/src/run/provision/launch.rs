@@ -158,6 +158,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             launched_at: epoch_millis(at),
             state: LaunchState::InFlight,
             reserved_for: reservation.cloned(),
+            labels: request.labels.clone(),
             version: 0,
         };
         let record = self.store.create_launch(&record).await?;
