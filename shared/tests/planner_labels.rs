@@ -288,7 +288,8 @@ fn a_pod_selecting_a_zone_id_gets_the_zone_with_that_id() {
 #[test]
 fn pods_select_instance_types_on_the_labels_karpenters_aws_provider_sets() {
     let catalog = Catalog::embedded().unwrap();
-    let cases: [(&str, Value, fn(&carpool::model::InstanceType) -> bool); 5] = [
+    type Holds = fn(&carpool::model::InstanceType) -> bool;
+    let cases: [(&str, Value, Holds); 5] = [
         (
             "ebs",
             affinity("karpenter.k8s.aws/instance-ebs-bandwidth", "Gt", &["15000"]),
