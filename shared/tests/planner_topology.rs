@@ -513,3 +513,26 @@ fn a_preempting_pod_is_not_launched_for() {
     assert!(node_of(&p, "web-0").pods.len() == 1);
     assert!(p.unschedulable.is_empty());
 }
+
+// kube-scheduler: podtopologyspread counts every domain of the key; Karpenter takes a
+// custom key's domains from the NodePools' requirements (`Topology.domains`) and narrows
+// each NodeClaim to the domain with the fewest pods (`nextDomainTopologySpread`).
+#[test]
+fn a_spread_on_a_custom_label_alternates_its_values_and_labels_each_node() {
+    let pool = NodePoolBuilder::new("teams")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .requirement("company.com/team", "In", &["a", "b"])
+        .build();
+    let mut items = vec![pool];
+    items.extend(spread_pods(4, "company.com/team", json!({}), |p| p));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let on = |v: &str| {
+        p.nodes
+            .iter()
+            .filter(|n| n.labels.get("company.com/team").map(String::as_str) == Some(v))
+            .map(|n| n.pods.len())
+            .sum::<usize>()
+    };
+    assert_eq!((on("a"), on("b")), (2, 2), "{p:#?}");
+}

@@ -130,6 +130,39 @@ fn a_second_run_launches_nothing_for_pods_already_provided_for() {
     );
 }
 
+// Karpenter: nodeclaimtemplate.go `ToNodeClaim` labels the NodeClaim with the values of the
+// NodePool's custom keys; a NodeClaim in flight counts with those labels (its pods do not
+// get a second node).
+#[test]
+fn pods_asking_a_custom_label_value_are_launched_for_once_and_their_node_carries_it() {
+    let w = World::new(0);
+    w.cluster.add_nodepool(
+        NodePoolBuilder::new("teams")
+            .requirement("kubernetes.io/arch", "In", &["amd64"])
+            .requirement("company.com/team", "In", &["a", "b"])
+            .build(),
+    );
+    for i in 0..3 {
+        w.cluster.add_pod(
+            PodBuilder::pending_web(&format!("team-b-{i}"), "500m", "1Gi")
+                .node_selector("company.com/team", "b")
+                .pod()
+                .unwrap(),
+        );
+    }
+    let first = w.run("run-1");
+    assert!(first.launched().count() > 0, "{:?}", first.batches);
+    let launches = block_on(w.store.list_launches()).unwrap();
+    assert!(
+        launches
+            .iter()
+            .all(|l| l.labels.get("company.com/team").map(String::as_str) == Some("b")),
+        "{launches:?}"
+    );
+    let second = w.run("run-2");
+    assert_eq!(second.launched().count(), 0, "second run: {:?}", second.batches);
+}
+
 #[test]
 fn a_run_that_cannot_take_the_lease_exits_without_launching() {
     let w = World::new(5);
@@ -332,6 +365,7 @@ fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_register
             reason: "CreateFleet: timed out".into(),
         },
         reserved_for: None,
+        labels: Default::default(),
         version: 0,
     };
     block_on(w.store.create_launch(&record)).unwrap();

@@ -375,6 +375,7 @@ fn an_in_flight_launch_keeps_room_for_its_daemonsets() {
         launched_at: START,
         state: LaunchState::InFlight,
         reserved_for: None,
+        labels: Default::default(),
         version: 1,
     };
     for (daemonsets, fits) in [(vec![], true), (vec![daemonset("logs", "500m")], false)] {

@@ -6,11 +6,67 @@ use serde::Deserialize;
 
 use super::CatalogError;
 use super::allocatable::{self, NodeSettings};
+use crate::model::instance_type::LabelFacts;
 use crate::model::{Arch, InstanceType, Resources};
 
 const INSTANCE_TYPES: &str = include_str!("../../data/ec2/instance-types.json");
 const OFFERINGS: &str = include_str!("../../data/ec2/offerings.json");
 const ON_DEMAND_PRICES: &str = include_str!("../../data/ec2/on-demand-prices.json");
+const LABEL_FACTS: &str = include_str!("../../data/ec2/instance-labels.json");
+
+/// The column order `extract_labels.py` writes; checked when loading.
+const LABEL_COLUMNS: [&str; 7] = [
+    "name",
+    "ebs_bandwidth_mbps",
+    "cpu_sustained_clock_mhz",
+    "encryption_in_transit",
+    "accelerator_name",
+    "accelerator_manufacturer",
+    "accelerator_count",
+];
+
+#[derive(Deserialize)]
+struct LabelTable {
+    columns: Vec<String>,
+    rows: Vec<LabelRow>,
+}
+
+/// One row of `instance-labels.json`, in [`LABEL_COLUMNS`] order.
+#[derive(Deserialize)]
+struct LabelRow(
+    String,
+    Option<u64>,
+    Option<u64>,
+    Option<bool>,
+    Option<String>,
+    Option<String>,
+    Option<u32>,
+);
+
+fn label_facts() -> Result<HashMap<String, LabelFacts>, CatalogError> {
+    let table: LabelTable = serde_json::from_str(LABEL_FACTS).map_err(|e| CatalogError::Embedded(e.to_string()))?;
+    if table.columns != LABEL_COLUMNS {
+        return Err(CatalogError::Embedded(format!(
+            "instance-labels.json columns {:?} differ from the expected {LABEL_COLUMNS:?}; rerun extract_labels.py",
+            table.columns
+        )));
+    }
+    Ok(table
+        .rows
+        .into_iter()
+        .map(|LabelRow(name, ebs, clock, eit, acc_name, acc_maker, acc_count)| {
+            let facts = LabelFacts {
+                ebs_bandwidth_mbps: ebs,
+                cpu_sustained_clock_mhz: clock,
+                encryption_in_transit: eit,
+                accelerator_name: acc_name,
+                accelerator_manufacturer: acc_maker,
+                accelerator_count: acc_count,
+            };
+            (name, facts)
+        })
+        .collect())
+}
 
 /// The column order `extract.py` writes; checked when loading.
 const COLUMNS: [&str; 24] = [
@@ -150,6 +206,7 @@ fn to_instance_type(r: Row) -> Result<InstanceType, String> {
         local_nvme_gb: nvme.unwrap_or(0),
         capacity: Resources::default(),
         allocatable: Resources::default(),
+        label_facts: LabelFacts::default(),
     };
     it = allocatable::with_settings(&it, &NodeSettings::default());
     Ok(it)
@@ -166,9 +223,13 @@ pub(super) fn load() -> Result<Embedded, CatalogError> {
     let names: Vec<String> = table.rows.iter().map(|r| r.0.clone()).collect();
     let mut types = Vec::with_capacity(table.rows.len());
     let mut incomplete = Vec::new();
+    let mut facts = label_facts()?;
     for row in table.rows {
         match to_instance_type(row) {
-            Ok(it) => types.push(it),
+            Ok(mut it) => {
+                it.label_facts = facts.remove(&it.name).unwrap_or_default();
+                types.push(it);
+            }
             Err(name) => incomplete.push(name),
         }
     }

@@ -258,6 +258,7 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         usage.0 = usage.0.plus(&it.instance_type.capacity);
         usage.1 += 1;
         let mut labels = it.labels.clone();
+        labels.extend(pn.labels.clone());
         labels.insert(wk::ZONE.into(), pn.zone.clone());
         labels.insert(wk::CAPACITY_TYPE.into(), pn.capacity_type.label().into());
         labels.insert(wk::REGION.into(), region.region().into());
@@ -470,6 +471,7 @@ fn check_type(
     }
     let mut labels = it.labels();
     labels.extend(pool.labels.clone());
+    labels.extend(pn.labels.clone());
     labels.insert(wk::ZONE.into(), pn.zone.clone());
     labels.insert(wk::CAPACITY_TYPE.into(), pn.capacity_type.label().into());
     labels.insert(wk::REGION.into(), region.region().into());
@@ -482,7 +484,8 @@ fn check_type(
         }
     }
     let full = crate::catalog::allocatable::with_settings(it, &pool.settings);
-    let taints: Vec<Taint> = pool.taints.iter().chain(&pool.startup_taints).cloned().collect();
+    // DaemonSets tolerate the NodePool's taints, not its startup taints.
+    let taints: Vec<Taint> = pool.taints.clone();
     let overhead = daemonsets
         .iter()
         .filter(|d| d.lands_on(&labels, &taints))

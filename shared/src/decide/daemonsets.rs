@@ -1,15 +1,20 @@
 //! DaemonSet overhead: what the DaemonSets that would land on a node take from it.
 //!
-//! A DaemonSet lands on a node when its pod tolerates the node's taints (startup taints
-//! included) and its node selector and required node affinity accept the node's labels.
-//! The labels decided only at launch (zone, capacity type, hostname) are taken as
-//! possible: the overhead errs on the large side.
+//! A DaemonSet lands on a node when its pod tolerates the node's taints and its node
+//! selector and required node affinity accept the node's labels (Karpenter's
+//! `isDaemonPodCompatible`, `pkg/controllers/provisioning/scheduling/scheduler.go`). A new
+//! node's startup taints do not count: they are removed once the node is up, and the
+//! DaemonSet's pods land then. The labels decided only at launch (zone and zone id,
+//! capacity type, hostname, and the values of the NodePool's custom keys) are taken as possible: the
+//! overhead errs on the large side, as Karpenter's does. The host ports its pods bind are
+//! taken on every node it lands on (Karpenter's `getDaemonHostPortUsage`).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::{PodSpec, Taint, Toleration};
 
+use super::pod::HostPort;
 use super::taints::untolerated;
 use crate::model::pod_requests::{RequestsError, effective_requests};
 use crate::model::pod_requirements::{PodRequirementError, pod_requirement_branches};
@@ -56,6 +61,30 @@ pub struct DaemonSetInfo {
     pub tolerations: Vec<Toleration>,
     /// Node requirement branches.
     pub branches: Vec<Requirements>,
+    /// Host ports its pod binds.
+    pub host_ports: Vec<HostPort>,
+}
+
+/// The host ports a pod spec binds: those of its containers and restartable (sidecar) init
+/// containers with a `hostPort` (kube-scheduler's `nodeports` plugin, `getContainerPorts`).
+pub fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
+    spec.containers
+        .iter()
+        .chain(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .filter(|c| c.restart_policy.as_deref() == Some("Always")),
+        )
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            p.host_port.filter(|hp| *hp > 0).map(|port| HostPort {
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                port,
+                ip: p.host_ip.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 impl DaemonSetInfo {
@@ -85,6 +114,7 @@ impl DaemonSetInfo {
             requests,
             tolerations: spec.tolerations.clone().unwrap_or_default(),
             branches,
+            host_ports: host_ports(spec),
         })
     }
 
@@ -92,21 +122,46 @@ impl DaemonSetInfo {
     /// labels a node gets only at launch (zone, capacity type, hostname) may be missing: a
     /// requirement on them counts as met when it could be.
     pub fn lands_on(&self, node: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
-        const DECIDED_AT_LAUNCH: [&str; 3] = [wk::ZONE, wk::CAPACITY_TYPE, wk::HOSTNAME];
+        self.lands_on_template(node, &Requirements::new(), taints)
+    }
+
+    /// [`Self::lands_on`] for a node a NodePool would launch, whose custom keys may take
+    /// any value `custom` allows: a requirement on one counts as met when some allowed
+    /// value meets it (Karpenter's `Requirements.IsCompatible` against the template).
+    pub fn lands_on_template(&self, node: &BTreeMap<String, String>, custom: &Requirements, taints: &[Taint]) -> bool {
+        const DECIDED_AT_LAUNCH: [&str; 4] = [wk::ZONE, wk::ZONE_ID, wk::CAPACITY_TYPE, wk::HOSTNAME];
         untolerated(&self.tolerations, taints).is_none()
             && self.branches.iter().any(|b| {
                 b.iter().all(|r| match node.get(r.key()) {
                     Some(v) => r.has(v),
-                    None => DECIDED_AT_LAUNCH.contains(&r.key()) || r.allows_absent(),
+                    None => match custom.get(r.key()) {
+                        Some(c) => !c.intersection(r).is_empty() || (c.is_empty() && r.allows_absent()),
+                        None => DECIDED_AT_LAUNCH.contains(&r.key()) || r.allows_absent(),
+                    },
                 })
             })
     }
 }
 
-/// The total requests of the DaemonSets that land on a node.
-pub fn overhead(daemonsets: &[DaemonSetInfo], node: &BTreeMap<String, String>, taints: &[Taint]) -> Resources {
+/// The DaemonSets that land on a node a NodePool would launch (see
+/// [`DaemonSetInfo::lands_on_template`]).
+pub fn landing<'a>(
+    daemonsets: &'a [DaemonSetInfo],
+    node: &'a BTreeMap<String, String>,
+    custom: &'a Requirements,
+    taints: &'a [Taint],
+) -> impl Iterator<Item = &'a DaemonSetInfo> {
     daemonsets
         .iter()
-        .filter(|d| d.lands_on(node, taints))
-        .fold(Resources::default(), |acc, d| acc.plus(&d.requests))
+        .filter(move |d| d.lands_on_template(node, custom, taints))
+}
+
+/// The total requests of the DaemonSets that land on a node a NodePool would launch.
+pub fn overhead(
+    daemonsets: &[DaemonSetInfo],
+    node: &BTreeMap<String, String>,
+    custom: &Requirements,
+    taints: &[Taint],
+) -> Resources {
+    landing(daemonsets, node, custom, taints).fold(Resources::default(), |acc, d| acc.plus(&d.requests))
 }

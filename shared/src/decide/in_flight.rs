@@ -40,7 +40,7 @@ use crate::catalog::RegionCatalog;
 use crate::catalog::allocatable::with_settings;
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known as wk;
-use crate::model::{EC2NodeClass, InstanceType, NodePool, Resources};
+use crate::model::{EC2NodeClass, InstanceType, NodePool, Requirements, Resources};
 use crate::ports::{EpochMillis, LaunchRecord, LaunchState};
 use crate::snapshot::Snapshot;
 
@@ -284,7 +284,7 @@ fn as_started(node: &Node, snapshot: &Snapshot, region: &RegionCatalog<'_>, daem
         .cloned()
         .collect();
     let free = allocatable
-        .minus(&overhead(&unbound, &labels, &taints))
+        .minus(&overhead(&unbound, &labels, &Requirements::new(), &taints))
         .max(&Resources::default());
     let status = out.status.get_or_insert_with(NodeStatus::default);
     status.allocatable = Some(free.to_k8s());
@@ -310,16 +310,18 @@ fn synthetic_node(
             labels.insert(wk::CARPOOL_MANAGED.into(), "true".into());
         }
     }
+    // The values chosen for the NodePool's custom keys, and the zone id.
+    labels.extend(launch.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     labels.insert(wk::ZONE.into(), launch.zone.clone());
     labels.insert(wk::REGION.into(), region.region().to_string());
     labels.insert(wk::CAPACITY_TYPE.into(), launch.capacity_type.label().to_string());
     labels.insert(wk::HOSTNAME.into(), name.clone());
     let taints: Vec<Taint> = pool.map(|p| p.spec.template.spec.taints.clone()).unwrap_or_default();
-    let startup: Vec<Taint> = pool
-        .map(|p| p.spec.template.spec.startup_taints.clone())
-        .unwrap_or_default();
-    let all_taints: Vec<Taint> = taints.iter().chain(&startup).cloned().collect();
-    let free = it.allocatable.minus(&overhead(daemonsets, &labels, &all_taints));
+    // DaemonSets tolerate the node's taints, not its startup taints (Karpenter's
+    // `isDaemonPodCompatible`).
+    let free = it
+        .allocatable
+        .minus(&overhead(daemonsets, &labels, &Requirements::new(), &taints));
     Some(Node {
         metadata: ObjectMeta {
             name: Some(name),

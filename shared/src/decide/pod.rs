@@ -123,6 +123,11 @@ pub struct HostPort {
 }
 
 impl HostPort {
+    /// The first of `ours` that collides with one of `theirs`.
+    pub fn any_conflict<'a>(ours: &'a [HostPort], theirs: &[HostPort]) -> Option<&'a HostPort> {
+        ours.iter().find(|a| theirs.iter().any(|b| a.conflicts(b)))
+    }
+
     /// Whether two host ports collide (same protocol and port, overlapping IPs).
     pub fn conflicts(&self, other: &HostPort) -> bool {
         let any = |ip: &str| ip.is_empty() || ip == "0.0.0.0";

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node as K8sNode, Taint};
 
-use super::daemonsets::{DaemonSetInfo, overhead};
+use super::daemonsets::{DaemonSetInfo, landing};
+use super::pod::HostPort;
 use crate::catalog::RegionCatalog;
 use crate::catalog::allocatable::{NodeSettings, with_settings};
 use crate::model::manifest::from_yaml;
@@ -51,6 +52,9 @@ pub struct TypeOption {
     pub labels: BTreeMap<String, String>,
     /// The DaemonSet requests that land on such a node.
     pub overhead: Resources,
+    /// The host ports the DaemonSets that land on such a node bind: no pending pod that
+    /// binds one can go there (Karpenter's `getDaemonHostPortUsage`).
+    pub daemon_ports: Vec<HostPort>,
     /// Allocatable less the DaemonSet overhead: what pending pods can use.
     pub net: Resources,
     /// The offerings the template allows, cheapest first.
@@ -81,8 +85,18 @@ pub struct Template {
     pub weight: i32,
     /// Its requirements, labels and name as requirements.
     pub requirements: Requirements,
-    /// Labels every node gets (template labels and `karpenter.sh/nodepool`).
+    /// Labels every node gets (template labels, `karpenter.sh/nodepool` and
+    /// `karpenter.k8s.aws/ec2nodeclass`).
     pub labels: BTreeMap<String, String>,
+    /// The requirements on custom keys: keys that are neither well known nor template
+    /// labels, so that no instance type defines them. The NodePool labels each node it
+    /// launches with a value they allow (Karpenter's
+    /// `NodeClaimTemplate.resolveCustomLabelsFromRequirements`), narrowed by the pods the
+    /// node is for; they never exclude an instance type.
+    pub custom: Requirements,
+    /// The zone id of each zone (`topology.k8s.aws/zone-id`), as the EC2NodeClass's status
+    /// reports its subnets; empty when it reports none.
+    pub zone_ids: BTreeMap<String, String>,
     /// Taints pods must tolerate.
     pub taints: Vec<Taint>,
     /// Taints present at start; pods need not tolerate them.
@@ -114,12 +128,37 @@ pub fn node_settings(class: Option<&EC2NodeClass>) -> NodeSettings {
     }
 }
 
-/// The labels a pool puts on every node.
+/// The labels a pool puts on every node: its template labels, `karpenter.sh/nodepool` and
+/// `karpenter.k8s.aws/ec2nodeclass` (Karpenter's `NewNodeClaimTemplate`), and Carpool's
+/// own.
 pub fn pool_labels(pool: &NodePool) -> BTreeMap<String, String> {
     let mut labels = pool.spec.template.metadata.labels.clone();
     labels.insert(wk::NODEPOOL.to_string(), pool.name().to_string());
+    labels.insert(
+        wk::EC2NODECLASS.to_string(),
+        pool.spec.template.spec.node_class_ref.name.clone(),
+    );
     labels.insert(wk::CARPOOL_MANAGED.to_string(), "true".to_string());
     labels
+}
+
+/// The zone id of each zone of the EC2NodeClass's subnets, from the `status.subnets[]`
+/// (`zone`, `zoneID`) that Karpenter's subnet controller writes; Karpenter's
+/// `computeRequirements` labels offerings with them.
+pub fn zone_ids(class: Option<&EC2NodeClass>) -> BTreeMap<String, String> {
+    let subnets = class
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.get("subnets"))
+        .and_then(serde_json::Value::as_array);
+    subnets
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let zone = s.get("zone")?.as_str()?;
+            let id = s.get("zoneID")?.as_str()?;
+            (!zone.is_empty() && !id.is_empty()).then(|| (zone.to_string(), id.to_string()))
+        })
+        .collect()
 }
 
 fn limit_amount(name: &str, q: &crate::model::Quantity) -> i64 {
@@ -178,7 +217,7 @@ pub fn build(
     };
     let mut templates = Vec::new();
     for pool in pools {
-        let requirements = match pool.requirements() {
+        let mut requirements = match pool.requirements() {
             Ok(r) => r,
             Err(e) => {
                 skipped.push(Skipped {
@@ -192,10 +231,17 @@ pub fn build(
             .iter()
             .find(|c| c.name() == pool.spec.template.spec.node_class_ref.name);
         let settings = node_settings(class);
+        let zone_ids = zone_ids(class);
         let labels = pool_labels(pool);
+        requirements.add_all(&Requirements::from_labels(&labels));
+        let mut custom = Requirements::new();
+        for r in requirements.iter() {
+            if !wk::is_well_known(r.key()) && !labels.contains_key(r.key()) {
+                custom.add(r.clone());
+            }
+        }
         let taints = pool.spec.template.spec.taints.clone();
         let startup_taints = pool.spec.template.spec.startup_taints.clone();
-        let all_taints: Vec<Taint> = taints.iter().chain(&startup_taints).cloned().collect();
         let mut types = Vec::new();
         for &it in region.types() {
             let mut node_labels = it.labels();
@@ -208,11 +254,13 @@ pub fn build(
                     requirements.iter().all(|r| {
                         let value = match r.key() {
                             wk::ZONE => Some(o.zone.as_str()),
+                            wk::ZONE_ID => zone_ids.get(&o.zone).map(String::as_str),
                             wk::REGION => Some(region_name),
                             wk::CAPACITY_TYPE => Some(o.capacity_type.label()),
                             key => node_labels.get(key).map(String::as_str),
                         };
-                        value.map_or_else(|| r.allows_absent(), |v| r.has(v))
+                        // A custom key is the NodePool's to label: it excludes no type.
+                        value.map_or_else(|| r.allows_absent() || custom.has_key(r.key()), |v| r.has(v))
                     })
                 })
                 .map(|o| Offer {
@@ -226,7 +274,14 @@ pub fn build(
             }
             offers.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)));
             let it = with_settings(it, &settings);
-            let ds = overhead(daemonsets, &node_labels, &all_taints);
+            // Karpenter's `isDaemonPodCompatible`: a DaemonSet counts when it tolerates the
+            // NodePool's taints; startup taints are removed once the node is up.
+            let mut ds = Resources::default();
+            let mut daemon_ports = Vec::new();
+            for d in landing(daemonsets, &node_labels, &custom, &taints) {
+                ds = ds.plus(&d.requests);
+                daemon_ports.extend(d.host_ports.iter().cloned());
+            }
             let net = it.allocatable.minus(&ds);
             if net.any_negative().is_some() {
                 continue;
@@ -235,6 +290,7 @@ pub fn build(
                 instance_type: it,
                 labels: node_labels,
                 overhead: ds,
+                daemon_ports,
                 net,
                 offers,
             });
@@ -255,6 +311,8 @@ pub fn build(
             weight: pool.weight(),
             requirements,
             labels,
+            custom,
+            zone_ids,
             taints,
             startup_taints,
             types,

@@ -90,6 +90,12 @@ pub enum Mismatch {
     },
     /// No instance type the NodePool offers has the labels the pod requires.
     NoOfferedType,
+    /// A DaemonSet that lands on every type with those labels binds a host port the pod
+    /// binds (kube-scheduler's `nodeports` filter; Karpenter's `getDaemonHostPortUsage`).
+    DaemonSetHostPort {
+        /// `protocol/port`.
+        port: String,
+    },
 }
 
 /// How the instance types fall short of the requests.
@@ -216,6 +222,10 @@ impl fmt::Display for Reason {
             ),
             Reason::Requirements { nodepool, mismatch } => match mismatch {
                 Mismatch::Conflict { detail } => write!(f, "requirements: NodePool {nodepool}: {detail}"),
+                Mismatch::DaemonSetHostPort { port } => write!(
+                    f,
+                    "host port: NodePool {nodepool}: a DaemonSet on its nodes binds host port {port}, as the pod does"
+                ),
                 Mismatch::NoOfferedType => write!(
                     f,
                     "requirements: no instance type offered by NodePool {nodepool} matches the pod's node requirements"

@@ -25,6 +25,7 @@ fn launch(id: &str, now: SystemTime) -> LaunchRecord {
         launched_at: epoch_millis(now),
         state: LaunchState::InFlight,
         reserved_for: None,
+        labels: Default::default(),
         version: 0,
     }
 }

@@ -82,6 +82,28 @@ pub struct InstanceType {
     pub capacity: Resources,
     /// What pods can request: capacity less reservations and eviction thresholds.
     pub allocatable: Resources,
+    /// Facts only labels need (see `shared/data/ec2/SOURCES.md`).
+    #[serde(default)]
+    pub label_facts: LabelFacts,
+}
+
+/// Facts of an instance type that only its well-known labels use, as Karpenter's AWS
+/// provider derives them from DescribeInstanceTypes (`pkg/providers/instancetype/types.go`,
+/// `computeRequirements`); `None` where the data has no record of the type.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelFacts {
+    /// `EbsOptimizedInfo.MaximumBandwidthInMbps`, for types EBS-optimized by default.
+    pub ebs_bandwidth_mbps: Option<u64>,
+    /// `ProcessorInfo.SustainedClockSpeedInGhz` × 1000, rounded.
+    pub cpu_sustained_clock_mhz: Option<u64>,
+    /// `NetworkInfo.EncryptionInTransitSupported`.
+    pub encryption_in_transit: Option<bool>,
+    /// The one inference accelerator or Neuron device model, kebab-case (`inferentia2`).
+    pub accelerator_name: Option<String>,
+    /// Its maker, kebab-case (`aws`).
+    pub accelerator_manufacturer: Option<String>,
+    /// How many.
+    pub accelerator_count: Option<u32>,
 }
 
 impl InstanceType {
@@ -122,6 +144,24 @@ impl InstanceType {
         put(wk::INSTANCE_HYPERVISOR, self.hypervisor.clone().unwrap_or_default());
         if let Some(bw) = self.network_bandwidth_mbps {
             put(wk::INSTANCE_NETWORK_BANDWIDTH, bw.to_string());
+        }
+        put(wk::INSTANCE_CAPABILITY_FLEX, self.family.contains("-flex").to_string());
+        let f = &self.label_facts;
+        if let Some(bw) = f.ebs_bandwidth_mbps {
+            put(wk::INSTANCE_EBS_BANDWIDTH, bw.to_string());
+        }
+        if let Some(mhz) = f.cpu_sustained_clock_mhz {
+            put(wk::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ, mhz.to_string());
+        }
+        if let Some(e) = f.encryption_in_transit {
+            put(wk::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED, e.to_string());
+        }
+        if let (Some(name), Some(maker), Some(count)) =
+            (&f.accelerator_name, &f.accelerator_manufacturer, f.accelerator_count)
+        {
+            put(wk::INSTANCE_ACCELERATOR_NAME, name.clone());
+            put(wk::INSTANCE_ACCELERATOR_MANUFACTURER, maker.clone());
+            put(wk::INSTANCE_ACCELERATOR_COUNT, count.to_string());
         }
         l
     }

@@ -390,6 +390,24 @@ impl Requirement {
         out
     }
 
+    /// The value a node is labelled with to satisfy this requirement, or `None` when the
+    /// requirement allows no value (`DoesNotExist`, or an empty intersection): Karpenter's
+    /// `Requirement.Any()` (`pkg/scheduling/requirement.go`) made deterministic. A concrete
+    /// set gives its least value; `Exists`, `NotIn` and the bounded forms give the least
+    /// non-negative integer within the bounds that is not excluded (Karpenter picks one at
+    /// random).
+    pub fn any_value(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().next().cloned();
+        }
+        let low = self.greater_than.map_or(0, |g| g.saturating_add(1)).max(0);
+        let high = self.less_than.unwrap_or(i64::MAX);
+        (low..high)
+            .take(self.values.len() + 1)
+            .map(|n| n.to_string())
+            .find(|v| !self.values.contains(v))
+    }
+
     /// One allowed value, if the set is concrete and not empty.
     pub fn any(&self) -> Option<&str> {
         if self.complement {

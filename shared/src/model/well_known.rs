@@ -50,10 +50,35 @@ pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
 pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
 /// `karpenter.k8s.aws/instance-network-bandwidth`: baseline Mbps.
 pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+/// `karpenter.k8s.aws/instance-ebs-bandwidth`: maximum EBS Mbps.
+pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
+/// `karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz`.
+pub const INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ: &str = "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz";
+/// `karpenter.k8s.aws/instance-encryption-in-transit-supported`: `true` or `false`.
+pub const INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str = "karpenter.k8s.aws/instance-encryption-in-transit-supported";
+/// `karpenter.k8s.aws/instance-capability-flex`: `true` for the `-flex` families.
+pub const INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
+/// `karpenter.k8s.aws/instance-accelerator-name`, e.g. `inferentia2`.
+pub const INSTANCE_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
+/// `karpenter.k8s.aws/instance-accelerator-manufacturer`, e.g. `aws`.
+pub const INSTANCE_ACCELERATOR_MANUFACTURER: &str = "karpenter.k8s.aws/instance-accelerator-manufacturer";
+/// `karpenter.k8s.aws/instance-accelerator-count`.
+pub const INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
+/// `topology.k8s.aws/zone-id`: the zone's account-independent id, e.g. `use1-az1`.
+pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+/// `node.kubernetes.io/windows-build`: never on Carpool's (Linux) nodes.
+pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+/// `karpenter.k8s.aws/capacity-reservation-id`: never on Carpool's nodes (it launches
+/// into no capacity reservation).
+pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+/// `karpenter.k8s.aws/capacity-reservation-type`: likewise never set.
+pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
 
-/// The label keys an offering always defines. A requirement on one of them is checked
-/// against the offering's value; a requirement on any other key must be satisfied by the
-/// NodePool's own labels or requirements.
+/// The label keys an offering may define (Karpenter's AWS `WellKnownLabels`,
+/// `pkg/apis/v1/labels.go`, with the upstream ones). A requirement on one of them is checked
+/// against the offering's value, and a type without the label meets only requirements that
+/// allow absence; a requirement on any other key must be satisfied by the NodePool's own
+/// labels or requirements.
 pub const OFFERING_LABELS: &[&str] = &[
     INSTANCE_TYPE,
     ZONE,
@@ -75,6 +100,17 @@ pub const OFFERING_LABELS: &[&str] = &[
     INSTANCE_LOCAL_NVME,
     INSTANCE_HYPERVISOR,
     INSTANCE_NETWORK_BANDWIDTH,
+    INSTANCE_EBS_BANDWIDTH,
+    INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+    INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+    INSTANCE_CAPABILITY_FLEX,
+    INSTANCE_ACCELERATOR_NAME,
+    INSTANCE_ACCELERATOR_MANUFACTURER,
+    INSTANCE_ACCELERATOR_COUNT,
+    ZONE_ID,
+    WINDOWS_BUILD,
+    CAPACITY_RESERVATION_ID,
+    CAPACITY_RESERVATION_TYPE,
 ];
 
 /// Label keys that may be required without being defined by a NodePool (Karpenter's

@@ -1,5 +1,6 @@
 //! The StateStore port: Carpool's state in one DynamoDB table.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
@@ -107,6 +108,10 @@ pub struct LaunchRecord {
     /// count it as capacity for those pods alone (see [`crate::decide::reservation`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved_for: Option<Reservation>,
+    /// The labels the node is launched with (the NodePool's, and the values chosen for its
+    /// custom keys): a later run counts the node in flight with them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// Incremented by every update; updates are conditional on it.
     pub version: u64,
 }

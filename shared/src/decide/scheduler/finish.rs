@@ -6,10 +6,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::index::{TypeId, Types};
+use super::labels::custom_labels;
 use super::{BoundInput, Scheduler, SchedulerOutcome};
 use crate::decide::plan::{ExistingPlacement, MAX_ALTERNATIVES, PlannedNode, Unschedulable};
 use crate::decide::templates::Template;
 use crate::decide::unschedulable::{Reason, Shortfall};
+use crate::model::well_known as wk;
 
 impl Scheduler {
     /// Turns the simulation's state into the plan.
@@ -69,7 +71,17 @@ impl Scheduler {
                 requests: node.used.clone(),
                 daemonset_overhead: o.overhead.clone(),
                 allocatable: o.instance_type.allocatable.clone(),
-                labels: t.labels.clone(),
+                labels: t
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .chain(custom_labels(&node.custom))
+                    .chain(
+                        t.zone_ids
+                            .get(&node.zone)
+                            .map(|id| (wk::ZONE_ID.to_string(), id.clone())),
+                    )
+                    .collect(),
             });
         }
         self.plan.cost_per_hour = self.plan.nodes.iter().map(|n| n.price_per_hour).sum();

@@ -6,14 +6,14 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::index::{ClassId, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
-use super::labels::{Split, WithHost, matches_split};
+use super::labels::{Split, WithHost, matches_split, narrow};
 use super::target::Target;
 use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
 use crate::decide::topology::{Domains, PlacedPod};
 use crate::decide::unschedulable::{Reason, Shortfall};
 use crate::model::well_known as wk;
-use crate::model::{CapacityType, Resources};
+use crate::model::{CapacityType, Requirement, Requirements, Resources};
 
 /// A node the plan launches.
 pub(super) struct NewNode {
@@ -25,6 +25,8 @@ pub(super) struct NewNode {
     pub(super) capacity_type: CapacityType,
     /// Node labels: the template's, zone, capacity type, region and a hostname.
     pub(super) labels: BTreeMap<String, String>,
+    /// The values its NodePool's custom keys may still take, narrowed by its pods.
+    pub(super) custom: Requirements,
     /// The type the node is filled towards.
     pub(super) target: TypeId,
     /// Types that still satisfy every pod on the node, cheapest first.
@@ -78,7 +80,9 @@ impl Scheduler {
         if self.nodepool_taint(class, li, node.template).is_some() {
             return Err(Refusal::ForGood);
         }
-        if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b))) {
+        if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b)))
+            || HostPort::any_conflict(&p.host_ports, &target.daemon_ports).is_some()
+        {
             return Err(Refusal::ForGood);
         }
         let branches = &self.classes[class].branches[li];
@@ -86,8 +90,10 @@ impl Scheduler {
             let split = Split {
                 node: &node.labels,
                 instance: &t.ty(*i).labels,
+                custom: &node.custom,
             };
             branches.iter().any(|b| matches_split(b, &split))
+                && HostPort::any_conflict(&p.host_ports, &t.ty(*i).daemon_ports).is_none()
         };
         let seen = count > 0;
         if !seen && !fits_type(&node.target) {
@@ -96,6 +102,7 @@ impl Scheduler {
         let split = Split {
             node: &node.labels,
             instance: &target.labels,
+            custom: &node.custom,
         };
         if let Err(e) = self.check_topology(pod, li, &split) {
             return Err(if e.is_permanent_on_a_node() {
@@ -111,12 +118,26 @@ impl Scheduler {
             return Err(Refusal::ForGood);
         }
         let pinned = self.pinned_candidates(n);
+        let custom = (!seen && !node.custom.is_empty())
+            .then(|| {
+                let split = Split {
+                    node: &node.labels,
+                    instance: &target.labels,
+                    custom: &node.custom,
+                };
+                let b = branches.iter().find(|b| matches_split(b, &split))?;
+                narrow(&node.custom, b)
+            })
+            .flatten();
         let node = &mut self.new_nodes[n];
         if let Some(c) = candidates {
             node.candidates = c;
         }
         if let Some(keep) = pinned {
             node.candidates.retain(|i| keep.contains(i));
+        }
+        if let Some(c) = custom {
+            node.custom = c;
         }
         node.used = node.used.plus(&p.requests);
         node.free = node.free.minus(&p.requests);
@@ -136,12 +157,49 @@ impl Scheduler {
         let split = Split {
             node: &node.labels,
             instance,
+            custom: &node.custom,
         };
         let taints = &self.templates[node.template].taints;
         self.topology.record(PlacedPod::planned(p), &split, taints);
         let state = &mut self.progress[class];
         state.remaining = state.remaining.saturating_sub(1);
         Ok(())
+    }
+
+    /// The custom-key requirements a new node of template `ti` opens with for `pod`: each
+    /// custom key the pod spreads on (at this level) is fixed to one value, the allowed one
+    /// with the fewest matching pods, so that the node is in one domain of the spread
+    /// (Karpenter's `TopologyGroup.nextDomainTopologySpread` narrows the NodeClaim to the
+    /// domain with the minimum count).
+    fn custom_domains(&self, pod: PodId, li: usize, ti: TemplateId) -> Requirements {
+        let t = &self.templates[ti];
+        let mut custom = t.custom.clone();
+        let p = &self.pods[pod];
+        let class = &self.classes[self.class_of[pod]];
+        let strict = class.levels[li].strict;
+        for (i, s) in p.spreads.iter().enumerate() {
+            if !(s.hard || strict.soft_spreads) {
+                continue;
+            }
+            let Some(r) = custom.get(&s.key) else { continue };
+            if r.is_complement() || r.values().len() < 2 {
+                continue;
+            }
+            let best = r
+                .values()
+                .iter()
+                .filter(|v| {
+                    class.branches[li]
+                        .iter()
+                        .any(|b| b.get(&s.key).is_none_or(|q| q.has(v)))
+                })
+                .min_by_key(|v| self.topology.spread_count_of(&class.groups, i, v))
+                .cloned();
+            if let Some(v) = best {
+                custom.add(Requirement::in_values(&s.key, [v]));
+            }
+        }
+        custom
     }
 
     /// Moves planned node `n` to a larger candidate type so that `pod` fits, when the pod
@@ -160,6 +218,7 @@ impl Scheduler {
         let split = Split {
             node: &node.labels,
             instance: &t.ty(node.target).labels,
+            custom: &node.custom,
         };
         if self.check_topology(pod, li, &split).is_err() {
             return false;
@@ -223,6 +282,7 @@ impl Scheduler {
     /// checks a node's own labels; Karpenter narrows the NodeClaim's requirements to the
     /// domains its topology allows): anti-affinity to pods on arm64 nodes opens an amd64
     /// node. `None` when no such key is in play (any type will do; the first is checked).
+    #[allow(clippy::too_many_arguments)]
     fn topology_types(
         &self,
         pod: PodId,
@@ -231,6 +291,7 @@ impl Scheduler {
         k: OfferKeyId,
         types: &[TypeId],
         hostname: &str,
+        custom: &Requirements,
     ) -> Option<Vec<TypeId>> {
         if self.type_keys.is_empty() {
             return None;
@@ -247,6 +308,7 @@ impl Scheduler {
                         labels: Split {
                             node: &key.labels,
                             instance: &t.ty(i).labels,
+                            custom,
                         },
                     };
                     self.check_topology(pod, li, &split).is_ok()
@@ -270,14 +332,15 @@ impl Scheduler {
             };
             // Pick zone and capacity type: balanced spreads first, then price.
             let hostname = format!("carpool-planned-{}", self.new_nodes.len());
+            let custom = self.custom_domains(pod, li, ti);
             let mut choices: Vec<(i64, f64, i64, usize, OfferKeyId)> = Vec::new();
             let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             let mut topo_err = None;
             for (&k, all_types) in by_offer {
                 let key = &self.offer_keys[ti][k];
                 let t = &self.templates[ti];
-                let narrow = self.topology_types(pod, li, ti, k, all_types, &hostname);
-                let types = narrow.as_deref().unwrap_or(all_types);
+                let by_topology = self.topology_types(pod, li, ti, k, all_types, &hostname, &custom);
+                let types = by_topology.as_deref().unwrap_or(all_types);
                 let Some(&first) = types.first() else {
                     topo_err = Some(crate::decide::topology::Rejection::AntiAffinity(
                         self.type_keys.join(","),
@@ -289,6 +352,7 @@ impl Scheduler {
                     labels: Split {
                         node: &key.labels,
                         instance: &t.ty(first).labels,
+                        custom: &custom,
                     },
                 };
                 if let Err(e) = self.check_topology(pod, li, &split) {
@@ -316,7 +380,7 @@ impl Scheduler {
                 // At the same price, the zone and capacity type the pod prefers.
                 let preferred = -self.preference_weight_at(pod, ti, k, types, price);
                 choices.push((spread_count, price, preferred, in_zone, k));
-                if let Some(list) = narrow {
+                if let Some(list) = by_topology {
                     narrowed.insert(k, list);
                 }
             }
@@ -372,6 +436,7 @@ impl Scheduler {
                 zone: key.zone.clone(),
                 capacity_type: key.capacity_type,
                 labels,
+                custom,
                 target,
                 candidates,
                 used: Resources::default(),

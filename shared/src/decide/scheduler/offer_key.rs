@@ -8,6 +8,7 @@ use std::rc::Rc;
 use super::Scheduler;
 use super::index::{ClassId, IdVec, OfferKeyId, TemplateId, TypeId, Types, type_ids};
 use super::labels::{Split, matches_split};
+use crate::decide::pod::HostPort;
 use crate::decide::templates::Template;
 use crate::decide::unschedulable::{Mismatch, Reason, Shortfall};
 use crate::model::well_known as wk;
@@ -42,6 +43,9 @@ pub(super) fn offer_keys(t: &Template, region: &str) -> IdVec<OfferKeyId, OfferK
             labels.insert(wk::ZONE.into(), zone.clone());
             labels.insert(wk::CAPACITY_TYPE.into(), capacity_type.label().into());
             labels.insert(wk::REGION.into(), region.into());
+            if let Some(id) = t.zone_ids.get(&zone) {
+                labels.insert(wk::ZONE_ID.into(), id.clone());
+            }
             let prices: IdVec<TypeId, Option<f64>> = t.types.iter().map(|o| o.price(&zone, capacity_type)).collect();
             let mut by_price: Vec<TypeId> = type_ids(t).filter(|&i| prices[i].is_some()).collect();
             by_price.sort_by(|&a, &b| {
@@ -121,6 +125,7 @@ impl Scheduler {
             }
             let mut out = Candidates::new();
             let mut any_label_match = false;
+            let mut port_taken = None;
             for (k, key) in self.offer_keys[ti].enumerate() {
                 for i in type_ids(t) {
                     if key.prices[i].is_none() {
@@ -130,8 +135,13 @@ impl Scheduler {
                     let split = Split {
                         node: &key.labels,
                         instance: &o.labels,
+                        custom: &t.custom,
                     };
                     if !compatible.iter().any(|b| matches_split(b, &split)) {
+                        continue;
+                    }
+                    if let Some(hp) = HostPort::any_conflict(&p.host_ports, &o.daemon_ports) {
+                        port_taken = Some(format!("{}/{}", hp.protocol, hp.port));
                         continue;
                     }
                     any_label_match = true;
@@ -141,7 +151,12 @@ impl Scheduler {
                 }
             }
             if out.is_empty() {
-                return Err(if any_label_match {
+                return Err(if let (false, Some(port)) = (any_label_match, port_taken) {
+                    Reason::Requirements {
+                        nodepool: t.name.clone(),
+                        mismatch: Mismatch::DaemonSetHostPort { port },
+                    }
+                } else if any_label_match {
                     Reason::Resources {
                         nodepool: t.name.clone(),
                         shortfall: Shortfall::TooLarge {

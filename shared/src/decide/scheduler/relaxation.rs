@@ -129,6 +129,7 @@ impl Scheduler {
                 let split = Split {
                     node: &key.labels,
                     instance: &t.ty(i).labels,
+                    custom: &t.custom,
                 };
                 preference_weight(p, &split)
             })
@@ -156,6 +157,7 @@ impl Scheduler {
             let split = Split {
                 node: &node.labels,
                 instance: &t.ty(i).labels,
+                custom: &node.custom,
             };
             classes
                 .iter()

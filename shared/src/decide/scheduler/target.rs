@@ -9,7 +9,7 @@ use std::rc::Rc;
 use super::Scheduler;
 use super::class::per_zone_share;
 use super::index::{ClassId, Id, IdVec, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
-use super::labels::{Split, matches_split};
+use super::labels::{Split, custom_fits, matches_split, narrow};
 use super::new_node::NewNode;
 use crate::decide::packer::{self, ClassDemand, ResourcePrices, Supply};
 use crate::decide::pod::PodInfo;
@@ -127,6 +127,7 @@ impl Scheduler {
         let split = Split {
             node: &key.labels,
             instance: &o.labels,
+            custom: &self.templates[ti].custom,
         };
         let m = self.classes[class].branches[li]
             .iter()
@@ -170,8 +171,16 @@ impl Scheduler {
         };
         let rep = self.pods[self.classes[class].rep].clone();
         let tmpl = &self.templates[ti];
+        // The values the NodePool's custom keys keep once the opening pod is on the node.
+        let custom = if tmpl.custom.is_empty() {
+            None
+        } else {
+            self.classes[class].branches[li]
+                .iter()
+                .find_map(|b| narrow(&tmpl.custom, b))
+        };
         // Classes that may share the node: tolerated, no pod affinity, no mutual hostname
-        // anti-affinity with the opening class.
+        // anti-affinity with the opening class, custom keys that agree with its.
         let others: Vec<ClassId> = self
             .classes
             .ids()
@@ -188,6 +197,9 @@ impl Scheduler {
                         .anti_affinity
                         .iter()
                         .any(|a| a.key == wk::HOSTNAME && a.matches(&q.namespace, &q.labels))
+                    && custom
+                        .as_ref()
+                        .is_none_or(|custom| custom_fits(custom, &self.classes[c].branches[self.current_level(c)]))
             })
             .collect();
         let remaining_value: f64 = std::iter::once(class)

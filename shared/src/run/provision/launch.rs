@@ -58,7 +58,10 @@ fn request(
     pool: Option<&NodePool>,
     snapshot: &Snapshot,
 ) -> LaunchRequest {
+    // The planned node's labels carry the values chosen for the NodePool's custom keys
+    // (Karpenter's `NodeClaimTemplate.ToNodeClaim` labels the NodeClaim with them).
     let mut labels = pool.map(pool_labels).unwrap_or_default();
+    labels.extend(node.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     labels.insert(wk::NODEPOOL.into(), node.nodepool.clone());
     labels.insert(wk::CAPACITY_TYPE.into(), node.capacity_type.label().to_string());
     let class_name = pool.map(|p| p.spec.template.spec.node_class_ref.name.clone());
@@ -155,6 +158,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             launched_at: epoch_millis(at),
             state: LaunchState::InFlight,
             reserved_for: reservation.cloned(),
+            labels: request.labels.clone(),
             version: 0,
         };
         let record = self.store.create_launch(&record).await?;
@@ -248,5 +252,59 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 Ok(LaunchOutcome::Failed(failure(message)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::manifest::from_yaml;
+    use crate::model::{CapacityType, Resources};
+
+    // Karpenter: pkg/controllers/provisioning/scheduling/nodeclaimtemplate.go `ToNodeClaim`
+    // labels the NodeClaim with the template's labels and the values resolved for its custom
+    // keys; the kubelet registers the node with them.
+    #[test]
+    fn a_launch_carries_the_planned_nodes_labels_with_its_custom_values() {
+        let pool: NodePool = from_yaml(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: teams}
+spec:
+  template:
+    metadata: {labels: {tier: web}}
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: web}
+      requirements:
+      - {key: company.com/team, operator: In, values: [a, b]}
+"#,
+        )
+        .unwrap();
+        let mut snapshot = Snapshot::default();
+        snapshot.nodepools.push(pool.clone());
+        let node = PlannedNode {
+            nodepool: "teams".into(),
+            instance_type: "m5.large".into(),
+            instance_types: vec!["m5.large".into()],
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::Spot,
+            price_per_hour: 0.03,
+            pods: vec!["default/web-0".into()],
+            requests: Resources::default(),
+            daemonset_overhead: Resources::default(),
+            allocatable: Resources::default(),
+            labels: BTreeMap::from([
+                ("company.com/team".to_string(), "b".to_string()),
+                ("tier".to_string(), "web".to_string()),
+            ]),
+        };
+        let r = request("l-1", "test", &node, Some(&pool), &snapshot);
+        let label = |k: &str| r.labels.get(k).map(String::as_str);
+        assert_eq!(label("company.com/team"), Some("b"));
+        assert_eq!(label("tier"), Some("web"));
+        assert_eq!(label(wk::NODEPOOL), Some("teams"));
+        assert_eq!(label(wk::EC2NODECLASS), Some("web"));
+        assert_eq!(label(wk::CAPACITY_TYPE), Some("spot"));
     }
 }
