@@ -96,7 +96,16 @@ pub const CONTRACT_DRIVER: &str = "ebs.csi.aws.com";
 /// The volumes the scene's CSINode allows for [`CONTRACT_DRIVER`].
 pub const CONTRACT_VOLUME_LIMIT: i32 = 25;
 
-fn storage_objects(unique: &str, node_name: &str) -> (Namespace, StorageClass, PersistentVolumeClaim, PersistentVolume, CSINode) {
+fn storage_objects(
+    unique: &str,
+    node_name: &str,
+) -> (
+    Namespace,
+    StorageClass,
+    PersistentVolumeClaim,
+    PersistentVolume,
+    CSINode,
+) {
     let namespace = Namespace {
         metadata: meta(None, unique, &[("carpool.sh/contract", unique)]),
         ..Namespace::default()
@@ -378,7 +387,12 @@ fn not_found<T: std::fmt::Debug>(r: &Result<T, ClusterError>) -> bool {
     matches!(r, Err(ClusterError::NotFound { .. }))
 }
 
-fn named<'a, T>(items: &'a [T], meta: impl Fn(&T) -> &ObjectMeta, namespace: Option<&str>, name: &str) -> Option<&'a T> {
+fn named<'a, T>(
+    items: &'a [T],
+    meta: impl Fn(&T) -> &ObjectMeta,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<&'a T> {
     items
         .iter()
         .find(|o| meta(o).namespace.as_deref() == namespace && meta(o).name.as_deref() == Some(name))
@@ -422,7 +436,12 @@ async fn storage_reads<C: Cluster>(cluster: &C, scene: &ClusterScene) {
         "csinodes lists the node's drivers with their limits: {csinodes:?}"
     );
     let namespaces = cluster.namespaces().await;
-    let label = |n: &Namespace| n.metadata.labels.as_ref().and_then(|l| l.get("carpool.sh/contract").cloned());
+    let label = |n: &Namespace| {
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("carpool.sh/contract").cloned())
+    };
     assert!(
         matches!(&namespaces, Ok(l) if named(l, |o| &o.metadata, None, u).and_then(label).as_deref() == Some(u)),
         "namespaces lists the namespace with its labels: {namespaces:?}"

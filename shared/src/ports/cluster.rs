@@ -143,7 +143,8 @@ pub trait Cluster: Send + Sync {
     /// Every PersistentVolume.
     fn persistent_volumes(&self) -> impl Future<Output = Result<Vec<PersistentVolume>, ClusterError>> + Send;
     /// Every PersistentVolumeClaim, in every namespace.
-    fn persistent_volume_claims(&self) -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, ClusterError>> + Send;
+    fn persistent_volume_claims(&self)
+    -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, ClusterError>> + Send;
     /// Every StorageClass.
     fn storage_classes(&self) -> impl Future<Output = Result<Vec<StorageClass>, ClusterError>> + Send;
     /// Every CSINode: the volume attach limits of the nodes, per CSI driver.
