@@ -325,3 +325,48 @@ fn a_pod_requesting_efa_gets_a_type_with_efa_interfaces() {
         assert!(catalog.get(t).unwrap().efa > 0, "{t} has no EFA");
     }
 }
+
+#[test]
+fn the_lambdas_snapshot_reads_claims_volumes_classes_csinodes_and_namespaces() {
+    // The provisioner plans on what run::provision::observe::read_snapshot reads through
+    // the Cluster port: a WaitForFirstConsumer claim's zone, from its StorageClass, reaches
+    // the plan.
+    use carpool::fakes::FakeCluster;
+    use carpool::run::provision::observe::read_snapshot;
+    let cluster = FakeCluster::new();
+    fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+    cluster.add_storage_class(from(storage_class(
+        "gp3-f",
+        "WaitForFirstConsumer",
+        Some(&["us-east-1f"]),
+    )));
+    cluster.add_pvc(from(claim("data", "gp3-f")));
+    let [pv, pvc] = bound_claim("other", "us-east-1a");
+    cluster.add_pv(from(pv));
+    cluster.add_pvc(from(pvc));
+    cluster.add_csinode(from(csinode("n1", 3)));
+    cluster.add_namespace(from(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"team": "a"}}}),
+    ));
+    cluster.add_pod(from(with_claims(pod("db-0", "1", "2Gi"), &["data"])));
+    let snapshot = pollster::block_on(read_snapshot(&cluster)).unwrap();
+    assert_eq!(
+        (
+            snapshot.pvs.len(),
+            snapshot.pvcs.len(),
+            snapshot.storage_classes.len(),
+            snapshot.csinodes.len(),
+            snapshot.namespaces.len()
+        ),
+        (1, 2, 1, 1, 1)
+    );
+    assert_eq!(
+        snapshot.namespace_labels("default").get("team").map(String::as_str),
+        Some("a")
+    );
+    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+    let p = provisioning_plan_with_bound(&snapshot, &region);
+    assert_eq!(node_of(&p, "db-0").zone, "us-east-1f");
+}
