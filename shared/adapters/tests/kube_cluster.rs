@@ -212,10 +212,16 @@ async fn contract(s: &mut Scene) -> Result<()> {
         &serde_json::to_value(&scene.storage_class)?,
     )
     .await?;
-    s.create_cluster_object(ApiResource::erase::<PersistentVolume>(&()), &serde_json::to_value(&scene.pv)?)
-        .await?;
-    s.create_cluster_object(ApiResource::erase::<CSINode>(&()), &serde_json::to_value(&scene.csinode)?)
-        .await?;
+    s.create_cluster_object(
+        ApiResource::erase::<PersistentVolume>(&()),
+        &serde_json::to_value(&scene.pv)?,
+    )
+    .await?;
+    s.create_cluster_object(
+        ApiResource::erase::<CSINode>(&()),
+        &serde_json::to_value(&scene.csinode)?,
+    )
+    .await?;
     s.wait_running("app in (guarded, free)", 4).await?;
     s.wait_pdb("guarded", 2, 0).await?;
     s.wait_pdb("free", 2, 1).await?;
