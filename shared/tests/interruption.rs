@@ -235,6 +235,23 @@ impl Cluster for Replicas<'_> {
     async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         self.inner.pdbs().await
     }
+    async fn persistent_volumes(&self) -> Result<Vec<k8s_openapi::api::core::v1::PersistentVolume>, ClusterError> {
+        self.inner.persistent_volumes().await
+    }
+    async fn persistent_volume_claims(
+        &self,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>, ClusterError> {
+        self.inner.persistent_volume_claims().await
+    }
+    async fn storage_classes(&self) -> Result<Vec<k8s_openapi::api::storage::v1::StorageClass>, ClusterError> {
+        self.inner.storage_classes().await
+    }
+    async fn csinodes(&self) -> Result<Vec<k8s_openapi::api::storage::v1::CSINode>, ClusterError> {
+        self.inner.csinodes().await
+    }
+    async fn namespaces(&self) -> Result<Vec<k8s_openapi::api::core::v1::Namespace>, ClusterError> {
+        self.inner.namespaces().await
+    }
     async fn nodepools(&self) -> Result<Validated<carpool::model::NodePool>, ClusterError> {
         self.inner.nodepools().await
     }

@@ -213,6 +213,7 @@ fn an_ec2nodeclass_with_every_field_reads_and_its_kubelet_changes_allocatable() 
     let settings = NodeSettings {
         kubelet,
         root_volume_bytes: nc.root_volume_bytes(),
+        ..NodeSettings::default()
     };
     let m5 = Catalog::embedded().unwrap().get("m5.xlarge").unwrap();
     let custom = allocatable::with_settings(m5, &settings);

@@ -14,9 +14,12 @@ use carpool::model::manifest::{Validate, from_value};
 use carpool::model::{EC2NodeClass, NodePool};
 use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Taint};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Taint,
+};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
@@ -296,6 +299,36 @@ impl Cluster for KubeCluster {
         list_all(&Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("poddisruptionbudgets", e))
+    }
+
+    async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
+        list_all(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("persistentvolumes", e))
+    }
+
+    async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
+        list_all(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("persistentvolumeclaims", e))
+    }
+
+    async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
+        list_all(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("storageclasses", e))
+    }
+
+    async fn csinodes(&self) -> Result<Vec<CSINode>, ClusterError> {
+        list_all(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("csinodes", e))
+    }
+
+    async fn namespaces(&self) -> Result<Vec<Namespace>, ClusterError> {
+        list_all(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("namespaces", e))
     }
 
     async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {

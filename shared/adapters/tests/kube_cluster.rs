@@ -12,8 +12,9 @@ use carpool::ports::{Cluster, ClusterError, Eviction, MetadataPatch};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_tests::{Stack, shared, unique, wait};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -62,9 +63,9 @@ impl Scene {
     }
 
     async fn namespace(&self) -> Result<()> {
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns()}});
+        // The scene's namespace, with its label (the contract reads it back).
         Api::<Namespace>::all(self.kube.clone())
-            .create(&PostParams::default(), &serde_json::from_value(ns)?)
+            .create(&PostParams::default(), &self.scene.namespace)
             .await?;
         let accounts: Api<ServiceAccount> = Api::namespaced(self.kube.clone(), self.ns());
         wait::until("the default ServiceAccount", WAIT, async || {
@@ -204,6 +205,23 @@ async fn contract(s: &mut Scene) -> Result<()> {
         s.create_cluster_object(resource("karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses"), class)
             .await?;
     }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(s.kube.clone(), &ns);
+    claims.create(&PostParams::default(), &scene.pvc).await?;
+    s.create_cluster_object(
+        ApiResource::erase::<StorageClass>(&()),
+        &serde_json::to_value(&scene.storage_class)?,
+    )
+    .await?;
+    s.create_cluster_object(
+        ApiResource::erase::<PersistentVolume>(&()),
+        &serde_json::to_value(&scene.pv)?,
+    )
+    .await?;
+    s.create_cluster_object(
+        ApiResource::erase::<CSINode>(&()),
+        &serde_json::to_value(&scene.csinode)?,
+    )
+    .await?;
     s.wait_running("app in (guarded, free)", 4).await?;
     s.wait_pdb("guarded", 2, 0).await?;
     s.wait_pdb("free", 2, 1).await?;

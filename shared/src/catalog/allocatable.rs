@@ -3,7 +3,10 @@
 //!
 //! - **capacity**: vCPUs × 1000 millicores; memory as EC2 reports it less the VM overhead
 //!   (`ceil(MiB × 7.5%)`, Karpenter's `vmMemoryOverheadPercent`); the root volume (20 GiB
-//!   by default) as ephemeral storage; max pods; GPUs, Neuron devices and branch ENIs.
+//!   by default) as ephemeral storage, or with `instanceStorePolicy: RAID0` the instance
+//!   store (`TotalSizeInGB` × 10⁹ bytes, Karpenter's `ephemeralStorage`) on a type that has
+//!   one; max pods; GPUs, Neuron devices, branch ENIs and EFA interfaces
+//!   (`vpc.amazonaws.com/efa`, Karpenter's `efas`).
 //! - **max pods**: the kubelet's `maxPods` if set, else the VPC CNI's ENI limit
 //!   (ENIs × (IPv4 per ENI − 1) + 2); then capped by `podsPerCore × vCPUs` if set.
 //! - **kube-reserved**: CPU 6% of the first core, 1% of the second, 0.5% of the third and
@@ -18,7 +21,16 @@
 //!   subtracts it so that it never promises a pod more memory than Karpenter would.
 //!
 //! `allocatable = capacity − kube-reserved − system-reserved − eviction threshold`.
+//!
+//! **EBS volumes** a node can attach ([`ebs_volume_limit`]) are what the EBS CSI driver
+//! reports in the node's CSINode (`getVolumesLimit`): the type's attachments less the root
+//! volume and the class's other EBS mappings, less the ENIs past the first on a type whose
+//! ENIs share the slots; at boot, when the driver counts, a node has its primary ENI only.
+//! Karpenter v1.15 sets no limit on nodes it has not launched yet (its `VolumeUsage` gets
+//! its limits from CSINodes alone); kube-scheduler will enforce the CSINode's, so Carpool
+//! plans with it.
 
+use crate::model::ec2nodeclass::BlockDeviceMapping;
 use crate::model::kubelet::{KubeletConfiguration, Threshold};
 use crate::model::resources::{self as res, Resources};
 use crate::model::{Arch, InstanceType};
@@ -33,6 +45,12 @@ pub const DEFAULT_MEMORY_EVICTION_BYTES: i64 = 100 << 20;
 pub const DEFAULT_NODEFS_EVICTION_PERCENT: f64 = 10.0;
 /// See the module doc.
 pub const ARM64_EXTRA_RESERVED_MIB: i64 = 59;
+/// The EBS CSI driver's name: the key of its attach limit in a CSINode.
+pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+/// The attachments the EBS CSI driver assumes for a type it does not know (shared).
+pub const DEFAULT_EBS_ATTACHMENTS: u32 = 27;
+/// The `instanceStorePolicy` that makes the instance store the node's ephemeral storage.
+pub const INSTANCE_STORE_RAID0: &str = "RAID0";
 
 const MIB: i64 = 1 << 20;
 
@@ -43,6 +61,49 @@ pub struct NodeSettings {
     pub kubelet: KubeletConfiguration,
     /// The root volume size in bytes, if the class sets one.
     pub root_volume_bytes: Option<i64>,
+    /// `instanceStorePolicy: RAID0`: the instance store is the ephemeral storage.
+    pub instance_store_raid0: bool,
+    /// EBS volumes the class maps besides the root volume.
+    pub extra_ebs_volumes: u32,
+}
+
+/// The EBS volumes of a class's block device mappings other than the root volume (the
+/// mapping marked `rootVolume`, else the AL2/AL2023 root device `/dev/xvda`), which the EBS
+/// CSI driver counts against its attach limit (IMDS lists them as `ebsN`).
+pub fn extra_ebs_volumes(mappings: &[BlockDeviceMapping]) -> u32 {
+    let root = mappings.iter().position(|m| m.root_volume).or_else(|| {
+        mappings
+            .iter()
+            .position(|m| m.device_name.as_deref() == Some("/dev/xvda"))
+    });
+    let extra = mappings
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| Some(*i) != root && m.ebs.is_some())
+        .count();
+    u32::try_from(extra).unwrap_or(u32::MAX)
+}
+
+/// The volumes of [`EBS_CSI_DRIVER`] a new node of this type can attach, as the driver
+/// reports it (see the module doc); never below 1, as the driver's own floor.
+pub fn ebs_volume_limit(it: &InstanceType, settings: &NodeSettings) -> u32 {
+    // `getVolumesLimit`: attachments − (ebsN mappings + 1 for the root), then, on a type
+    // whose ENIs share the slots, − (attached ENIs − 1), which is 0 at boot.
+    it.ebs_max_attachments
+        .saturating_sub(settings.extra_ebs_volumes.saturating_add(1))
+        .max(1)
+}
+
+/// The ephemeral storage of a node, in bytes: the instance store under RAID0 on a type that
+/// has one, else the root volume (Karpenter's `ephemeralStorage`).
+pub fn ephemeral_storage_bytes(it: &InstanceType, settings: &NodeSettings) -> i64 {
+    if settings.instance_store_raid0 && it.local_storage_gb > 0 {
+        // `resources.Quantity("<TotalSizeInGB>G")`: decimal gigabytes.
+        return i64::try_from(it.local_storage_gb)
+            .unwrap_or(i64::MAX / 1_000_000_000)
+            .saturating_mul(1_000_000_000);
+    }
+    settings.root_volume_bytes.unwrap_or(DEFAULT_ROOT_VOLUME_BYTES)
 }
 
 /// Max pods: the kubelet's `maxPods`, else the ENI limit; capped by `podsPerCore`.
@@ -77,7 +138,7 @@ pub fn capacity(it: &InstanceType, settings: &NodeSettings) -> Resources {
     let mut c = Resources {
         cpu_millis: i64::from(it.vcpu) * 1000,
         memory: (mem_mib - overhead_mib) * MIB,
-        ephemeral_storage: settings.root_volume_bytes.unwrap_or(DEFAULT_ROOT_VOLUME_BYTES),
+        ephemeral_storage: ephemeral_storage_bytes(it, settings),
         pods: max_pods(it.eni_max_pods, it.vcpu, &settings.kubelet),
         ..Resources::default()
     };
@@ -98,6 +159,9 @@ pub fn capacity(it: &InstanceType, settings: &NodeSettings) -> Resources {
     }
     if it.branch_enis > 0 {
         c.set(res::POD_ENI, i64::from(it.branch_enis));
+    }
+    if it.efa > 0 {
+        c.set(res::EFA, i64::from(it.efa));
     }
     c
 }

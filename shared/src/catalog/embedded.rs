@@ -68,6 +68,49 @@ fn label_facts() -> Result<HashMap<String, LabelFacts>, CatalogError> {
         .collect())
 }
 
+const EXTRAS: &str = include_str!("../../data/ec2/instance-type-extras.json");
+
+/// The column order of `instance-type-extras.json`.
+const EXTRA_COLUMNS: [&str; 5] = [
+    "name",
+    "local_storage_gb",
+    "efa",
+    "ebs_max_attachments",
+    "ebs_attachment_limit_type",
+];
+
+#[derive(Deserialize)]
+struct ExtraTable {
+    columns: Vec<String>,
+    rows: Vec<ExtraRow>,
+}
+
+/// One row of `instance-type-extras.json`: instance store GB, EFA interfaces, EBS
+/// attachments and their limit type.
+#[derive(Deserialize)]
+struct ExtraRow(String, u64, u32, u32, String);
+
+fn apply_extras(types: &mut [InstanceType]) -> Result<(), CatalogError> {
+    let table: ExtraTable = serde_json::from_str(EXTRAS).map_err(|e| CatalogError::Embedded(e.to_string()))?;
+    if table.columns != EXTRA_COLUMNS {
+        return Err(CatalogError::Embedded(format!(
+            "instance-type-extras.json columns {:?} differ from the expected {EXTRA_COLUMNS:?}; rerun extract.py",
+            table.columns
+        )));
+    }
+    let rows: HashMap<String, ExtraRow> = table.rows.into_iter().map(|r| (r.0.clone(), r)).collect();
+    for it in types {
+        if let Some(ExtraRow(_, storage, efa, ebs, limit_type)) = rows.get(&it.name) {
+            it.local_storage_gb = *storage;
+            it.efa = *efa;
+            it.ebs_max_attachments = *ebs;
+            it.ebs_attachments_shared = limit_type == "shared";
+            *it = allocatable::with_settings(it, &NodeSettings::default());
+        }
+    }
+    Ok(())
+}
+
 /// The column order `extract.py` writes; checked when loading.
 const COLUMNS: [&str; 24] = [
     "name",
@@ -204,6 +247,10 @@ fn to_instance_type(r: Row) -> Result<InstanceType, String> {
         hypervisor: hypervisor.filter(|h| !h.is_empty()),
         bare_metal: bare_metal.unwrap_or(false),
         local_nvme_gb: nvme.unwrap_or(0),
+        local_storage_gb: 0,
+        efa: 0,
+        ebs_max_attachments: allocatable::DEFAULT_EBS_ATTACHMENTS,
+        ebs_attachments_shared: true,
         capacity: Resources::default(),
         allocatable: Resources::default(),
         label_facts: LabelFacts::default(),
@@ -233,6 +280,7 @@ pub(super) fn load() -> Result<Embedded, CatalogError> {
             Err(name) => incomplete.push(name),
         }
     }
+    apply_extras(&mut types)?;
     let indices: BTreeMap<String, Vec<usize>> =
         serde_json::from_str(OFFERINGS).map_err(|e| CatalogError::Embedded(e.to_string()))?;
     let offered = indices

@@ -27,6 +27,9 @@
 //!   event or scheduled tick (bare, SQS-wrapped or a Lambda SQS batch) into a typed
 //!   [`interruption::Action`]: disrupt, rebalance, clean up, sweep or ignore (and why).
 //!
+//! - [`volumes`] reads the volumes a pod mounts: the zones they bind it to, the claims
+//!   that keep it off every node, and what it attaches per CSI driver.
+//!
 //! The algorithm is in [`scheduler`] (the simulation, with its complexity) and
 //! [`packer`] (the choice of each new node's type); [`lower_bound`] bounds the cost of
 //! any valid plan.
@@ -58,6 +61,7 @@ pub mod taints;
 pub mod templates;
 pub mod topology;
 pub mod unschedulable;
+pub mod volumes;
 
 pub use plan::{ExistingPlacement, PlannedNode, ProvisioningPlan, Unschedulable};
 

@@ -1,19 +1,17 @@
 //! What the scheduler needs to know of a pod, read once: requests, node requirements,
 //! tolerations, topology spread, pod (anti-)affinity, host ports and volume zones.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm,
-};
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm};
 
 use super::namespaces::Namespaces;
 use super::node_inclusion::{NodeInclusion, Tolerations};
 use super::selector::{Selector, SelectorError};
+pub use super::volumes::{VolumeUse, Volumes};
 use crate::model::pod_requests::{RequestsError, effective_requests};
 use crate::model::pod_requirements::{PodRequirementError, from_k8s as requirement_from_k8s, pod_requirement_branches};
 use crate::model::requirements::RequirementError;
-use crate::model::well_known::ZONE;
 use crate::model::{Requirements, Resources};
 
 /// A pod that cannot be read for scheduling, and why.
@@ -166,79 +164,8 @@ pub struct PodInfo {
     pub preferred_anti_affinity: Vec<AffinityTerm>,
     /// Host ports.
     pub host_ports: Vec<HostPort>,
-}
-
-/// The PersistentVolumes bound to claims, for volume zone requirements.
-#[derive(Default)]
-pub struct Volumes<'a> {
-    claims: HashMap<(String, String), &'a PersistentVolumeClaim>,
-    volumes: HashMap<String, &'a PersistentVolume>,
-}
-
-impl<'a> Volumes<'a> {
-    /// Indexes claims by namespace and name, volumes by name.
-    pub fn new(pvcs: &'a [PersistentVolumeClaim], pvs: &'a [PersistentVolume]) -> Self {
-        let claims = pvcs
-            .iter()
-            .filter_map(|c| Some(((c.metadata.namespace.clone()?, c.metadata.name.clone()?), c)))
-            .collect();
-        let volumes = pvs.iter().filter_map(|v| Some((v.metadata.name.clone()?, v))).collect();
-        Volumes { claims, volumes }
-    }
-
-    /// The node requirement branches of the volumes a pod mounts (zones of bound PVs).
-    fn branches(&self, pod: &Pod, namespace: &str) -> Result<Vec<Requirements>, PodError> {
-        let mut out = vec![Requirements::new()];
-        let claims = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .filter_map(|v| v.persistent_volume_claim.as_ref());
-        for claim in claims {
-            let Some(pvc) = self.claims.get(&(namespace.to_string(), claim.claim_name.clone())) else {
-                continue;
-            };
-            let Some(pv) = pvc
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_ref())
-                .and_then(|n| self.volumes.get(n))
-            else {
-                continue;
-            };
-            let terms = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_affinity.as_ref())
-                .and_then(|a| a.required.as_ref())
-                .map(|r| r.node_selector_terms.as_slice())
-                .unwrap_or_default();
-            if terms.is_empty() {
-                continue;
-            }
-            let mut pv_branches = Vec::new();
-            for term in terms {
-                let mut r = Requirements::new();
-                for e in term.match_expressions.iter().flatten() {
-                    let mut e = e.clone();
-                    // The EBS CSI driver's zone key; new nodes carry the well-known one.
-                    if e.key == "topology.ebs.csi.aws.com/zone" || e.key == "failure-domain.beta.kubernetes.io/zone" {
-                        e.key = ZONE.to_string();
-                    }
-                    r.add(requirement_from_k8s(&e).map_err(|source| PodError::Volume {
-                        claim: claim.claim_name.clone(),
-                        source,
-                    })?);
-                }
-                pv_branches.push(r);
-            }
-            out = out
-                .iter()
-                .flat_map(|a| pv_branches.iter().map(move |b| a.intersection(b)))
-                .collect();
-        }
-        Ok(out)
-    }
+    /// The volumes it attaches, per CSI driver (see [`super::volumes`]).
+    pub volumes: Vec<VolumeUse>,
 }
 
 /// Whether a pod is one Carpool should provision for: Pending, unbound, not terminating,
@@ -470,6 +397,7 @@ impl PodInfo {
                 })
             })
             .collect();
+        let attached = volumes.uses(pod, &namespace);
         Ok(PodInfo {
             key: pod_key(pod),
             affinity: required(pa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()))?,
@@ -496,6 +424,7 @@ impl PodInfo {
             tolerations: spec.tolerations.clone().unwrap_or_default(),
             spreads,
             host_ports,
+            volumes: attached,
         })
     }
 }

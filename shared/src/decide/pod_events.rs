@@ -99,6 +99,7 @@ fn unschedulable_reason(kind: Kind) -> EventReason {
         | Kind::Limits
         | Kind::Topology
         | Kind::MinValues
+        | Kind::Volume
         | Kind::InvalidPod
         | Kind::NoValidNodePool
         | Kind::NoNodePool => EventReason::FailedScheduling,

@@ -125,6 +125,11 @@ pub fn node_settings(class: Option<&EC2NodeClass>) -> NodeSettings {
     NodeSettings {
         kubelet: class.and_then(|c| c.spec.kubelet.clone()).unwrap_or_default(),
         root_volume_bytes: class.and_then(EC2NodeClass::root_volume_bytes),
+        instance_store_raid0: class.and_then(|c| c.spec.instance_store_policy.as_deref())
+            == Some(crate::catalog::allocatable::INSTANCE_STORE_RAID0),
+        extra_ebs_volumes: class.map_or(0, |c| {
+            crate::catalog::allocatable::extra_ebs_volumes(&c.spec.block_device_mappings)
+        }),
     }
 }
 

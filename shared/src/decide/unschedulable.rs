@@ -25,6 +25,8 @@ pub enum Kind {
     Topology,
     /// A NodePool's `minValues`.
     MinValues,
+    /// A claim the pod mounts keeps it off every node.
+    Volume,
     /// A pod that cannot be read.
     InvalidPod,
     /// The launch of the pod's node failed.
@@ -41,13 +43,14 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Taints,
         Kind::Requirements,
         Kind::Resources,
         Kind::Limits,
         Kind::Topology,
         Kind::MinValues,
+        Kind::Volume,
         Kind::InvalidPod,
         Kind::Launch,
         Kind::BackedOff,
@@ -64,6 +67,7 @@ impl Kind {
             Kind::Limits => "limits",
             Kind::Topology => "topology",
             Kind::MinValues => "min_values",
+            Kind::Volume => "volume",
             Kind::InvalidPod => "invalid_pod",
             Kind::Launch => "launch",
             Kind::BackedOff => "backed_off",
@@ -113,6 +117,53 @@ pub enum Shortfall {
     NotHeldTogether,
 }
 
+/// Why a claim a pod mounts keeps it off every node (kube-scheduler's volumebinding
+/// PreFilter answers UnschedulableAndUnresolvable; Karpenter's
+/// `ValidatePersistentVolumeClaims` skips the pod). A new node would not help.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VolumeProblem {
+    /// The claim does not exist ("persistentvolumeclaim not found"), for a generic
+    /// ephemeral volume not yet, until the ephemeral volume controller creates it.
+    ClaimNotFound,
+    /// The claim is being deleted.
+    ClaimDeleting,
+    /// The claim is `Lost`: bound to a PersistentVolume that is gone.
+    ClaimLost,
+    /// The claim is bound to a PersistentVolume that does not exist.
+    VolumeNotFound {
+        /// The PersistentVolume's name.
+        volume: String,
+    },
+    /// The claim is unbound and its StorageClass binds `Immediate` (or it names a volume
+    /// not yet bound to it, or has no class): "pod has unbound immediate
+    /// PersistentVolumeClaims"; the volume controller must bind it first.
+    UnboundImmediate,
+    /// The claim is unbound and its StorageClass does not exist (kube-scheduler reads a
+    /// missing class as `Immediate`).
+    StorageClassNotFound {
+        /// The class's name.
+        storage_class: String,
+    },
+}
+
+impl fmt::Display for VolumeProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VolumeProblem::ClaimNotFound => f.write_str("persistentvolumeclaim not found"),
+            VolumeProblem::ClaimDeleting => f.write_str("persistentvolumeclaim is being deleted"),
+            VolumeProblem::ClaimLost => f.write_str("persistentvolumeclaim bound to non-existent persistentvolume"),
+            VolumeProblem::VolumeNotFound { volume } => {
+                write!(f, "bound to persistentvolume {volume}, which does not exist")
+            }
+            VolumeProblem::UnboundImmediate => f.write_str("pod has unbound immediate PersistentVolumeClaims"),
+            VolumeProblem::StorageClassNotFound { storage_class } => {
+                write!(f, "unbound, and its storageclass {storage_class} does not exist")
+            }
+        }
+    }
+}
+
 /// One reason a pod cannot be placed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -159,6 +210,13 @@ pub enum Reason {
         /// The requirement short of values.
         detail: String,
     },
+    /// A claim the pod mounts keeps it off every node until the claim changes.
+    Volume {
+        /// The claim, `namespace/name`.
+        claim: String,
+        /// What is wrong.
+        problem: VolumeProblem,
+    },
     /// The pod cannot be read.
     InvalidPod {
         /// What is wrong with it.
@@ -199,6 +257,7 @@ impl Reason {
             Reason::Limits { .. } => Kind::Limits,
             Reason::Topology { .. } => Kind::Topology,
             Reason::MinValues { .. } => Kind::MinValues,
+            Reason::Volume { .. } => Kind::Volume,
             Reason::InvalidPod { .. } => Kind::InvalidPod,
             Reason::Launch { .. } => Kind::Launch,
             Reason::BackedOff { .. } => Kind::BackedOff,
@@ -251,6 +310,7 @@ impl fmt::Display for Reason {
             ),
             Reason::Topology { rejection } => write!(f, "{rejection}"),
             Reason::MinValues { nodepool, detail } => write!(f, "minValues: NodePool {nodepool}: {detail}"),
+            Reason::Volume { claim, problem } => write!(f, "volume: persistentvolumeclaim {claim}: {problem}"),
             Reason::InvalidPod { detail } => write!(f, "invalid pod: {detail}"),
             Reason::Launch { error } => write!(f, "launch: {error}"),
             Reason::BackedOff {
@@ -320,6 +380,16 @@ mod tests {
                 nodepool: "a".into(),
                 detail: "x".into(),
             },
+            Reason::Volume {
+                claim: "ns/data".into(),
+                problem: VolumeProblem::ClaimNotFound,
+            },
+            Reason::Volume {
+                claim: "ns/data".into(),
+                problem: VolumeProblem::StorageClassNotFound {
+                    storage_class: "gp3".into(),
+                },
+            },
             Reason::InvalidPod { detail: "x".into() },
             Reason::Launch { error: "x".into() },
             Reason::BackedOff {
@@ -353,6 +423,7 @@ mod tests {
                 Kind::Limits => "limits: ",
                 Kind::Topology => "topology spread on ",
                 Kind::MinValues => "minValues: ",
+                Kind::Volume => "volume: persistentvolumeclaim ns/data: ",
                 Kind::InvalidPod => "invalid pod: ",
                 Kind::Launch => "launch: ",
                 Kind::BackedOff => "NodePool a is backed off until 2023-11-14T22:13:20Z after 3 failed launches: x",

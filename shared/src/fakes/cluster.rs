@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 
@@ -47,13 +48,19 @@ struct State {
     /// disruption controller counts them while their controller replaces them.
     disrupted: BTreeMap<Key, i32>,
     daemonsets: BTreeMap<Key, DaemonSet>,
+    pvs: BTreeMap<String, PersistentVolume>,
+    pvcs: BTreeMap<Key, PersistentVolumeClaim>,
+    storage_classes: BTreeMap<String, StorageClass>,
+    csinodes: BTreeMap<String, CSINode>,
+    namespaces: BTreeMap<String, Namespace>,
     nodepools: BTreeMap<String, serde_json::Value>,
     ec2nodeclasses: BTreeMap<String, serde_json::Value>,
     /// Events published, in order.
     events: Vec<PodEvent>,
 }
 
-/// A cluster in memory: pods, nodes, PDBs, DaemonSets, NodePools and EC2NodeClasses.
+/// A cluster in memory: pods, nodes, PDBs, DaemonSets, PersistentVolumes and their
+/// claims, StorageClasses, CSINodes, Namespaces, NodePools and EC2NodeClasses.
 ///
 /// It records every call, can be told to fail the next calls (or the next call of a
 /// given name, [`FakeCluster::fail_on`]), and evicts as the
@@ -253,6 +260,36 @@ impl FakeCluster {
         lock(&self.state).daemonsets.insert(k, ds);
     }
 
+    /// Adds or replaces a PersistentVolume.
+    pub fn add_pv(&self, pv: PersistentVolume) {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        lock(&self.state).pvs.insert(name, pv);
+    }
+
+    /// Adds or replaces a PersistentVolumeClaim (its namespace defaults to `default`).
+    pub fn add_pvc(&self, pvc: PersistentVolumeClaim) {
+        let k = key(pvc.metadata.namespace.as_ref(), pvc.metadata.name.as_ref());
+        lock(&self.state).pvcs.insert(k, pvc);
+    }
+
+    /// Adds or replaces a StorageClass.
+    pub fn add_storage_class(&self, sc: StorageClass) {
+        let name = sc.metadata.name.clone().unwrap_or_default();
+        lock(&self.state).storage_classes.insert(name, sc);
+    }
+
+    /// Adds or replaces a CSINode.
+    pub fn add_csinode(&self, csinode: CSINode) {
+        let name = csinode.metadata.name.clone().unwrap_or_default();
+        lock(&self.state).csinodes.insert(name, csinode);
+    }
+
+    /// Adds or replaces a Namespace.
+    pub fn add_namespace(&self, namespace: Namespace) {
+        let name = namespace.metadata.name.clone().unwrap_or_default();
+        lock(&self.state).namespaces.insert(name, namespace);
+    }
+
     /// Adds or replaces a NodePool as the API holds it (JSON), valid or not.
     pub fn add_nodepool(&self, object: serde_json::Value) {
         lock(&self.state).nodepools.insert(object_name(&object), object);
@@ -410,6 +447,31 @@ impl Cluster for FakeCluster {
                 ..p.clone()
             })
             .collect())
+    }
+
+    async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
+        let state = self.enter("persistent_volumes".into())?;
+        Ok(state.pvs.values().cloned().collect())
+    }
+
+    async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
+        let state = self.enter("persistent_volume_claims".into())?;
+        Ok(state.pvcs.values().cloned().collect())
+    }
+
+    async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
+        let state = self.enter("storage_classes".into())?;
+        Ok(state.storage_classes.values().cloned().collect())
+    }
+
+    async fn csinodes(&self) -> Result<Vec<CSINode>, ClusterError> {
+        let state = self.enter("csinodes".into())?;
+        Ok(state.csinodes.values().cloned().collect())
+    }
+
+    async fn namespaces(&self) -> Result<Vec<Namespace>, ClusterError> {
+        let state = self.enter("namespaces".into())?;
+        Ok(state.namespaces.values().cloned().collect())
     }
 
     async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {

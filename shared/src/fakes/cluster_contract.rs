@@ -11,9 +11,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
-    Container, Node, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec, Taint,
+    CSIPersistentVolumeSource, Container, Namespace, Node, NodeSpec, NodeStatus, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeSpec, Pod, PodCondition, PodSpec, PodStatus,
+    PodTemplateSpec, Taint, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeNodeResources};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -55,7 +58,11 @@ pub fn disrupted_taint() -> Taint {
 ///   one allowed);
 /// - a DaemonSet `agent` that selects no node;
 /// - NodePools `<u>-valid` and `<u>-invalid` (a negative limit, which the CRD schema
-///   accepts and Carpool does not), and an EC2NodeClass `<u>-valid`.
+///   accepts and Carpool does not), and an EC2NodeClass `<u>-valid`;
+/// - the namespace `<u>` (label `carpool.sh/contract=<u>`), a StorageClass `<u>-sc`
+///   (`WaitForFirstConsumer`, provisioner `ebs.csi.aws.com`), a claim `<u>/data` of that
+///   class (unbound), a PersistentVolume `<u>-pv` of no class (so it binds to nothing),
+///   and a CSINode `<u>-node` whose `ebs.csi.aws.com` driver allows 25 volumes.
 #[derive(Clone, Debug)]
 pub struct ClusterScene {
     /// The namespace, and the prefix of the cluster-scoped names.
@@ -72,6 +79,86 @@ pub struct ClusterScene {
     pub nodepools: Vec<serde_json::Value>,
     /// The EC2NodeClasses, as JSON.
     pub ec2nodeclasses: Vec<serde_json::Value>,
+    /// The namespace.
+    pub namespace: Namespace,
+    /// The StorageClass.
+    pub storage_class: StorageClass,
+    /// The claim.
+    pub pvc: PersistentVolumeClaim,
+    /// The PersistentVolume.
+    pub pv: PersistentVolume,
+    /// The node's CSINode.
+    pub csinode: CSINode,
+}
+
+/// The CSI driver of the scene's storage objects.
+pub const CONTRACT_DRIVER: &str = "ebs.csi.aws.com";
+/// The volumes the scene's CSINode allows for [`CONTRACT_DRIVER`].
+pub const CONTRACT_VOLUME_LIMIT: i32 = 25;
+
+fn storage_objects(
+    unique: &str,
+    node_name: &str,
+) -> (
+    Namespace,
+    StorageClass,
+    PersistentVolumeClaim,
+    PersistentVolume,
+    CSINode,
+) {
+    let namespace = Namespace {
+        metadata: meta(None, unique, &[("carpool.sh/contract", unique)]),
+        ..Namespace::default()
+    };
+    let storage_class = StorageClass {
+        metadata: meta(None, &format!("{unique}-sc"), &[]),
+        provisioner: CONTRACT_DRIVER.into(),
+        volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        ..StorageClass::default()
+    };
+    let storage = BTreeMap::from([("storage".to_string(), Quantity("1Gi".into()))]);
+    let pvc = PersistentVolumeClaim {
+        metadata: meta(Some(unique), "data", &[]),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(format!("{unique}-sc")),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(storage.clone()),
+                limits: None,
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    };
+    let pv = PersistentVolume {
+        metadata: meta(None, &format!("{unique}-pv"), &[]),
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            capacity: Some(storage),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: CONTRACT_DRIVER.into(),
+                volume_handle: format!("vol-{unique}"),
+                ..CSIPersistentVolumeSource::default()
+            }),
+            storage_class_name: Some(String::new()),
+            ..PersistentVolumeSpec::default()
+        }),
+        status: None,
+    };
+    let csinode = CSINode {
+        metadata: meta(None, node_name, &[]),
+        spec: CSINodeSpec {
+            drivers: vec![CSINodeDriver {
+                name: CONTRACT_DRIVER.into(),
+                node_id: format!("i-{unique}"),
+                allocatable: Some(VolumeNodeResources {
+                    count: Some(CONTRACT_VOLUME_LIMIT),
+                }),
+                topology_keys: None,
+            }],
+        },
+    };
+    (namespace, storage_class, pvc, pv, csinode)
 }
 
 fn meta(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
@@ -210,7 +297,13 @@ impl ClusterScene {
             .role("KarpenterNodeRole-carpool-local")
             .discovery("carpool-local")
             .build();
+        let (namespace, storage_class, pvc, pv, csinode) = storage_objects(unique, &node_name);
         ClusterScene {
+            namespace,
+            storage_class,
+            pvc,
+            pv,
+            csinode,
             unique: unique.to_string(),
             node,
             pods,
@@ -239,6 +332,11 @@ impl ClusterScene {
         self.ec2nodeclasses
             .iter()
             .for_each(|n| fake.add_ec2nodeclass(n.clone()));
+        fake.add_namespace(self.namespace.clone());
+        fake.add_storage_class(self.storage_class.clone());
+        fake.add_pvc(self.pvc.clone());
+        fake.add_pv(self.pv.clone());
+        fake.add_csinode(self.csinode.clone());
     }
 }
 
@@ -287,6 +385,67 @@ fn annotation(node: &Node, key: &str) -> Option<String> {
 
 fn not_found<T: std::fmt::Debug>(r: &Result<T, ClusterError>) -> bool {
     matches!(r, Err(ClusterError::NotFound { .. }))
+}
+
+fn named<'a, T>(
+    items: &'a [T],
+    meta: impl Fn(&T) -> &ObjectMeta,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<&'a T> {
+    items
+        .iter()
+        .find(|o| meta(o).namespace.as_deref() == namespace && meta(o).name.as_deref() == Some(name))
+}
+
+/// The storage reads: PersistentVolumes, claims, StorageClasses, CSINodes, Namespaces.
+async fn storage_reads<C: Cluster>(cluster: &C, scene: &ClusterScene) {
+    let u = scene.unique.as_str();
+    let pvs = cluster.persistent_volumes().await;
+    let pv_name = format!("{u}-pv");
+    let driver = |pv: &PersistentVolume| pv.spec.as_ref().and_then(|s| s.csi.as_ref()).map(|c| c.driver.clone());
+    assert!(
+        matches!(&pvs, Ok(l) if named(l, |o| &o.metadata, None, &pv_name).and_then(driver).as_deref() == Some(CONTRACT_DRIVER)),
+        "persistent_volumes lists the volume with its CSI driver: {pvs:?}"
+    );
+    let pvcs = cluster.persistent_volume_claims().await;
+    let class_name = format!("{u}-sc");
+    let class_of = |c: &PersistentVolumeClaim| c.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+    assert!(
+        matches!(&pvcs, Ok(l) if named(l, |o| &o.metadata, Some(u), "data").and_then(class_of).as_deref() == Some(class_name.as_str())),
+        "persistent_volume_claims lists the claim in its namespace: {pvcs:?}"
+    );
+    let classes = cluster.storage_classes().await;
+    assert!(
+        matches!(&classes, Ok(l) if named(l, |o| &o.metadata, None, &class_name)
+            .is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") && c.provisioner == CONTRACT_DRIVER)),
+        "storage_classes lists the class with its binding mode: {classes:?}"
+    );
+    let csinodes = cluster.csinodes().await;
+    let node = scene.node_name();
+    let limit = |c: &CSINode| {
+        c.spec
+            .drivers
+            .iter()
+            .find(|d| d.name == CONTRACT_DRIVER)
+            .and_then(|d| d.allocatable.as_ref())
+            .and_then(|a| a.count)
+    };
+    assert!(
+        matches!(&csinodes, Ok(l) if named(l, |o| &o.metadata, None, &node).and_then(limit) == Some(CONTRACT_VOLUME_LIMIT)),
+        "csinodes lists the node's drivers with their limits: {csinodes:?}"
+    );
+    let namespaces = cluster.namespaces().await;
+    let label = |n: &Namespace| {
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("carpool.sh/contract").cloned())
+    };
+    assert!(
+        matches!(&namespaces, Ok(l) if named(l, |o| &o.metadata, None, u).and_then(label).as_deref() == Some(u)),
+        "namespaces lists the namespace with its labels: {namespaces:?}"
+    );
 }
 
 /// Runs the Cluster contract (see [`Cluster`]) against `cluster`, which holds `scene`
@@ -357,6 +516,8 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
         matches!(&classes, Ok(v) if v.valid.iter().any(|n| n.metadata.name.as_deref() == Some(valid_name.as_str()))),
         "ec2nodeclasses reads the valid one: {classes:?}"
     );
+
+    storage_reads(cluster, scene).await;
 
     // Evictions.
     let r = cluster.evict(ns, "guarded-0").await;

@@ -6,8 +6,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, Validated};
@@ -65,6 +66,26 @@ impl<K: Cluster> Cluster for Crashing<'_, K> {
     async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
         self.gate().await;
         self.inner.pdbs().await
+    }
+    async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
+        self.gate().await;
+        self.inner.persistent_volumes().await
+    }
+    async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
+        self.gate().await;
+        self.inner.persistent_volume_claims().await
+    }
+    async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
+        self.gate().await;
+        self.inner.storage_classes().await
+    }
+    async fn csinodes(&self) -> Result<Vec<CSINode>, ClusterError> {
+        self.gate().await;
+        self.inner.csinodes().await
+    }
+    async fn namespaces(&self) -> Result<Vec<Namespace>, ClusterError> {
+        self.gate().await;
+        self.inner.namespaces().await
     }
     async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {
         self.gate().await;

@@ -78,6 +78,19 @@ pub struct InstanceType {
     pub bare_metal: bool,
     /// Local NVMe storage, GB.
     pub local_nvme_gb: u64,
+    /// All instance store (NVMe, SSD or HDD), GB as EC2 reports it (`TotalSizeInGB`).
+    #[serde(default)]
+    pub local_storage_gb: u64,
+    /// EFA interfaces (`MaximumEfaInterfaces`).
+    #[serde(default)]
+    pub efa: u32,
+    /// EBS volumes the type can attach, as the EBS CSI driver counts them (its limits
+    /// table: `MaximumEbsAttachments`, 39 for Xen types, 27 when unknown).
+    #[serde(default)]
+    pub ebs_max_attachments: u32,
+    /// Whether ENIs share the EBS attachment slots (`AttachmentLimitType: shared`).
+    #[serde(default)]
+    pub ebs_attachments_shared: bool,
     /// What the node reports as capacity.
     pub capacity: Resources,
     /// What pods can request: capacity less reservations and eviction thresholds.

@@ -26,6 +26,8 @@ pub const AWS_NEURON: &str = "aws.amazon.com/neuron";
 pub const AWS_NEURON_CORE: &str = "aws.amazon.com/neuroncore";
 /// Branch ENIs for security groups per pod.
 pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+/// EFA interfaces (the EFA device plugin's resource).
+pub const EFA: &str = "vpc.amazonaws.com/efa";
 
 /// Resource amounts: cpu in millicores, memory and storage in bytes, the rest in units.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use super::PodEvent;
 use crate::model::{EC2NodeClass, NodePool};
@@ -100,7 +101,10 @@ pub enum ClusterError {
 /// Contract (checked by [`crate::fakes::cluster_contract`] against every implementation):
 /// - Reads list the whole cluster (all namespaces). `pending_pods` returns the pods in
 ///   phase Pending with no node (`status.phase=Pending,spec.nodeName=`); `pods_on_node`
-///   the pods bound to a node (empty for an unknown node).
+///   the pods bound to a node (empty for an unknown node). `persistent_volumes`,
+///   `persistent_volume_claims`, `storage_classes`, `csinodes` and `namespaces` return
+///   every object of the kind as the apiserver holds it (what the planner needs to read
+///   volume zones, claims' binding, attach limits and namespace labels).
 /// - `nodepools` and `ec2nodeclasses` read each object through
 ///   [`crate::model::manifest::from_value`]; one that does not read or validate is
 ///   returned in [`Validated::invalid`] with its name and the field path at fault.
@@ -136,6 +140,17 @@ pub trait Cluster: Send + Sync {
     fn daemonsets(&self) -> impl Future<Output = Result<Vec<DaemonSet>, ClusterError>> + Send;
     /// Every PodDisruptionBudget, with the status the disruption controller computed.
     fn pdbs(&self) -> impl Future<Output = Result<Vec<PodDisruptionBudget>, ClusterError>> + Send;
+    /// Every PersistentVolume.
+    fn persistent_volumes(&self) -> impl Future<Output = Result<Vec<PersistentVolume>, ClusterError>> + Send;
+    /// Every PersistentVolumeClaim, in every namespace.
+    fn persistent_volume_claims(&self)
+    -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, ClusterError>> + Send;
+    /// Every StorageClass.
+    fn storage_classes(&self) -> impl Future<Output = Result<Vec<StorageClass>, ClusterError>> + Send;
+    /// Every CSINode: the volume attach limits of the nodes, per CSI driver.
+    fn csinodes(&self) -> impl Future<Output = Result<Vec<CSINode>, ClusterError>> + Send;
+    /// Every Namespace, for the labels a pod affinity term's `namespaceSelector` reads.
+    fn namespaces(&self) -> impl Future<Output = Result<Vec<Namespace>, ClusterError>> + Send;
     /// Every `karpenter.sh/v1` NodePool, the invalid ones apart.
     fn nodepools(&self) -> impl Future<Output = Result<Validated<NodePool>, ClusterError>> + Send;
     /// Every `karpenter.k8s.aws/v1` EC2NodeClass, the invalid ones apart.

@@ -1,5 +1,7 @@
 //! Placement on nodes that exist (Karpenter's `existingnode.go`): the Ready, schedulable
-//! nodes with room, as kube-scheduler would place a pod on them.
+//! nodes with room, as kube-scheduler would place a pod on them. A node's volume attach
+//! limits are its CSINode's, counted against the volumes of the pods bound to it
+//! (kube-scheduler's nodevolumelimits `CSILimits`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,6 +13,7 @@ use crate::decide::namespaces::Namespaces;
 use crate::decide::pod::{HostPort, PodInfo, Volumes};
 use crate::decide::taints::untolerated;
 use crate::decide::topology::{PlacedPod, Topology};
+use crate::decide::volumes::{VolumeUsage, csinode_limits};
 use crate::model::pod_requests::effective_requests;
 use crate::model::well_known as wk;
 use crate::model::{Node, Resources};
@@ -28,6 +31,10 @@ pub(super) struct ExistingNode {
     pub(super) free: Resources,
     /// Host ports in use.
     pub(super) ports: Vec<HostPort>,
+    /// Volume attach limits per CSI driver, from its CSINode.
+    pub(super) volume_limits: BTreeMap<String, u32>,
+    /// The volumes its pods attach.
+    pub(super) volumes: VolumeUsage,
     /// Pending pods planned onto it.
     pub(super) placed: Vec<PodId>,
 }
@@ -52,6 +59,7 @@ pub(super) fn existing_nodes(
 ) -> (Vec<ExistingNode>, Vec<NodeView>) {
     let mut all_nodes = Vec::new();
     let mut by_name = HashMap::new();
+    let mut limits = csinode_limits(&snapshot.csinodes);
     for n in &snapshot.nodes {
         let Ok(node) = Node::from_k8s(n) else { continue };
         let mut labels = node.labels.clone();
@@ -68,6 +76,8 @@ pub(super) fn existing_nodes(
                 taints: node.taints.clone(),
                 free: node.allocatable.clone(),
                 ports: Vec::new(),
+                volume_limits: limits.remove(&node.name).unwrap_or_default(),
+                volumes: VolumeUsage::default(),
                 placed: Vec::new(),
             },
         ));
@@ -86,6 +96,7 @@ pub(super) fn existing_nodes(
         }
         if let Ok(info) = PodInfo::from_pod(p, volumes, namespaces) {
             node.ports.extend(info.host_ports.iter().cloned());
+            node.volumes.add(&info.volumes);
             let placed = PlacedPod {
                 terminating: p.metadata.deletion_timestamp.is_some(),
                 ..PlacedPod::planned(&info)
@@ -124,6 +135,9 @@ impl Scheduler {
                 || untolerated(&p.tolerations, &n.taints).is_some()
                 || !branches.iter().any(|b| b.matches_labels(&n.labels).is_ok())
                 || p.host_ports.iter().any(|a| n.ports.iter().any(|b| a.conflicts(b)))
+                || n.volumes
+                    .exceeds(&p.volumes, |d| n.volume_limits.get(d).copied())
+                    .is_some()
                 || self.check_topology(pod, li, &n.labels).is_err()
             {
                 continue;
@@ -131,6 +145,7 @@ impl Scheduler {
             let n = &mut self.existing[i];
             n.free = n.free.minus(&p.requests);
             n.ports.extend(p.host_ports.iter().cloned());
+            n.volumes.add(&p.volumes);
             n.placed.push(pod);
             self.topology.record(PlacedPod::planned(p), &n.labels, &n.taints);
             let state = &mut self.progress[class];

@@ -203,10 +203,20 @@ impl Scheduler {
         let templates: IdVec<TemplateId, Template> = templates.into_iter().collect();
         let offer_keys = templates.iter().map(|t| offer_keys(t, region.region())).collect();
 
-        let volumes = Volumes::new(&snapshot.pvcs, &snapshot.pvs);
+        let volumes = Volumes::of(snapshot);
         let namespaces = Namespaces::new(snapshot);
         let mut pods = IdVec::new();
         for p in snapshot.pods.iter().filter(|p| is_provisionable(p)) {
+            if let Some(b) = volumes.blocked(p) {
+                plan.unschedulable.push(Unschedulable::new(
+                    pod_key(p),
+                    Reason::Volume {
+                        claim: b.claim,
+                        problem: b.problem,
+                    },
+                ));
+                continue;
+            }
             match PodInfo::from_pod(p, &volumes, &namespaces) {
                 Ok(info) => {
                     pods.push(info);

@@ -12,6 +12,7 @@ use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
 use crate::decide::topology::{Domains, PlacedPod};
 use crate::decide::unschedulable::{Reason, Shortfall};
+use crate::decide::volumes::{EBS_CSI_DRIVER, VolumeUsage};
 use crate::model::well_known as wk;
 use crate::model::{CapacityType, Requirement, Requirements, Resources};
 
@@ -39,6 +40,8 @@ pub(super) struct NewNode {
     pub(super) room: Resources,
     /// Host ports in use.
     pub(super) ports: Vec<HostPort>,
+    /// The volumes its pods attach.
+    pub(super) volumes: VolumeUsage,
     /// Its pods.
     pub(super) pods: Vec<PodId>,
     /// Slots reserved per class.
@@ -83,6 +86,9 @@ impl Scheduler {
         if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b)))
             || HostPort::any_conflict(&p.host_ports, &target.daemon_ports).is_some()
         {
+            return Err(Refusal::ForGood);
+        }
+        if !self.volumes_fit(pod, n, node.target) {
             return Err(Refusal::ForGood);
         }
         let branches = &self.classes[class].branches[li];
@@ -151,6 +157,7 @@ impl Scheduler {
             node.room = node.room.minus(&p.requests);
         }
         node.ports.extend(p.host_ports.iter().cloned());
+        node.volumes.add(&p.volumes);
         node.pods.push(pod);
         *node.class_count.entry(class).or_insert(0) += 1;
         let instance = &self.templates[node.template].ty(node.target).labels;
@@ -163,6 +170,7 @@ impl Scheduler {
         self.topology.record(PlacedPod::planned(p), &split, taints);
         let state = &mut self.progress[class];
         state.remaining = state.remaining.saturating_sub(1);
+        self.keep_types_holding_volumes(n);
         Ok(())
     }
 
@@ -317,6 +325,43 @@ impl Scheduler {
         )
     }
 
+    /// The EBS volumes a new node of type `ty` attaches at most, as the EBS CSI driver
+    /// will report it in the node's CSINode ([`crate::catalog::allocatable::ebs_volume_limit`]).
+    /// Other drivers' limits on a node not yet launched are unknown: none is assumed.
+    fn ebs_limit(&self, n: NewNodeId, ty: TypeId) -> u32 {
+        let t = &self.templates[self.new_nodes[n].template];
+        crate::catalog::allocatable::ebs_volume_limit(&t.ty(ty).instance_type, &t.settings)
+    }
+
+    /// Whether planned node `n`, as type `ty`, can attach the volumes of `pod` besides its
+    /// pods' (kube-scheduler's `CSILimits`, with the CSINode the node will have).
+    fn volumes_fit(&self, pod: PodId, n: NewNodeId, ty: TypeId) -> bool {
+        let uses = &self.pods[pod].volumes;
+        if !uses.iter().any(|u| u.driver == EBS_CSI_DRIVER) {
+            return true;
+        }
+        let limit = self.ebs_limit(n, ty);
+        self.new_nodes[n]
+            .volumes
+            .exceeds(uses, |d| (d == EBS_CSI_DRIVER).then_some(limit))
+            .is_none()
+    }
+
+    /// Drops the candidate types of planned node `n` that cannot attach its pods' EBS volumes.
+    fn keep_types_holding_volumes(&mut self, n: NewNodeId) {
+        let count = self.new_nodes[n].volumes.count_with(EBS_CSI_DRIVER, &[]);
+        if count == 0 {
+            return;
+        }
+        let keep: Vec<TypeId> = self.new_nodes[n]
+            .candidates
+            .iter()
+            .copied()
+            .filter(|&ty| count <= self.ebs_limit(n, ty) as usize)
+            .collect();
+        self.new_nodes[n].candidates = keep;
+    }
+
     /// Opens a node for a pod from the first template (heaviest NodePool first) that can
     /// take it at level `li`; each template that cannot adds its reason to `why`.
     pub(super) fn open_node(&mut self, pod: PodId, li: usize, why: &mut Why) -> bool {
@@ -443,6 +488,7 @@ impl Scheduler {
                 room: net.minus(&reserved),
                 free: net,
                 ports: Vec::new(),
+                volumes: VolumeUsage::default(),
                 pods: Vec::new(),
                 quota,
                 class_count: HashMap::new(),

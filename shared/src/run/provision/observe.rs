@@ -11,8 +11,8 @@ fn skipped<T>(kind: &str, v: &Validated<T>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Pods, nodes, DaemonSets, PDBs, NodePools and EC2NodeClasses as the cluster holds them
-/// now. The pending pods kept are the ones to provision for (see
+/// Pods, nodes, DaemonSets, PDBs, PersistentVolumes and their claims, StorageClasses,
+/// CSINodes, Namespaces, NodePools and EC2NodeClasses as the cluster holds them now. The pending pods kept are the ones to provision for (see
 /// [`is_provisionable`]); invalid NodePools and EC2NodeClasses are skipped with their
 /// reason, and the others work.
 pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterError> {
@@ -21,6 +21,11 @@ pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterE
     let nodes = cluster.nodes().await?;
     let daemonsets = cluster.daemonsets().await?;
     let pdbs = cluster.pdbs().await?;
+    let pvs = cluster.persistent_volumes().await?;
+    let pvcs = cluster.persistent_volume_claims().await?;
+    let storage_classes = cluster.storage_classes().await?;
+    let csinodes = cluster.csinodes().await?;
+    let namespaces = cluster.namespaces().await?;
     let nodepools = cluster.nodepools().await?;
     let nodeclasses = cluster.ec2nodeclasses().await?;
     let mut skipped_objects = skipped("NodePool", &nodepools);
@@ -32,6 +37,11 @@ pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterE
         nodes,
         daemonsets,
         pdbs,
+        pvs,
+        pvcs,
+        storage_classes,
+        csinodes,
+        namespaces,
         nodepools: nodepools.valid,
         nodeclasses: nodeclasses.valid,
         skipped: skipped_objects,
