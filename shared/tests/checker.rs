@@ -23,7 +23,10 @@ fn snapshot(items: &[Value]) -> Snapshot {
 }
 
 fn pod(name: &str, cpu: &str) -> PodBuilder {
-    PodBuilder::new(name).label("app", "web").requests(cpu, "256Mi").unschedulable()
+    PodBuilder::new(name)
+        .label("app", "web")
+        .requests(cpu, "256Mi")
+        .unschedulable()
 }
 
 fn pool(name: &str) -> NodePoolBuilder {
@@ -116,7 +119,10 @@ fn bound(name: &str, node: &str) -> PodBuilder {
 #[test]
 fn a_valid_hand_written_plan_passes() {
     let items = [pool("general").build(), pod("a", "500m").build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert_eq!(v, vec![]);
 }
 
@@ -128,8 +134,20 @@ fn an_init_container_larger_than_the_apps_must_fit_the_node() {
         json!([{"name": "init", "resources": {"requests": {"cpu": "3"}}}]),
     );
     let items = [pool("general").build(), p.build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
-    assert!(v.iter().any(|v| matches!(v, Violation::BadType { problem: TypeProblem::DoesNotFit { .. }, .. })), "{v:?}");
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
+    assert!(
+        v.iter().any(|v| matches!(
+            v,
+            Violation::BadType {
+                problem: TypeProblem::DoesNotFit { .. },
+                ..
+            }
+        )),
+        "{v:?}"
+    );
 }
 
 // kube: component-helpers resource.PodRequests — restartable init containers (sidecars) add to the sum.
@@ -140,7 +158,10 @@ fn a_sidecar_adds_to_what_the_node_must_hold() {
         json!([{"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1500m"}}}]),
     );
     let items = [pool("general").build(), p.build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::NewOverfull { .. })), "{v:?}");
 }
 
@@ -149,7 +170,10 @@ fn a_sidecar_adds_to_what_the_node_must_hold() {
 fn pod_overhead_counts_against_the_node() {
     let p = pod("a", "1500m").spec("overhead", json!({"cpu": "500m"}));
     let items = [pool("general").build(), p.build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::NewOverfull { .. })), "{v:?}");
 }
 
@@ -162,17 +186,29 @@ fn a_gt_node_affinity_on_instance_cpu_rules_out_a_small_type() {
             {"matchExpressions": [{"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt", "values": ["4"]}]}]}}}),
     );
     let items = [pool("general").build(), p.build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::NoBranch { .. })), "{v:?}");
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.2xlarge", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.2xlarge", "us-east-1a", &["a"])]),
+    );
     assert_eq!(v, vec![]);
 }
 
 // kube: nodeaffinity (*NodeAffinity).Filter — nodeSelector must match the node's labels.
 #[test]
 fn a_node_selector_on_arch_rules_out_a_node_of_another_arch() {
-    let items = [pool("general").build(), pod("a", "100m").node_selector("kubernetes.io/arch", "arm64").build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let items = [
+        pool("general").build(),
+        pod("a", "100m").node_selector("kubernetes.io/arch", "arm64").build(),
+    ];
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::NoBranch { .. })), "{v:?}");
 }
 
@@ -182,9 +218,14 @@ fn a_pod_that_does_not_tolerate_the_pools_taint_is_rejected_on_its_node() {
     let items = [
         pool("gpu").taint("nvidia.com/gpu", "NoSchedule").build(),
         pod("a", "100m").build(),
-        pod("b", "100m").toleration("nvidia.com/gpu", "Exists", None, "").build(),
+        pod("b", "100m")
+            .toleration("nvidia.com/gpu", "Exists", None, "")
+            .build(),
     ];
-    let v = violations(&items, &plan(vec![on_demand("gpu", "c5.large", "us-east-1a", &["a", "b"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("gpu", "c5.large", "us-east-1a", &["a", "b"])]),
+    );
     assert_eq!(
         v,
         vec![Violation::Untolerated {
@@ -203,10 +244,15 @@ fn a_pod_that_does_not_tolerate_the_pools_taint_is_rejected_on_its_node() {
 #[test]
 fn a_startup_taint_needs_no_toleration() {
     let items = [
-        pool("general").startup_taint_value("agent.io/not-ready", "true", "NoSchedule").build(),
+        pool("general")
+            .startup_taint_value("agent.io/not-ready", "true", "NoSchedule")
+            .build(),
         pod("a", "100m").build(),
     ];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert_eq!(v, vec![]);
 }
 
@@ -218,11 +264,16 @@ fn a_daemonset_counts_on_a_node_with_only_a_startup_taint() {
         "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}});
     let items = [
-        pool("general").startup_taint_value("agent.io/not-ready", "true", "NoSchedule").build(),
+        pool("general")
+            .startup_taint_value("agent.io/not-ready", "true", "NoSchedule")
+            .build(),
         ds,
         pod("a", "1500m").build(),
     ];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::NewOverfull { .. })), "{v:?}");
 }
 
@@ -234,9 +285,20 @@ fn a_daemonset_host_port_is_taken_on_a_new_node() {
     let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "exporter", "namespace": "kube-system"},
         "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {
             "tolerations": [{"operator": "Exists"}], "containers": port}}}});
-    let items = [pool("general").build(), ds, pod("a", "100m").spec("containers", port.clone()).build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
-    assert!(v.iter().any(|v| matches!(v, Violation::HostPortConflict { port: 9100, .. })), "{v:?}");
+    let items = [
+        pool("general").build(),
+        ds,
+        pod("a", "100m").spec("containers", port.clone()).build(),
+    ];
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
+    assert!(
+        v.iter()
+            .any(|v| matches!(v, Violation::HostPortConflict { port: 9100, .. })),
+        "{v:?}"
+    );
 }
 
 // karpenter: a NodePool requirement on a custom key must hold on the node's labels
@@ -250,12 +312,21 @@ fn a_node_of_a_pool_requiring_a_custom_label_must_carry_it() {
     let mut n = on_demand("teams", "c5.large", "us-east-1a", &["a"]);
     let v = violations(&items, &plan(vec![n.clone()]));
     assert!(
-        v.iter().any(|v| matches!(v, Violation::BadType { problem: TypeProblem::NodePoolRequirements { .. }, .. })),
+        v.iter().any(|v| matches!(
+            v,
+            Violation::BadType {
+                problem: TypeProblem::NodePoolRequirements { .. },
+                ..
+            }
+        )),
         "{v:?}"
     );
     n.labels.insert("company.com/team".into(), "b".into());
     let v = violations(&items, &plan(vec![n.clone()]));
-    assert!(v.iter().any(|v| matches!(v, Violation::NoBranch { .. })), "team b is not the pod's: {v:?}");
+    assert!(
+        v.iter().any(|v| matches!(v, Violation::NoBranch { .. })),
+        "team b is not the pod's: {v:?}"
+    );
     n.labels.insert("company.com/team".into(), "a".into());
     assert_eq!(violations(&items, &plan(vec![n])), vec![]);
 }
@@ -264,9 +335,18 @@ fn a_node_of_a_pool_requiring_a_custom_label_must_carry_it() {
 #[test]
 fn a_type_the_pool_does_not_allow_is_rejected() {
     let items = [pool("general").build(), pod("a", "100m").build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "t3.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "t3.large", "us-east-1a", &["a"])]),
+    );
     assert!(
-        v.iter().any(|v| matches!(v, Violation::BadType { problem: TypeProblem::NodePoolRequirements { .. }, .. })),
+        v.iter().any(|v| matches!(
+            v,
+            Violation::BadType {
+                problem: TypeProblem::NodePoolRequirements { .. },
+                ..
+            }
+        )),
         "{v:?}"
     );
 }
@@ -277,9 +357,16 @@ fn a_preempting_pod_is_not_launched_for() {
     let mut p = pod("a", "100m").build();
     p["status"]["nominatedNodeName"] = json!("n1");
     let items = [pool("general").build(), p];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::Preempting { .. })), "{v:?}");
-    assert_eq!(violations(&items, &ProvisioningPlan::default()), vec![], "left out is fine");
+    assert_eq!(
+        violations(&items, &ProvisioningPlan::default()),
+        vec![],
+        "left out is fine"
+    );
 }
 
 fn claim(name: &str, class: Option<&str>, volume: Option<&str>) -> Value {
@@ -297,14 +384,18 @@ fn storage_class(name: &str, mode: &str, zones: &[&str]) -> Value {
     let mut sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
         "provisioner": "ebs.csi.aws.com", "volumeBindingMode": mode});
     if !zones.is_empty() {
-        sc["allowedTopologies"] = json!([{"matchLabelExpressions": [{"key": "topology.ebs.csi.aws.com/zone", "values": zones}]}]);
+        sc["allowedTopologies"] =
+            json!([{"matchLabelExpressions": [{"key": "topology.ebs.csi.aws.com/zone", "values": zones}]}]);
     }
     sc
 }
 
 fn with_claim(name: &str, claim: &str) -> Value {
     pod(name, "100m")
-        .spec("volumes", json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]))
+        .spec(
+            "volumes",
+            json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]),
+        )
         .build()
 }
 
@@ -312,7 +403,10 @@ fn with_claim(name: &str, claim: &str) -> Value {
 #[test]
 fn a_pod_whose_claim_is_missing_is_not_placed() {
     let items = [pool("general").build(), with_claim("a", "nope")];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::VolumeBlocked { .. })), "{v:?}");
 }
 
@@ -325,7 +419,10 @@ fn a_pod_whose_claim_is_unbound_with_immediate_binding_is_not_placed() {
         claim("data", Some("gp3"), None),
         with_claim("a", "data"),
     ];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::VolumeBlocked { .. })), "{v:?}");
 }
 
@@ -338,9 +435,15 @@ fn a_wait_for_first_consumer_claim_keeps_the_pod_in_the_allowed_zones() {
         claim("data", Some("gp3"), None),
         with_claim("a", "data"),
     ];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::VolumeConflict { .. })), "{v:?}");
-    let ok = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1b", &["a"])]));
+    let ok = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1b", &["a"])]),
+    );
     assert_eq!(ok, vec![]);
 }
 
@@ -352,11 +455,16 @@ fn an_existing_nodes_attach_limit_holds() {
     let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-old"},
         "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}}});
     let old = bound("old", "n1")
-        .spec("volumes", json!([{"name": "d", "persistentVolumeClaim": {"claimName": "old"}}]))
+        .spec(
+            "volumes",
+            json!([{"name": "d", "persistentVolumeClaim": {"claimName": "old"}}]),
+        )
         .build();
     let items = [
         pool("general").build(),
-        existing("n1", "us-east-1a").label("topology.ebs.csi.aws.com/zone", "us-east-1a").build(),
+        existing("n1", "us-east-1a")
+            .label("topology.ebs.csi.aws.com/zone", "us-east-1a")
+            .build(),
         csinode,
         pv,
         claim("old", Some("gp3"), Some("pv-old")),
@@ -373,7 +481,11 @@ fn an_existing_nodes_attach_limit_holds() {
         ..ProvisioningPlan::default()
     };
     let v = violations(&items, &p);
-    assert!(v.iter().any(|v| matches!(v, Violation::AttachLimit { limit: 1, count: 2, .. })), "{v:?}");
+    assert!(
+        v.iter()
+            .any(|v| matches!(v, Violation::AttachLimit { limit: 1, count: 2, .. })),
+        "{v:?}"
+    );
 }
 
 fn spread(key: &str, extra: Value) -> Value {
@@ -391,13 +503,26 @@ fn spread(key: &str, extra: Value) -> Value {
 fn a_capacity_type_spread_counts_on_demand_as_a_domain() {
     let items = [
         pool("general").build(),
-        pod("a", "100m").spec("topologySpreadConstraints", spread("karpenter.sh/capacity-type", json!({}))).build(),
-        pod("b", "100m").spec("topologySpreadConstraints", spread("karpenter.sh/capacity-type", json!({}))).build(),
+        pod("a", "100m")
+            .spec(
+                "topologySpreadConstraints",
+                spread("karpenter.sh/capacity-type", json!({})),
+            )
+            .build(),
+        pod("b", "100m")
+            .spec(
+                "topologySpreadConstraints",
+                spread("karpenter.sh/capacity-type", json!({})),
+            )
+            .build(),
     ];
     let spot = |p: &str| node("general", "c5.large", "us-east-1a", CapacityType::Spot, &[p]);
     let v = violations(&items, &plan(vec![spot("a"), spot("b")]));
     assert!(v.iter().any(|v| matches!(v, Violation::Skew { skew: 2, .. })), "{v:?}");
-    let v = violations(&items, &plan(vec![spot("a"), on_demand("general", "c5.large", "us-east-1a", &["b"])]));
+    let v = violations(
+        &items,
+        &plan(vec![spot("a"), on_demand("general", "c5.large", "us-east-1a", &["b"])]),
+    );
     assert_eq!(v, vec![]);
 }
 
@@ -407,9 +532,15 @@ fn a_capacity_type_spread_counts_on_demand_as_a_domain() {
 fn a_spread_counts_only_nodes_the_pod_may_use_under_node_affinity_policy_honor() {
     let zone_spread = spread("topology.kubernetes.io/zone", json!({}));
     let items = [
-        pool("general").requirement("topology.kubernetes.io/zone", "In", &["us-east-1a", "us-east-1b"]).build(),
-        pod("a", "100m").spec("topologySpreadConstraints", zone_spread.clone()).build(),
-        pod("b", "100m").spec("topologySpreadConstraints", zone_spread.clone()).build(),
+        pool("general")
+            .requirement("topology.kubernetes.io/zone", "In", &["us-east-1a", "us-east-1b"])
+            .build(),
+        pod("a", "100m")
+            .spec("topologySpreadConstraints", zone_spread.clone())
+            .build(),
+        pod("b", "100m")
+            .spec("topologySpreadConstraints", zone_spread.clone())
+            .build(),
         pod("c", "100m")
             .node_selector("kubernetes.io/arch", "arm64")
             .spec("topologySpreadConstraints", zone_spread.clone())
@@ -425,8 +556,13 @@ fn a_spread_counts_only_nodes_the_pod_may_use_under_node_affinity_policy_honor()
     assert_eq!(violations(&items, &plan(nodes)), vec![]);
     let items2 = [
         items[0].clone(),
-        pod("a", "100m").node_selector("kubernetes.io/arch", "arm64").spec("topologySpreadConstraints", zone_spread.clone()).build(),
-        pod("b", "100m").spec("topologySpreadConstraints", zone_spread.clone()).build(),
+        pod("a", "100m")
+            .node_selector("kubernetes.io/arch", "arm64")
+            .spec("topologySpreadConstraints", zone_spread.clone())
+            .build(),
+        pod("b", "100m")
+            .spec("topologySpreadConstraints", zone_spread.clone())
+            .build(),
         items[3].clone(),
     ];
     let nodes = vec![
@@ -435,7 +571,11 @@ fn a_spread_counts_only_nodes_the_pod_may_use_under_node_affinity_policy_honor()
         on_demand("general", "c6g.large", "us-east-1a", &["c"]),
     ];
     let v = violations(&items2, &plan(nodes));
-    assert!(v.iter().any(|v| matches!(v, Violation::Skew { pod, .. } if pod == "default/c")), "{v:?}");
+    assert!(
+        v.iter()
+            .any(|v| matches!(v, Violation::Skew { pod, .. } if pod == "default/c")),
+        "{v:?}"
+    );
 }
 
 // kube: podtopologyspread countPodsMatchSelector skips terminating pods.
@@ -443,28 +583,43 @@ fn a_spread_counts_only_nodes_the_pod_may_use_under_node_affinity_policy_honor()
 fn a_terminating_pod_does_not_count_in_a_spread() {
     let zone_spread = spread("topology.kubernetes.io/zone", json!({}));
     let items = [
-        pool("general").requirement("topology.kubernetes.io/zone", "In", &["us-east-1a", "us-east-1b"]).build(),
+        pool("general")
+            .requirement("topology.kubernetes.io/zone", "In", &["us-east-1a", "us-east-1b"])
+            .build(),
         existing("n1", "us-east-1b").build(),
         bound("old", "n1").deleting("2026-01-01T00:00:00Z").build(),
-        pod("a", "100m").spec("topologySpreadConstraints", zone_spread.clone()).build(),
+        pod("a", "100m")
+            .spec("topologySpreadConstraints", zone_spread.clone())
+            .build(),
         pod("b", "100m").spec("topologySpreadConstraints", zone_spread).build(),
     ];
     // With the terminating pod counted 1b would hold 1 and a, b could share 1a... they may
     // not: it does not count, so 1a holding both is a skew of 2.
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a", "b"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a", "b"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::Skew { skew: 2, .. })), "{v:?}");
 }
 
 // kube: podtopologyspread Filter — selfMatchNum is 0 for a pod its own selector does not match.
 #[test]
 fn a_pod_outside_its_own_spread_selector_does_not_count_itself() {
-    let other = spread("topology.kubernetes.io/zone", json!({"labelSelector": {"matchLabels": {"app": "db"}}}));
+    let other = spread(
+        "topology.kubernetes.io/zone",
+        json!({"labelSelector": {"matchLabels": {"app": "db"}}}),
+    );
     let items = [
         pool("general").build(),
-        pod("a", "100m").spec("topologySpreadConstraints", other.clone()).build(),
+        pod("a", "100m")
+            .spec("topologySpreadConstraints", other.clone())
+            .build(),
         pod("b", "100m").spec("topologySpreadConstraints", other).build(),
     ];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a", "b"])]));
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a", "b"])]),
+    );
     assert_eq!(v, vec![]);
 }
 
@@ -475,8 +630,14 @@ fn the_first_pod_of_a_group_must_match_all_of_its_own_terms() {
     let terms = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}},
         {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "cache"}}}]}});
-    let items = [pool("general").build(), pod("a", "100m").spec("affinity", terms).build()];
-    let v = violations(&items, &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]));
+    let items = [
+        pool("general").build(),
+        pod("a", "100m").spec("affinity", terms).build(),
+    ];
+    let v = violations(
+        &items,
+        &plan(vec![on_demand("general", "c5.large", "us-east-1a", &["a"])]),
+    );
     assert!(v.iter().any(|v| matches!(v, Violation::AffinityUnmet { .. })), "{v:?}");
 }
 
@@ -506,7 +667,12 @@ fn an_anti_affinity_term_with_an_empty_namespace_selector_covers_other_namespace
         .as_object_mut()
         .unwrap()
         .remove("namespaceSelector");
-    let items = [items[0].clone(), items[1].clone(), items[2].clone(), pod("a", "100m").spec("affinity", own).build()];
+    let items = [
+        items[0].clone(),
+        items[1].clone(),
+        items[2].clone(),
+        pod("a", "100m").spec("affinity", own).build(),
+    ];
     assert_eq!(violations(&items, &p), vec![]);
 }
 
@@ -538,7 +704,10 @@ fn an_existing_pods_anti_affinity_keeps_a_pending_pod_off_its_node() {
 fn a_pod_refused_although_it_fits_a_new_node_is_a_wrongful_refusal() {
     let items = [pool("general").build(), pod("a", "1").build()];
     let v = violations(&items, &refused(&["a"]));
-    assert!(v.iter().any(|v| matches!(v, Violation::WrongfulRefusal { .. })), "{v:?}");
+    assert!(
+        v.iter().any(|v| matches!(v, Violation::WrongfulRefusal { .. })),
+        "{v:?}"
+    );
 }
 
 // Wrongful refusal, custom key: karpenter scheduling.Requirements.Compatible with the pool's
@@ -552,18 +721,26 @@ fn a_pod_selecting_a_custom_value_its_pool_allows_is_wrongfully_refused() {
     ];
     let v = violations(&items, &refused(&["a", "c"]));
     assert_eq!(v.len(), 1, "{v:?}");
-    assert!(matches!(&v[0], Violation::WrongfulRefusal { pod, .. } if pod == "default/a"), "{v:?}");
+    assert!(
+        matches!(&v[0], Violation::WrongfulRefusal { pod, .. } if pod == "default/a"),
+        "{v:?}"
+    );
 }
 
 // Wrongful refusal, startup taint: karpenter StartupTaints need no toleration.
 #[test]
 fn a_pod_refused_for_a_startup_taint_is_wrongfully_refused() {
     let items = [
-        pool("general").startup_taint_value("agent.io/not-ready", "true", "NoSchedule").build(),
+        pool("general")
+            .startup_taint_value("agent.io/not-ready", "true", "NoSchedule")
+            .build(),
         pod("a", "100m").build(),
     ];
     let v = violations(&items, &refused(&["a"]));
-    assert!(v.iter().any(|v| matches!(v, Violation::WrongfulRefusal { .. })), "{v:?}");
+    assert!(
+        v.iter().any(|v| matches!(v, Violation::WrongfulRefusal { .. })),
+        "{v:?}"
+    );
 }
 
 // Wrongful refusal, volumes: a WaitForFirstConsumer claim allowed in one zone still fits there.
@@ -577,7 +754,8 @@ fn a_pod_with_a_zonal_claim_refused_although_its_zone_is_offered_is_wrongfully_r
     ];
     let v = violations(&items, &refused(&["a"]));
     assert!(
-        v.iter().any(|v| matches!(v, Violation::WrongfulRefusal { zone, .. } if zone == "us-east-1b")),
+        v.iter()
+            .any(|v| matches!(v, Violation::WrongfulRefusal { zone, .. } if zone == "us-east-1b")),
         "{v:?}"
     );
 }
@@ -591,7 +769,10 @@ fn pods_that_fit_no_node_are_rightly_refused() {
         pod("plain", "100m").build(),
         PodBuilder::new("claims")
             .toleration("dedicated", "Exists", None, "")
-            .spec("volumes", json!([{"name": "d", "persistentVolumeClaim": {"claimName": "nope"}}]))
+            .spec(
+                "volumes",
+                json!([{"name": "d", "persistentVolumeClaim": {"claimName": "nope"}}]),
+            )
             .unschedulable()
             .build(),
     ];

@@ -126,7 +126,11 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         });
     }
     for e in &plan.existing {
-        let Some(n) = state.nodes.iter().find(|n| n.node_name.as_deref() == Some(e.node.as_str())) else {
+        let Some(n) = state
+            .nodes
+            .iter()
+            .find(|n| n.node_name.as_deref() == Some(e.node.as_str()))
+        else {
             continue;
         };
         if !n.usable {
@@ -215,7 +219,9 @@ fn new_nodes(
 ) {
     for (i, pn) in plan.nodes.iter().enumerate() {
         let node = label(i, pn);
-        let Some(pool) = pools.iter().find(|p| p.name == pn.nodepool) else { continue };
+        let Some(pool) = pools.iter().find(|p| p.name == pn.nodepool) else {
+            continue;
+        };
         if pn.instance_types.first() != Some(&pn.instance_type) {
             v.push(Violation::TypeNotFirst { node: node.clone() });
         }
@@ -254,7 +260,10 @@ fn new_nodes(
                 found,
             });
         }
-        if let Some(n) = state.nodes.iter().find(|n| n.new.is_some_and(|(index, _, _)| index == i))
+        if let Some(n) = state
+            .nodes
+            .iter()
+            .find(|n| n.new.is_some_and(|(index, _, _)| index == i))
             && let Err(r) = n.used.fits_in(&n.allocatable)
         {
             v.push(Violation::NewOverfull {
@@ -457,7 +466,9 @@ fn pods_on_nodes(
         }
         for &i in list {
             let p = &state.placed[i];
-            let Some(vol) = volumes.get(&p.key).filter(|_| p.pending) else { continue };
+            let Some(vol) = volumes.get(&p.key).filter(|_| p.pending) else {
+                continue;
+            };
             for (driver, id) in &vol.attached {
                 if attached.entry(driver.as_str()).or_default().insert(id.as_str()) {
                     added.insert(driver.as_str());

@@ -176,11 +176,12 @@ pub(super) fn check(state: &FinalState<'_>, snapshot: &Snapshot, v: &mut Vec<Vio
     for &i in &waiting {
         if !admitted[i] && has_keys(i) {
             let unmet = terms[i].iter().find(|t| {
-                !(0..placed.len()).any(|j| {
-                    j != i && domain(j, &t.key) == domain(i, &t.key) && t.covers(placed[j].pod, snapshot)
-                })
+                !(0..placed.len())
+                    .any(|j| j != i && domain(j, &t.key) == domain(i, &t.key) && t.covers(placed[j].pod, snapshot))
             });
-            let Some(t) = unmet.or_else(|| terms[i].first()) else { continue };
+            let Some(t) = unmet.or_else(|| terms[i].first()) else {
+                continue;
+            };
             v.push(Violation::AffinityUnmet {
                 pod: placed[i].key.clone(),
                 key: t.key.clone(),

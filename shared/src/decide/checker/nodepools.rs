@@ -90,7 +90,12 @@ fn settings(class: Option<&EC2NodeClass>) -> NodeSettings {
 fn used(pool: &str, nodes: &[K8sNode]) -> BTreeMap<String, i64> {
     let mut used = BTreeMap::new();
     let mine = nodes.iter().filter(|n| {
-        n.metadata.labels.as_ref().and_then(|l| l.get(wk::NODEPOOL)).map(String::as_str) == Some(pool)
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(wk::NODEPOOL))
+            .map(String::as_str)
+            == Some(pool)
     });
     for n in mine {
         *used.entry("nodes".to_string()).or_insert(0) += 1;
@@ -206,7 +211,10 @@ impl Pool {
 
     /// The first `minValues` requirement that these instance types' labels do not meet:
     /// (key, minValues, distinct values found).
-    pub fn min_values_unmet<'l>(&self, types: impl IntoIterator<Item = &'l Labels> + Clone) -> Option<(String, u32, usize)> {
+    pub fn min_values_unmet<'l>(
+        &self,
+        types: impl IntoIterator<Item = &'l Labels> + Clone,
+    ) -> Option<(String, u32, usize)> {
         for r in &self.requirements {
             let Some(min) = r.min_values else { continue };
             let mut distinct: Vec<&String> = types

@@ -37,7 +37,11 @@ pub(super) enum Standing {
 
 /// `namespace/name` of a pod.
 pub(super) fn key(pod: &Pod) -> String {
-    format!("{}/{}", namespace(pod), pod.metadata.name.as_deref().unwrap_or("<unnamed>"))
+    format!(
+        "{}/{}",
+        namespace(pod),
+        pod.metadata.name.as_deref().unwrap_or("<unnamed>")
+    )
 }
 
 /// The pod's namespace (`default` when unset).
@@ -51,7 +55,9 @@ pub(super) fn standing(pod: &Pod) -> Standing {
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return Standing::Ignored;
     }
-    let Some(spec) = &pod.spec else { return Standing::Ignored };
+    let Some(spec) = &pod.spec else {
+        return Standing::Ignored;
+    };
     if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
         return Standing::Bound {
             node: node.to_string(),

@@ -34,9 +34,17 @@ pub(super) fn of_spec(spec: &PodSpec) -> Vec<HostPort> {
         .filter_map(|p| {
             let port = p.host_port.filter(|h| *h > 0)?;
             Some(HostPort {
-                protocol: p.protocol.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "TCP".into()),
+                protocol: p
+                    .protocol
+                    .clone()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "TCP".into()),
                 port,
-                ip: p.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
+                ip: p
+                    .host_ip
+                    .clone()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "0.0.0.0".into()),
             })
         })
         .collect()

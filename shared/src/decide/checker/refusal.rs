@@ -26,13 +26,13 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod};
 use super::affinity::{affinity_terms, anti_affinity_terms};
 use super::daemonsets::{Daemon, overhead};
 use super::node_affinity::required_terms;
-use super::nodepools::Pool;
+use super::nodepools::{Offer, Pool};
 use super::ports;
 use super::requests::pod_requests;
 use super::selector::{self, Labels};
+use super::tolerations;
 use super::violation::Violation;
 use super::volumes::{EBS_ZONE, PodVolumes};
-use super::tolerations;
 use crate::catalog::RegionCatalog;
 use crate::decide::plan::{ProvisioningPlan, Unschedulable};
 use crate::decide::unschedulable::Kind;
@@ -91,7 +91,13 @@ fn node_requirements_met(pod: &Pod, pool: &Pool, labels: &Labels) -> bool {
 }
 
 fn skipped(u: &Unschedulable, pod: &Pod, volumes: &PodVolumes) -> bool {
-    let kinds = [Kind::Limits, Kind::BackedOff, Kind::Launch, Kind::InvalidPod, Kind::NoValidNodePool];
+    let kinds = [
+        Kind::Limits,
+        Kind::BackedOff,
+        Kind::Launch,
+        Kind::InvalidPod,
+        Kind::NoValidNodePool,
+    ];
     let hard_spread = pod
         .spec
         .iter()
@@ -104,6 +110,16 @@ fn skipped(u: &Unschedulable, pod: &Pod, volumes: &PodVolumes) -> bool {
         || volumes.bad.is_some()
 }
 
+/// An offering of a pool, prepared once per run.
+struct Candidate<'a> {
+    offer: Offer<'a>,
+    labels: Labels,
+    capacity: Resources,
+    allocatable: Resources,
+    ds: Resources,
+    ds_ports: Vec<ports::HostPort>,
+}
+
 /// Finds the pods the plan refuses wrongly.
 pub(super) fn check(
     plan: &ProvisioningPlan,
@@ -114,7 +130,9 @@ pub(super) fn check(
     region: &RegionCatalog<'_>,
     v: &mut Vec<Violation>,
 ) {
-    let offers: Vec<_> = pools.iter().map(|p| p.offers(region)).collect();
+    // Per pool, lazily: each offering with its node's labels, the type's capacity and
+    // allocatable under the pool's settings, and the DaemonSets that land on it.
+    let mut candidates: Vec<Option<Vec<Candidate<'_>>>> = pools.iter().map(|_| None).collect();
     for u in &plan.unschedulable {
         let (Some(&pod), Some(vols)) = (pending.get(&u.pod), volumes.get(&u.pod)) else {
             continue;
@@ -139,25 +157,40 @@ pub(super) fn check(
                 }
                 count += 1;
             }
+            let list = candidates[pi].get_or_insert_with(|| {
+                pool.offers(region)
+                    .into_iter()
+                    .map(|offer| {
+                        let mut labels = offer.labels.clone();
+                        labels.extend(pool.labels.clone());
+                        labels.insert(wk::HOSTNAME.into(), "\u{0}new-node".into());
+                        let shaped = pool.shaped(offer.instance_type);
+                        let (ds, ds_ports) = overhead(daemons, &labels, &pool.taints);
+                        Candidate {
+                            offer,
+                            labels,
+                            capacity: shaped.capacity,
+                            allocatable: shaped.allocatable,
+                            ds,
+                            ds_ports,
+                        }
+                    })
+                    .collect()
+            });
             let mut fitting = Vec::new();
-            for offer in &offers[pi] {
-                let mut labels = offer.labels.clone();
-                labels.extend(pool.labels.clone());
-                labels.insert(wk::HOSTNAME.into(), "\u{0}new-node".into());
-                if !node_requirements_met(pod, pool, &labels) {
+            for c in list.iter() {
+                if requests.plus(&c.ds).fits_in(&c.allocatable).is_err() {
                     continue;
                 }
-                let mut volume_labels = labels.clone();
-                volume_labels.insert(EBS_ZONE.into(), offer.zone.clone());
+                if !node_requirements_met(pod, pool, &c.labels) {
+                    continue;
+                }
+                let mut volume_labels = c.labels.clone();
+                volume_labels.insert(EBS_ZONE.into(), c.offer.zone.clone());
                 if !vols.node_ok(&volume_labels, None) {
                     continue;
                 }
-                let shaped = pool.shaped(offer.instance_type);
-                let (ds, ds_ports) = overhead(daemons, &labels, &pool.taints);
-                if requests.plus(&ds).fits_in(&shaped.allocatable).is_err() {
-                    continue;
-                }
-                if own_ports.iter().any(|p| ds_ports.iter().any(|d| d.conflicts(p))) {
+                if own_ports.iter().any(|p| c.ds_ports.iter().any(|d| d.conflicts(p))) {
                     continue;
                 }
                 let within = pool.limits.iter().all(|(name, limit)| {
@@ -165,12 +198,12 @@ pub(super) fn check(
                     let more = if name == "nodes" {
                         count + 1
                     } else {
-                        in_use.get(name) + shaped.capacity.get(name)
+                        in_use.get(name) + c.capacity.get(name)
                     };
                     used + more <= *limit
                 });
                 if within {
-                    fitting.push(offer);
+                    fitting.push(&c.offer);
                 }
             }
             let types: Vec<Labels> = fitting.iter().map(|o| o.labels.clone()).collect();

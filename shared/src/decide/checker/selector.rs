@@ -88,7 +88,9 @@ pub(super) fn satisfiable<'a>(reqs: impl IntoIterator<Item = (&'a str, &'a [Stri
         }
         let _ = op;
     }
-    candidates
-        .iter()
-        .any(|c| reqs.clone().into_iter().all(|(op, values)| value_satisfies(op, values, c.as_deref())))
+    candidates.iter().any(|c| {
+        reqs.clone()
+            .into_iter()
+            .all(|(op, values)| value_satisfies(op, values, c.as_deref()))
+    })
 }

@@ -154,7 +154,8 @@ pub(super) fn check(state: &FinalState<'_>, pools: &[Pool], region: &RegionCatal
                 c.selector,
                 keys,
                 c.c.min_domains,
-                c.honor_affinity.then(|| (&spec.node_selector, spec.affinity.as_ref().map(|a| &a.node_affinity))),
+                c.honor_affinity
+                    .then(|| (&spec.node_selector, spec.affinity.as_ref().map(|a| &a.node_affinity))),
                 c.honor_taints.then_some(&tols),
                 key,
             ])

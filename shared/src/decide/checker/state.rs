@@ -140,7 +140,9 @@ pub(super) fn build<'a>(
         });
     }
     for p in &snapshot.pods {
-        let Standing::Bound { node, terminating } = standing(p) else { continue };
+        let Standing::Bound { node, terminating } = standing(p) else {
+            continue;
+        };
         let Some(&i) = by_name.get(&node) else { continue };
         if let Some(r) = p.spec.as_ref().and_then(|s| pod_requests(s).ok()) {
             state.nodes[i].used = state.nodes[i].used.plus(&r);

@@ -308,7 +308,9 @@ pub enum Violation {
         limit: i64,
     },
     /// A pod reported unschedulable fits, alone, a node a NodePool could launch.
-    #[error("pod {pod} is reported unschedulable, but fits alone a {instance_type} in {zone} ({capacity_type}) of NodePool {nodepool}")]
+    #[error(
+        "pod {pod} is reported unschedulable, but fits alone a {instance_type} in {zone} ({capacity_type}) of NodePool {nodepool}"
+    )]
     WrongfulRefusal {
         /// The pod, `namespace/name`.
         pod: String,

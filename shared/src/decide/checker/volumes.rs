@@ -73,13 +73,18 @@ impl PodVolumes {
             });
             let Some(claim) = claim else {
                 if !ephemeral {
-                    out.bad.get_or_insert(format!("persistentvolumeclaim {claim_name:?} not found"));
+                    out.bad
+                        .get_or_insert(format!("persistentvolumeclaim {claim_name:?} not found"));
                 }
                 continue;
             };
             let spec = claim.spec.as_ref();
             if let Some(pv_name) = spec.and_then(|s| s.volume_name.as_deref()).filter(|n| !n.is_empty()) {
-                let Some(pv) = snapshot.pvs.iter().find(|p| p.metadata.name.as_deref() == Some(pv_name)) else {
+                let Some(pv) = snapshot
+                    .pvs
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(pv_name))
+                else {
                     continue;
                 };
                 let pv_spec = pv.spec.as_ref();
@@ -92,9 +97,10 @@ impl PodVolumes {
                     out.pv_terms.push(terms);
                 }
                 let driver = pv_spec.and_then(|s| {
-                    s.csi.as_ref().map(|c| c.driver.clone()).or_else(|| {
-                        s.aws_elastic_block_store.as_ref().map(|_| EBS_DRIVER.to_string())
-                    })
+                    s.csi
+                        .as_ref()
+                        .map(|c| c.driver.clone())
+                        .or_else(|| s.aws_elastic_block_store.as_ref().map(|_| EBS_DRIVER.to_string()))
                 });
                 if let Some(d) = driver {
                     out.attached.insert((d, format!("pv/{pv_name}")));
@@ -115,8 +121,9 @@ impl PodVolumes {
                 continue;
             };
             if class.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer") {
-                out.bad
-                    .get_or_insert(format!("persistentvolumeclaim {claim_name:?} is unbound with Immediate binding"));
+                out.bad.get_or_insert(format!(
+                    "persistentvolumeclaim {claim_name:?} is unbound with Immediate binding"
+                ));
                 continue;
             }
             if let Some(t) = class.allowed_topologies.as_ref().filter(|t| !t.is_empty()) {
