@@ -1,97 +1,189 @@
 //! An independent check of a provisioning plan against its input.
 //!
-//! It shares the planner's reading of the input, not its decisions. Beyond the model
-//! (quantities, requirements, selectors, the catalog's allocatable formula), it reads pods
-//! with [`PodInfo`] (requests, requirement branches with volume zones, spreads, affinity
-//! terms, host ports), DaemonSets with [`DaemonSetInfo`], taints with
-//! [`untolerated`](super::taints::untolerated), and NodePools with
-//! [`templates::build`] (their instance types, offerings, labels, allocatable net of
-//! DaemonSets, limits and usage): a mistake in those readings would escape it. It shares
-//! none of the scheduling (classes, relaxation, placement, packing): it rebuilds every node
-//! of the plan, in its final state, from the snapshot and the plan alone, and checks that
+//! It reads the raw Kubernetes objects of the snapshot (Pods, Nodes, DaemonSets,
+//! PersistentVolumes and claims, StorageClasses, CSINodes, Namespaces) with its own code,
+//! written from the upstream rules, one concept per file: [`requests`] (kube's
+//! `resource.PodRequests`), [`selector`] (label selectors and node selector requirements),
+//! [`tolerations`], [`node_affinity`], [`volumes`], [`ports`], [`daemonsets`], [`pending`]
+//! (which pods the plan must account for), [`nodepools`] (what a NodePool may launch, with
+//! its own requirement matching), [`state`] (the final state), [`affinity`], [`spread`] and
+//! [`refusal`].
 //!
-//! - every provisionable pod is placed exactly once or reported unschedulable with a
-//!   reason, and no other pod is placed;
+//! **What it shares with the planner**, and a bug in which would escape it: the model's
+//! plain types and their parsing (`Quantity` and `Resources` as a container of amounts, the
+//! `NodePool` and `EC2NodeClass` structs, `CapacityType`, the `well_known` label names);
+//! the catalog (`RegionCatalog`: the types, their labels, their offerings and prices, and
+//! allocatable for an EC2NodeClass's settings, `catalog::allocatable`); the plan's types
+//! (with `unschedulable::Kind`, to skip the refusals it cannot judge); and the `Snapshot`
+//! (with its `namespace_labels`). It shares none of the planner's reading of pods, volumes,
+//! DaemonSets, taints, selectors, requirements or topology, and none of its scheduling: it
+//! rebuilds every node of the plan, in its final state, from the snapshot and the plan
+//! alone, and checks that
+//!
+//! - every pending pod is placed exactly once or reported unschedulable with a reason, and
+//!   no other pod is placed; a preempting pod is never on a new node; a pod whose claims
+//!   keep it off every node is not placed;
 //! - every new node's instance type, and each of its alternatives, is offered in its zone
-//!   and capacity type, satisfies its NodePool's requirements, and holds its pods plus the
-//!   DaemonSets that land on it; the price is the offering's; `minValues` holds over the
-//!   alternatives; the NodePool's limits hold;
-//! - every pod tolerates its node's taints, matches one of its node requirement branches
-//!   (volume zones included), and gets a host port no other pod on the node binds;
+//!   and capacity type, meets its NodePool's requirements with the node's labels, takes
+//!   each of its pods' node requirements and volumes, and holds its pods plus the DaemonSets
+//!   that land on it; the price is the offering's; `minValues` holds over the alternatives;
+//!   the NodePool's limits hold;
+//! - every pod tolerates its node's `NoSchedule` and `NoExecute` taints, passes its node
+//!   selector and required node affinity, gets host ports no other pod (or DaemonSet, on a
+//!   new node) binds, and its volumes allow the node and stay within the node's attach
+//!   limits;
 //! - existing nodes placed onto are usable and keep within their allocatable;
 //! - required pod affinity and anti-affinity hold in both directions, and every
-//!   `DoNotSchedule` spread's skew is within `maxSkew` over the domains the pod may use.
+//!   `DoNotSchedule` spread's skew is within `maxSkew`;
+//! - no pod is refused that fits, alone, a node a NodePool could launch (the wrongful
+//!   refusal, [`refusal`], which leaves out the cases it cannot judge).
+//!
+//! Where it cannot know exactly it is conservative, that is it does not report:
+//! the EBS attach limit of a new instance type is taken as 127 volumes, more than any type
+//! attaches; the order in which pods were placed is searched for (see [`affinity`]).
 //!
 //! The result is the list of [`Violation`]s, empty for a valid plan.
 
+mod affinity;
+mod daemonsets;
+mod node_affinity;
+mod nodepools;
+mod pending;
+mod ports;
+mod refusal;
+mod requests;
+mod selector;
+mod spread;
+mod state;
+mod tolerations;
+mod violation;
+mod volumes;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Pod, Taint};
-
-mod violation;
-
+use k8s_openapi::api::core::v1::Pod;
 pub use violation::{NewNode, NodeRef, TypeProblem, Violation};
 
-use super::daemonsets::DaemonSetInfo;
-use super::namespaces::Namespaces;
-use super::plan::ProvisioningPlan;
-use super::pod::{PodInfo, Volumes, is_provisionable, pod_key};
-use super::taints::untolerated;
-use super::templates::{self, Template};
+use self::daemonsets::{Daemon, overhead};
+use self::nodepools::Pool;
+use self::pending::{Standing, key, standing};
+use self::selector::Labels;
+use self::state::{FinalState, new_node_labels};
+use self::volumes::{EBS_DRIVER, EBS_ZONE, PodVolumes};
+use super::plan::{MAX_ALTERNATIVES, PlannedNode, ProvisioningPlan};
 use crate::catalog::RegionCatalog;
-use crate::model::pod_requests::effective_requests;
-use crate::model::well_known as wk;
-use crate::model::{Node, Resources};
+use crate::model::Resources;
 use crate::snapshot::Snapshot;
 
-/// A pod in its final place.
-struct Placed<'a> {
-    info: &'a PodInfo,
-    node: usize,
-}
-
-/// A node in the final state.
-struct FinalNode {
-    name: NodeRef,
-    labels: BTreeMap<String, String>,
-    taints: Vec<Taint>,
-    allocatable: Resources,
-    used: Resources,
-}
-
-fn pod_infos(snapshot: &Snapshot, volumes: &Volumes<'_>, filter: impl Fn(&Pod) -> bool) -> Vec<(String, PodInfo)> {
-    snapshot
-        .pods
-        .iter()
-        .filter(|p| filter(p))
-        .filter_map(|p| {
-            PodInfo::from_pod(p, volumes, &Namespaces::new(snapshot))
-                .ok()
-                .map(|i| (pod_key(p), i))
-        })
-        .collect()
-}
+/// More EBS volumes than any instance type attaches (the limit assumed for new nodes).
+const EBS_LIMIT_NEW_NODE: i64 = 127;
 
 /// Checks `plan` against `snapshot` and the region's catalog.
 pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &ProvisioningPlan) -> Vec<Violation> {
     let mut v = Vec::new();
-    let volumes = Volumes::new(&snapshot.pvcs, &snapshot.pvs);
-    let pending = pod_infos(snapshot, &volumes, is_provisionable);
-    let pending_keys: HashSet<&str> = pending.iter().map(|(k, _)| k.as_str()).collect();
+    let mut pending: HashMap<String, &Pod> = HashMap::new();
+    let mut preempting: HashMap<String, String> = HashMap::new();
+    for p in &snapshot.pods {
+        match standing(p) {
+            Standing::Pending => {
+                pending.insert(key(p), p);
+            }
+            Standing::Preempting => {
+                let nominated = p.status.as_ref().and_then(|s| s.nominated_node_name.clone());
+                preempting.insert(key(p), nominated.unwrap_or_default());
+                pending.insert(key(p), p);
+            }
+            _ => {}
+        }
+    }
+    accounting(snapshot, plan, &pending, &preempting, &mut v);
 
-    // 1. Each provisionable pod exactly once.
+    let volumes: HashMap<String, PodVolumes> = pending
+        .iter()
+        .map(|(k, p)| (k.clone(), PodVolumes::of(p, snapshot)))
+        .collect();
+    let pools = nodepools::pools(&snapshot.nodepools, &snapshot.nodeclasses, &snapshot.nodes);
+    let daemons = Daemon::all(&snapshot.daemonsets);
+    let state = state::build(snapshot, region, plan, &pools, &daemons, &pending);
+
+    for node in &state.unknown_nodes {
+        v.push(Violation::UnknownNode { node: node.clone() });
+    }
+    for &i in &state.unknown_pools {
+        let pn = &plan.nodes[i];
+        v.push(Violation::UnknownNodePool {
+            node: label(i, pn),
+            nodepool: pn.nodepool.clone(),
+        });
+    }
+    for &i in &state.unknown_types {
+        let pn = &plan.nodes[i];
+        v.push(Violation::BadType {
+            node: label(i, pn),
+            alternative: false,
+            instance_type: pn.instance_type.clone(),
+            problem: TypeProblem::NotInRegion,
+        });
+    }
+    for e in &plan.existing {
+        let Some(n) = state
+            .nodes
+            .iter()
+            .find(|n| n.node_name.as_deref() == Some(e.node.as_str()))
+        else {
+            continue;
+        };
+        if !n.usable {
+            v.push(Violation::UnusableNode { node: e.node.clone() });
+        }
+        if let Err(r) = n.used.fits_in(&n.allocatable) {
+            v.push(Violation::ExistingOverfull {
+                node: e.node.clone(),
+                resource: r.to_string(),
+            });
+        }
+    }
+    new_nodes(plan, region, &pools, &daemons, &pending, &volumes, &state, &mut v);
+    limits(plan, region, &pools, &mut v);
+    pods_on_nodes(snapshot, &state, &preempting, &volumes, &mut v);
+    affinity::check(&state, snapshot, &mut v);
+    spread::check(&state, &pools, region, &mut v);
+    refusal::check(plan, &pending, &volumes, &pools, &daemons, region, &mut v);
+
+    // In the order of their messages, as a list of strings would sort.
+    v.sort_by_cached_key(ToString::to_string);
+    v.dedup();
+    v
+}
+
+fn label(index: usize, pn: &PlannedNode) -> NewNode {
+    NewNode {
+        index,
+        instance_type: pn.instance_type.clone(),
+        zone: pn.zone.clone(),
+    }
+}
+
+/// Each pending pod exactly once; nothing else placed; every refusal with a reason.
+fn accounting(
+    snapshot: &Snapshot,
+    plan: &ProvisioningPlan,
+    pending: &HashMap<String, &Pod>,
+    preempting: &HashMap<String, String>,
+    v: &mut Vec<Violation>,
+) {
     let mut seen: HashMap<&str, usize> = HashMap::new();
-    let placed_keys = plan
+    let placed = plan
         .nodes
         .iter()
         .flat_map(|n| &n.pods)
         .chain(plan.existing.iter().flat_map(|e| &e.pods));
-    for k in placed_keys.chain(plan.unschedulable.iter().map(|u| &u.pod)) {
+    for k in placed.chain(plan.unschedulable.iter().map(|u| &u.pod)) {
         *seen.entry(k.as_str()).or_default() += 1;
     }
-    for (k, _) in &pending {
+    for k in pending.keys() {
         match seen.get(k.as_str()) {
-            None => v.push(Violation::Unplanned { pod: k.clone() }),
+            None if !preempting.contains_key(k) => v.push(Violation::Unplanned { pod: k.clone() }),
             Some(n) if *n > 1 => v.push(Violation::Repeated {
                 pod: k.clone(),
                 times: *n,
@@ -100,8 +192,9 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
         }
     }
     let bad: HashSet<&str> = snapshot.bad_pods.iter().map(|(k, _)| k.as_str()).collect();
+    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
     for k in seen.keys() {
-        if !pending_keys.contains(k) && !bad.contains(k) && !plan.unschedulable.iter().any(|u| u.pod == *k) {
+        if !pending.contains_key(*k) && !bad.contains(k) && !refused.contains(k) {
             v.push(Violation::NotPending { pod: k.to_string() });
         }
     }
@@ -110,178 +203,158 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
             v.push(Violation::NoReason { pod: u.pod.clone() });
         }
     }
+}
 
-    // 2. Rebuild the final nodes.
-    let daemonsets: Vec<DaemonSetInfo> = snapshot
-        .daemonsets
-        .iter()
-        .filter_map(|d| DaemonSetInfo::from_k8s(d).ok())
-        .collect();
-    let (pools, _) = templates::build(
-        &snapshot.nodepools,
-        &snapshot.nodeclasses,
-        region,
-        &daemonsets,
-        &snapshot.nodes,
-    );
-    let mut nodes: Vec<FinalNode> = Vec::new();
-    let mut by_name: HashMap<String, usize> = HashMap::new();
-    for n in &snapshot.nodes {
-        let Ok(node) = Node::from_k8s(n) else { continue };
-        let mut labels = node.labels.clone();
-        labels.entry(wk::HOSTNAME.into()).or_insert_with(|| node.name.clone());
-        by_name.insert(node.name.clone(), nodes.len());
-        nodes.push(FinalNode {
-            name: NodeRef::Existing(node.name.clone()),
-            labels,
-            taints: node.taints.clone(),
-            allocatable: node.allocatable.clone(),
-            used: Resources::default(),
-        });
-        if !(node.ready && !node.unschedulable && !node.terminating)
-            && plan.existing.iter().any(|e| e.node == node.name)
-        {
-            v.push(Violation::UnusableNode {
-                node: node.name.clone(),
-            });
-        }
-    }
-    let bound = pod_infos(snapshot, &volumes, |p| {
-        p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-    });
-    let mut placed: Vec<Placed<'_>> = Vec::new();
-    for (k, info) in &bound {
-        let Some(pod) = snapshot.pods.iter().find(|p| pod_key(p) == *k) else {
-            continue;
-        };
-        let live = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_none_or(|p| p != "Succeeded" && p != "Failed");
-        let Some(&n) = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .and_then(|name| by_name.get(name))
-        else {
-            continue;
-        };
-        if !live {
-            continue;
-        }
-        if let Some(spec) = &pod.spec
-            && let Ok(mut r) = effective_requests(spec)
-        {
-            r.pods += 1;
-            nodes[n].used = nodes[n].used.plus(&r);
-        }
-        placed.push(Placed { info, node: n });
-    }
-    let existing_count = nodes.len();
-    let info_of: HashMap<&str, &PodInfo> = pending.iter().map(|(k, i)| (k.as_str(), i)).collect();
-
-    for e in &plan.existing {
-        let Some(&n) = by_name.get(&e.node) else {
-            v.push(Violation::UnknownNode { node: e.node.clone() });
-            continue;
-        };
-        for k in &e.pods {
-            if let Some(info) = info_of.get(k.as_str()) {
-                nodes[n].used = nodes[n].used.plus(&info.requests);
-                placed.push(Placed { info, node: n });
-            }
-        }
-    }
-    for e in &plan.existing {
-        if let Some(&n) = by_name.get(&e.node)
-            && let Err(r) = nodes[n].used.fits_in(&nodes[n].allocatable)
-        {
-            v.push(Violation::ExistingOverfull {
-                node: e.node.clone(),
-                resource: r.to_string(),
-            });
-        }
-    }
-
-    let mut pool_usage: HashMap<&str, (Resources, i64)> = HashMap::new();
+/// Every new node's type and alternatives.
+#[allow(clippy::too_many_arguments)]
+fn new_nodes(
+    plan: &ProvisioningPlan,
+    region: &RegionCatalog<'_>,
+    pools: &[Pool],
+    daemons: &[Daemon<'_>],
+    pending: &HashMap<String, &Pod>,
+    volumes: &HashMap<String, PodVolumes>,
+    state: &FinalState<'_>,
+    v: &mut Vec<Violation>,
+) {
     for (i, pn) in plan.nodes.iter().enumerate() {
-        let label = NewNode {
-            index: i,
-            instance_type: pn.instance_type.clone(),
-            zone: pn.zone.clone(),
-        };
-        let Some(pool) = pools.iter().find(|t| t.name == pn.nodepool) else {
-            v.push(Violation::UnknownNodePool {
-                node: label,
-                nodepool: pn.nodepool.clone(),
-            });
+        let node = label(i, pn);
+        let Some(pool) = pools.iter().find(|p| p.name == pn.nodepool) else {
             continue;
         };
         if pn.instance_types.first() != Some(&pn.instance_type) {
-            v.push(Violation::TypeNotFirst { node: label.clone() });
+            v.push(Violation::TypeNotFirst { node: node.clone() });
         }
-        if pn.instance_types.len() > super::plan::MAX_ALTERNATIVES {
+        if pn.instance_types.len() > MAX_ALTERNATIVES {
             v.push(Violation::TooManyAlternatives {
-                node: label.clone(),
-                max: super::plan::MAX_ALTERNATIVES,
+                node: node.clone(),
+                max: MAX_ALTERNATIVES,
             });
         }
-        let pods: Vec<&PodInfo> = pn
+        let pods: Vec<(&str, &Pod)> = pn
             .pods
             .iter()
-            .filter_map(|k| info_of.get(k.as_str()).copied())
+            .filter_map(|k| pending.get(k).map(|p| (k.as_str(), *p)))
             .collect();
-        let requests = pods.iter().fold(Resources::default(), |acc, p| acc.plus(&p.requests));
-        let mut alternative_labels = Vec::new();
+        let requests = pods.iter().fold(Resources::default(), |acc, (_, p)| {
+            let r = p.spec.as_ref().and_then(|s| requests::pod_requests(s).ok());
+            acc.plus(&r.unwrap_or_default())
+        });
+        let mut fitting: Vec<Labels> = Vec::new();
         for (a, name) in pn.instance_types.iter().enumerate() {
-            match check_type(pool, region, name, pn, &pods, &requests, &daemonsets) {
-                Ok(labels) => alternative_labels.push(labels),
+            match check_type(pool, region, name, i, pn, &pods, volumes, &requests, daemons) {
+                Ok(labels) => fitting.push(labels),
                 Err(problem) => v.push(Violation::BadType {
-                    node: label.clone(),
+                    node: node.clone(),
                     alternative: a != 0,
                     instance_type: name.clone(),
                     problem,
                 }),
             }
         }
-        if let Err(unmet) = pool.requirements.check_min_values(alternative_labels.iter()) {
+        if let Some((key, min_values, found)) = pool.min_values_unmet(fitting.iter()) {
             v.push(Violation::MinValues {
-                node: label.clone(),
-                unmet,
+                node: node.clone(),
+                key,
+                min_values,
+                found,
             });
         }
-        let Some(it) = pool.types.iter().find(|o| o.instance_type.name == pn.instance_type) else {
-            continue;
-        };
-        let usage = pool_usage.entry(pool.name.as_str()).or_default();
-        usage.0 = usage.0.plus(&it.instance_type.capacity);
-        usage.1 += 1;
-        let mut labels = it.labels.clone();
-        labels.extend(pn.labels.clone());
-        labels.insert(wk::ZONE.into(), pn.zone.clone());
-        labels.insert(wk::CAPACITY_TYPE.into(), pn.capacity_type.label().into());
-        labels.insert(wk::REGION.into(), region.region().into());
-        labels.insert(wk::HOSTNAME.into(), format!("planned-node-{i}"));
-        let n = nodes.len();
-        nodes.push(FinalNode {
-            name: NodeRef::New(label),
-            labels,
-            taints: pool.taints.clone(),
-            allocatable: it.net.clone(),
-            used: requests,
-        });
-        for p in pods {
-            placed.push(Placed { info: p, node: n });
+        if let Some(n) = state
+            .nodes
+            .iter()
+            .find(|n| n.new.is_some_and(|(index, _, _)| index == i))
+            && let Err(r) = n.used.fits_in(&n.allocatable)
+        {
+            v.push(Violation::NewOverfull {
+                node,
+                resource: r.to_string(),
+            });
         }
     }
-    for t in &pools {
-        let (planned, count) = pool_usage.get(t.name.as_str()).cloned().unwrap_or_default();
-        for (name, limit) in &t.limits {
-            let used = t.used.get(name).copied().unwrap_or(0) + if name == "nodes" { count } else { planned.get(name) };
+}
+
+/// One instance type for a planned node; returns its labels.
+#[allow(clippy::too_many_arguments)]
+fn check_type(
+    pool: &Pool,
+    region: &RegionCatalog<'_>,
+    name: &str,
+    index: usize,
+    pn: &PlannedNode,
+    pods: &[(&str, &Pod)],
+    volumes: &HashMap<String, PodVolumes>,
+    requests: &Resources,
+    daemons: &[Daemon<'_>],
+) -> Result<Labels, TypeProblem> {
+    let it = region
+        .types()
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or(TypeProblem::NotInRegion)?;
+    let offering = region
+        .offerings_of(it)
+        .into_iter()
+        .find(|o| o.zone == pn.zone && o.capacity_type == pn.capacity_type)
+        .ok_or(TypeProblem::NoOffering)?;
+    if name == pn.instance_type && (offering.price - pn.price_per_hour).abs() > 1e-9 {
+        return Err(TypeProblem::PriceDiffers {
+            planned: pn.price_per_hour,
+            offered: offering.price,
+        });
+    }
+    let labels = new_node_labels(
+        it,
+        &pn.zone,
+        pn.capacity_type.label(),
+        region.region(),
+        &pn.labels,
+        &format!("planned-node-{index}"),
+    );
+    if let Some(r) = pool.unmet(&labels) {
+        return Err(TypeProblem::NodePoolRequirements {
+            requirement: format!("{} {} {:?}", r.key, r.operator, r.values),
+        });
+    }
+    let mut volume_labels = labels.clone();
+    volume_labels.insert(EBS_ZONE.into(), pn.zone.clone());
+    for (k, p) in pods {
+        let affinity_ok = p
+            .spec
+            .as_ref()
+            .is_some_and(|s| node_affinity::matches(s, &labels, None));
+        let volumes_ok = volumes.get(*k).is_none_or(|vol| vol.node_ok(&volume_labels, None));
+        if !affinity_ok || !volumes_ok {
+            return Err(TypeProblem::PodRequirements { pod: k.to_string() });
+        }
+    }
+    let (ds, _) = overhead(daemons, &labels, &pool.taints);
+    requests
+        .plus(&ds)
+        .fits_in(&pool.shaped(it).allocatable)
+        .map_err(|r| TypeProblem::DoesNotFit {
+            resource: r.to_string(),
+        })?;
+    Ok(labels)
+}
+
+/// Every NodePool's limits, over its existing nodes and the plan's.
+fn limits(plan: &ProvisioningPlan, region: &RegionCatalog<'_>, pools: &[Pool], v: &mut Vec<Violation>) {
+    for pool in pools.iter().filter(|p| !p.limits.is_empty()) {
+        let mut capacity = Resources::default();
+        let mut count = 0i64;
+        for pn in plan.nodes.iter().filter(|n| n.nodepool == pool.name) {
+            if let Some(&it) = region.types().iter().find(|t| t.name == pn.instance_type) {
+                capacity = capacity.plus(&pool.shaped(it).capacity);
+            }
+            count += 1;
+        }
+        for (name, limit) in &pool.limits {
+            let planned = if name == "nodes" { count } else { capacity.get(name) };
+            let used = pool.used.get(name).copied().unwrap_or(0) + planned;
             if used > *limit {
                 v.push(Violation::LimitExceeded {
-                    nodepool: t.name.clone(),
+                    nodepool: pool.name.clone(),
                     resource: name.clone(),
                     limit: *limit,
                     used,
@@ -289,212 +362,136 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
             }
         }
     }
+}
 
-    // 3. Per pod on its node.
-    let mut ports: HashMap<usize, Vec<&super::pod::HostPort>> = HashMap::new();
-    for pl in &placed {
-        let node = &nodes[pl.node];
-        let is_pending = pending_keys.contains(pl.info.key.as_str());
-        if is_pending {
-            if let Some(t) = untolerated(&pl.info.tolerations, &node.taints) {
-                v.push(Violation::Untolerated {
-                    pod: pl.info.key.clone(),
-                    taint: t.key.clone(),
-                    node: node.name.clone(),
-                });
-            }
-            if !pl.info.branches.iter().any(|b| b.matches_labels(&node.labels).is_ok()) {
-                v.push(Violation::NoBranch {
-                    pod: pl.info.key.clone(),
-                    node: node.name.clone(),
-                });
-            }
-        }
-        for hp in &pl.info.host_ports {
-            let list = ports.entry(pl.node).or_default();
-            if list.iter().any(|o| o.conflicts(hp)) {
-                v.push(Violation::HostPortConflict {
-                    pod: pl.info.key.clone(),
-                    port: hp.port,
-                    node: node.name.clone(),
-                });
-            }
-            list.push(hp);
-        }
-    }
-    for node in &nodes {
-        if let NodeRef::New(new) = &node.name
-            && let Err(r) = node.used.fits_in(&node.allocatable)
+/// Each placed pod against its node: preemption, volumes, taints, node affinity, host
+/// ports, attach limits.
+fn pods_on_nodes(
+    snapshot: &Snapshot,
+    state: &FinalState<'_>,
+    preempting: &HashMap<String, String>,
+    volumes: &HashMap<String, PodVolumes>,
+    v: &mut Vec<Violation>,
+) {
+    for p in state.placed.iter().filter(|p| p.pending) {
+        let node = &state.nodes[p.node];
+        if node.new.is_some()
+            && let Some(nominated) = preempting.get(&p.key)
         {
-            v.push(Violation::NewOverfull {
-                node: new.clone(),
-                resource: r.to_string(),
+            v.push(Violation::Preempting {
+                pod: p.key.clone(),
+                nominated: nominated.clone(),
+            });
+        }
+        let Some(spec) = p.pod.spec.as_ref() else { continue };
+        let vol = volumes.get(&p.key);
+        if let Some(reason) = vol.and_then(|vol| vol.bad.clone()) {
+            v.push(Violation::VolumeBlocked {
+                pod: p.key.clone(),
+                node: node.name.clone(),
+                reason,
+            });
+        }
+        let tols = spec.tolerations.clone().unwrap_or_default();
+        if let Some(t) = tolerations::untolerated(&tols, &node.taints) {
+            v.push(Violation::Untolerated {
+                pod: p.key.clone(),
+                taint: t.key.clone(),
+                node: node.name.clone(),
+            });
+        }
+        if !node_affinity::matches(spec, &node.labels, node.node_name.as_deref()) {
+            v.push(Violation::NoBranch {
+                pod: p.key.clone(),
+                node: node.name.clone(),
+            });
+        }
+        let mut labels = node.labels.clone();
+        if node.new.is_some()
+            && let Some(zone) = labels.get(crate::model::well_known::ZONE).cloned()
+        {
+            labels.insert(EBS_ZONE.into(), zone);
+        }
+        if vol.is_some_and(|vol| !vol.node_ok(&labels, node.node_name.as_deref())) {
+            v.push(Violation::VolumeConflict {
+                pod: p.key.clone(),
+                node: node.name.clone(),
             });
         }
     }
 
-    // 4. Pod affinity, anti-affinity and spreads over the final state.
-    let domain = |n: usize, key: &str| nodes[n].labels.get(key).cloned();
-    for pl in placed.iter().filter(|p| pending_keys.contains(p.info.key.as_str())) {
-        let p = pl.info;
-        for t in &p.affinity {
-            let Some(d) = domain(pl.node, &t.key) else {
-                v.push(Violation::NoAffinityDomain {
-                    pod: p.key.clone(),
-                    key: t.key.clone(),
-                });
-                continue;
-            };
-            let others: Vec<&Placed<'_>> = placed
-                .iter()
-                .filter(|q| !std::ptr::eq(*q, pl) && t.matches(&q.info.namespace, &q.info.labels))
-                .collect();
-            let here = others
-                .iter()
-                .any(|q| domain(q.node, &t.key).as_deref() == Some(d.as_str()));
-            let alone = t.matches(&p.namespace, &p.labels);
-            // Kubernetes lets the first pod of a self-affine group start anywhere.
-            if !(here || (alone && others.is_empty())) {
-                v.push(Violation::AffinityUnmet {
-                    pod: p.key.clone(),
-                    key: t.key.clone(),
-                    domain: d,
-                });
+    // Host ports and attached volumes, node by node.
+    let mut by_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, p) in state.placed.iter().enumerate() {
+        by_node.entry(p.node).or_default().push(i);
+    }
+    for (n, list) in &by_node {
+        let node = &state.nodes[*n];
+        if !list.iter().any(|&i| state.placed[i].pending) {
+            continue;
+        }
+        let mut taken: Vec<ports::HostPort> = node.daemon_ports.clone();
+        for &i in list.iter().filter(|&&i| !state.placed[i].pending) {
+            taken.extend(state.placed[i].pod.spec.iter().flat_map(ports::of_spec));
+        }
+        for &i in list.iter().filter(|&&i| state.placed[i].pending) {
+            let p = &state.placed[i];
+            for hp in p.pod.spec.iter().flat_map(ports::of_spec) {
+                if taken.iter().any(|t| t.conflicts(&hp)) {
+                    v.push(Violation::HostPortConflict {
+                        pod: p.key.clone(),
+                        port: hp.port,
+                        node: node.name.clone(),
+                    });
+                }
+                taken.push(hp);
             }
         }
-        for q in &placed {
-            if std::ptr::eq(q, pl) {
-                continue;
+        // Bound pods' volumes count too where the node has limits (kube's CSILimits counts
+        // every pod on the node).
+        let bound: Vec<(usize, PodVolumes)> = if node.attach_limits.is_empty() {
+            Vec::new()
+        } else {
+            list.iter()
+                .filter(|&&i| !state.placed[i].pending)
+                .map(|&i| (i, PodVolumes::of(state.placed[i].pod, snapshot)))
+                .collect()
+        };
+        let mut attached: BTreeMap<&str, HashSet<&str>> = BTreeMap::new();
+        let mut added: HashSet<&str> = HashSet::new();
+        for (_, vol) in &bound {
+            for (driver, id) in &vol.attached {
+                attached.entry(driver.as_str()).or_default().insert(id.as_str());
             }
-            for (a, b) in [(p, q.info), (q.info, p)] {
-                for t in &a.anti_affinity {
-                    let same = domain(pl.node, &t.key).is_some() && domain(pl.node, &t.key) == domain(q.node, &t.key);
-                    if same && t.matches(&b.namespace, &b.labels) {
-                        v.push(Violation::AntiAffinity {
-                            pod: p.key.clone(),
-                            other: q.info.key.clone(),
-                            key: t.key.clone(),
-                        });
-                    }
+        }
+        for &i in list {
+            let p = &state.placed[i];
+            let Some(vol) = volumes.get(&p.key).filter(|_| p.pending) else {
+                continue;
+            };
+            for (driver, id) in &vol.attached {
+                if attached.entry(driver.as_str()).or_default().insert(id.as_str()) {
+                    added.insert(driver.as_str());
                 }
             }
         }
-        for s in p.spreads.iter().filter(|s| s.hard) {
-            let count_in = |d: &str| {
-                placed
-                    .iter()
-                    .filter(|q| q.info.namespace == s.namespace && s.selector.matches(&q.info.labels))
-                    .filter(|q| domain(q.node, &s.key).as_deref() == Some(d))
-                    .count() as i32
-            };
-            let Some(mine) = domain(pl.node, &s.key) else { continue };
-            let eligible: Vec<String> = if s.key == wk::ZONE {
-                eligible_zones(p, &pools, &nodes[..existing_count])
-            } else {
-                // New nodes can always be opened: the minimum over hostnames is 0.
-                Vec::new()
-            };
-            let min = if eligible.len() as i32 >= s.min_domains.unwrap_or(1) && !eligible.is_empty() {
-                eligible.iter().map(|d| count_in(d)).min().unwrap_or(0)
-            } else {
-                0
-            };
-            let skew = count_in(&mine) - min;
-            if skew > s.max_skew {
-                v.push(Violation::Skew {
-                    pod: p.key.clone(),
-                    key: s.key.clone(),
-                    skew,
-                    max_skew: s.max_skew,
-                    domain: mine,
+        for (driver, ids) in &attached {
+            let limit = node
+                .attach_limits
+                .get(*driver)
+                .copied()
+                .or((node.new.is_some() && *driver == EBS_DRIVER).then_some(EBS_LIMIT_NEW_NODE));
+            if let Some(limit) = limit
+                && ids.len() as i64 > limit
+                && added.contains(driver)
+            {
+                v.push(Violation::AttachLimit {
+                    node: node.name.clone(),
+                    driver: driver.to_string(),
+                    count: ids.len(),
+                    limit,
                 });
             }
         }
     }
-    // In the order of their messages, as a list of strings would sort.
-    v.sort_by_cached_key(ToString::to_string);
-    v.dedup();
-    v
-}
-
-fn eligible_zones(p: &PodInfo, pools: &[Template], existing: &[FinalNode]) -> Vec<String> {
-    let mut zones: Vec<String> = existing
-        .iter()
-        .filter(|n| p.branches.iter().any(|b| b.matches_labels(&n.labels).is_ok()))
-        .filter_map(|n| n.labels.get(wk::ZONE).cloned())
-        .collect();
-    for t in pools
-        .iter()
-        .filter(|t| untolerated(&p.tolerations, &t.taints).is_none())
-    {
-        for o in &t.types {
-            for off in &o.offers {
-                let mut l = o.labels.clone();
-                l.insert(wk::ZONE.into(), off.zone.clone());
-                l.insert(wk::CAPACITY_TYPE.into(), off.capacity_type.label().into());
-                let fits = p.requests.fits_in(&o.net).is_ok();
-                if fits && p.branches.iter().any(|b| b.matches_labels(&l).is_ok()) {
-                    zones.push(off.zone.clone());
-                }
-            }
-        }
-    }
-    zones.sort();
-    zones.dedup();
-    zones
-}
-
-/// Checks one instance type for a planned node; returns its labels.
-fn check_type(
-    pool: &Template,
-    region: &RegionCatalog<'_>,
-    name: &str,
-    pn: &super::plan::PlannedNode,
-    pods: &[&PodInfo],
-    requests: &Resources,
-    daemonsets: &[DaemonSetInfo],
-) -> Result<BTreeMap<String, String>, TypeProblem> {
-    let it = region
-        .types()
-        .iter()
-        .find(|t| t.name == name)
-        .ok_or(TypeProblem::NotInRegion)?;
-    let price = region
-        .prices()
-        .price(it, &pn.zone, pn.capacity_type)
-        .ok_or(TypeProblem::NoOffering)?;
-    if name == pn.instance_type && (price - pn.price_per_hour).abs() > 1e-9 {
-        return Err(TypeProblem::PriceDiffers {
-            planned: pn.price_per_hour,
-            offered: price,
-        });
-    }
-    let mut labels = it.labels();
-    labels.extend(pool.labels.clone());
-    labels.extend(pn.labels.clone());
-    labels.insert(wk::ZONE.into(), pn.zone.clone());
-    labels.insert(wk::CAPACITY_TYPE.into(), pn.capacity_type.label().into());
-    labels.insert(wk::REGION.into(), region.region().into());
-    pool.requirements
-        .matches_labels(&labels)
-        .map_err(TypeProblem::NodePoolRequirements)?;
-    for p in pods {
-        if !p.branches.iter().any(|b| b.matches_labels(&labels).is_ok()) {
-            return Err(TypeProblem::PodRequirements { pod: p.key.clone() });
-        }
-    }
-    let full = crate::catalog::allocatable::with_settings(it, &pool.settings);
-    // DaemonSets tolerate the NodePool's taints, not its startup taints.
-    let taints: Vec<Taint> = pool.taints.clone();
-    let overhead = daemonsets
-        .iter()
-        .filter(|d| d.lands_on(&labels, &taints))
-        .fold(Resources::default(), |acc, d| acc.plus(&d.requests));
-    requests
-        .plus(&overhead)
-        .fits_in(&full.allocatable)
-        .map_err(|r| TypeProblem::DoesNotFit {
-            resource: r.to_string(),
-        })?;
-    Ok(labels)
 }

@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use crate::model::requirements::{Incompatible, MinValuesUnmet};
-
 /// A new node of the plan, as the checker names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewNode {
@@ -57,9 +55,12 @@ pub enum TypeProblem {
         /// USD per hour of the offering.
         offered: f64,
     },
-    /// The type's labels break the NodePool's requirements.
-    #[error("NodePool requirements: {0}")]
-    NodePoolRequirements(Incompatible),
+    /// The node's labels with this type break a NodePool requirement.
+    #[error("NodePool requirement {requirement} unmet")]
+    NodePoolRequirements {
+        /// The requirement, `key operator [values]`.
+        requirement: String,
+    },
     /// The type's labels match none of a pod's node requirement branches.
     #[error("pod {pod} requirements do not match")]
     PodRequirements {
@@ -158,12 +159,16 @@ pub enum Violation {
         problem: TypeProblem,
     },
     /// A new node's alternatives break its NodePool's `minValues`.
-    #[error("{node}: {unmet}")]
+    #[error("{node}: minValues for {key:?} needs {min_values} distinct values, and its types span {found}")]
     MinValues {
         /// The new node.
         node: NewNode,
-        /// The requirement unmet.
-        unmet: MinValuesUnmet,
+        /// The requirement's key.
+        key: String,
+        /// Its minValues.
+        min_values: u32,
+        /// The distinct values the node's types span.
+        found: usize,
     },
     /// A NodePool's limit is exceeded by its nodes and the plan's.
     #[error("NodePool {nodepool}: limit {resource}={limit} exceeded ({used})")]
@@ -241,6 +246,14 @@ pub enum Violation {
         /// The topology key.
         key: String,
     },
+    /// A pod with a `DoNotSchedule` spread is on a node without the spread's key.
+    #[error("pod {pod}: node has no {key} for its topology spread")]
+    NoSpreadDomain {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The topology key.
+        key: String,
+    },
     /// A `DoNotSchedule` spread's skew exceeds its `maxSkew`.
     #[error("pod {pod}: spread on {key} has skew {skew} > maxSkew {max_skew} in {domain}")]
     Skew {
@@ -254,5 +267,60 @@ pub enum Violation {
         max_skew: i32,
         /// The pod's domain.
         domain: String,
+    },
+    /// A preempting pod (`status.nominatedNodeName` set) is placed on a new node.
+    #[error("pod {pod} is preempting (nominated to {nominated}) and must not be launched for")]
+    Preempting {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The node it is nominated to.
+        nominated: String,
+    },
+    /// A pod is placed although one of its claims keeps it off every node.
+    #[error("pod {pod} is placed on {node}, but {reason}")]
+    VolumeBlocked {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The node.
+        node: NodeRef,
+        /// Why its volumes rule every node out.
+        reason: String,
+    },
+    /// A pod's volumes (a bound PV's node affinity, a StorageClass's allowed topologies)
+    /// rule out its node.
+    #[error("pod {pod}: its volumes do not allow {node}")]
+    VolumeConflict {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The node.
+        node: NodeRef,
+    },
+    /// A node attaches more volumes of a CSI driver than its limit.
+    #[error("{node}: {count} volumes of {driver} exceed its attach limit {limit}")]
+    AttachLimit {
+        /// The node.
+        node: NodeRef,
+        /// The CSI driver.
+        driver: String,
+        /// The volumes attached in the final state.
+        count: usize,
+        /// The limit.
+        limit: i64,
+    },
+    /// A pod reported unschedulable fits, alone, a node a NodePool could launch.
+    #[error(
+        "pod {pod} is reported unschedulable, but fits alone a {instance_type} in {zone} ({capacity_type}) of NodePool {nodepool}"
+    )]
+    WrongfulRefusal {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The NodePool.
+        nodepool: String,
+        /// An instance type that takes it.
+        instance_type: String,
+        /// The zone.
+        zone: String,
+        /// The capacity type.
+        capacity_type: String,
     },
 }
