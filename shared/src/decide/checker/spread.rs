@@ -15,8 +15,8 @@
 //!   (`countPodsMatchSelector`); finished pods are not seen at all;
 //! - the domains are the key's values on those nodes, and the values a new node could
 //!   have: per NodePool (whose taints the pod tolerates, under `nodeTaintsPolicy: Honor`)
-//!   and offering (that the pod's node affinity accepts, under `nodeAffinityPolicy:
-//!   Honor`), the zone, the capacity type, the type's labels, the pool's labels and its
+//!   and offering (that the pod's node affinity accepts, whatever the policy: Karpenter's
+//!   `podDomains`), the zone, the capacity type, the type's labels, the pool's labels and its
 //!   requirement values on a custom key, and always a fresh hostname;
 //! - the global minimum is the least count over those domains, or 0 when there are fewer
 //!   than `minDomains`;
@@ -119,7 +119,10 @@ fn potential_domains(pod: &Pod, c: &Constraint<'_>, pools: &[Pool], region: &Reg
             for value in values {
                 let mut l = labels.clone();
                 l.insert(key.to_string(), value.clone());
-                if !c.honor_affinity || node_affinity::matches(spec, &l, None) {
+                // Karpenter's `podDomains`: a node not yet launched is a domain only where
+                // the pod itself could go, whatever `nodeAffinityPolicy` says (the policy
+                // decides which nodes that exist count).
+                if node_affinity::matches(spec, &l, None) {
                     out.insert(value);
                 }
             }
