@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::taints::untolerated;
-use crate::model::Requirements;
+use crate::model::{Requirement, Requirements};
 
 /// The nodes a spread counts. The default admits every node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -60,16 +60,15 @@ impl NodeInclusion {
         self.affinity.is_none() && self.taints.is_none()
     }
 
-    /// Whether a node with these labels (looked up by key) and taints is counted.
-    pub fn admits<'a>(&self, label: impl Fn(&str) -> Option<&'a str>, taints: &[Taint]) -> bool {
-        let affinity_ok = self.affinity.as_ref().is_none_or(|branches| {
-            branches.iter().any(|b| {
-                b.iter().all(|r| match label(r.key()) {
-                    Some(v) => r.has(v),
-                    None => r.allows_absent(),
-                })
-            })
-        });
+    /// Whether a node whose labels meet a requirement as `meets` says, with these taints,
+    /// is counted. For a planned node whose label on a key is not decided yet, `meets`
+    /// answers whether it may still meet it (Karpenter's `TopologyNodeFilter.
+    /// MatchesRequirements`: compatible requirements count).
+    pub fn admits(&self, meets: impl Fn(&Requirement) -> bool, taints: &[Taint]) -> bool {
+        let affinity_ok = self
+            .affinity
+            .as_ref()
+            .is_none_or(|branches| branches.iter().any(|b| b.iter().all(&meets)));
         affinity_ok
             && self
                 .taints
@@ -79,6 +78,10 @@ impl NodeInclusion {
 
     /// [`NodeInclusion::admits`] for a label map.
     pub fn admits_labels(&self, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
-        self.admits(|k| labels.get(k).map(String::as_str), taints)
+        let meets = |r: &Requirement| match labels.get(r.key()) {
+            Some(v) => r.has(v),
+            None => r.allows_absent(),
+        };
+        self.admits(meets, taints)
     }
 }

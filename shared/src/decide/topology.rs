@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::Taint;
 use super::node_inclusion::NodeInclusion;
 use super::pod::{AffinityTerm, PodInfo};
 use super::selector::Selector;
+use crate::model::Requirement;
 
 /// A group: topology key, selector, namespaces, and for a spread the nodes it counts
 /// (`None` for pod (anti-)affinity, which counts every node).
@@ -68,6 +69,15 @@ pub type SpreadDomains = [Option<Vec<String>>];
 pub trait Domains {
     /// The node's value for a topology key, if it has one.
     fn domain(&self, key: &str) -> Option<&str>;
+
+    /// Whether the node meets a node requirement, or for a label not decided yet (a
+    /// planned node's custom key), may still meet it.
+    fn may_meet(&self, r: &Requirement) -> bool {
+        match self.domain(r.key()) {
+            Some(v) => r.has(v),
+            None => r.allows_absent(),
+        }
+    }
 }
 
 impl Domains for BTreeMap<String, String> {
@@ -187,7 +197,7 @@ impl Topology {
                 continue;
             }
             if let Some(inclusion) = &g.spread
-                && (pod.terminating || !inclusion.admits(|k| node.domain(k), taints))
+                && (pod.terminating || !inclusion.admits(|r| node.may_meet(r), taints))
             {
                 continue;
             }
@@ -253,6 +263,20 @@ impl Topology {
                 g.namespaces.as_ref().is_none_or(|ns| ns.contains(namespace)) && g.selector.matches(labels)
             })
             .collect()
+    }
+
+    /// The topology key of group `g`.
+    pub fn group_key(&self, g: usize) -> &str {
+        &self.groups[g].key
+    }
+
+    /// Whether group `g` would count a pod on this node (its spread's node inclusion
+    /// policies, the taints taken as tolerated).
+    pub fn counts_on(&self, g: usize, node: &impl Domains) -> bool {
+        self.groups[g]
+            .spread
+            .as_ref()
+            .is_none_or(|inclusion| inclusion.admits(|r| node.may_meet(r), &[]))
     }
 
     /// Pods counted by group `g` in a domain.

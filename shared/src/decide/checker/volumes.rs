@@ -18,7 +18,7 @@
 //!
 //! Approximations: a generic ephemeral volume whose claim does not exist yet is ignored (the
 //! ephemeral volume controller creates it); a bound claim whose PersistentVolume is not in
-//! the snapshot restricts nothing; a planned node will carry the EBS CSI driver's
+//! the snapshot blocks the pod (`ErrReasonPVNotExist`); a planned node will carry the EBS CSI driver's
 //! `topology.ebs.csi.aws.com/zone` label (the driver sets it at registration), so volume
 //! terms are matched against the zone under that key too.
 
@@ -85,6 +85,11 @@ impl PodVolumes {
                     .iter()
                     .find(|p| p.metadata.name.as_deref() == Some(pv_name))
                 else {
+                    // volumebinding `checkBoundClaims`: a claim bound to a PV that does not
+                    // exist (`ErrReasonPVNotExist`) makes the pod unschedulable.
+                    out.bad.get_or_insert(format!(
+                        "persistentvolumeclaim {claim_name:?} is bound to persistentvolume {pv_name:?}, which does not exist"
+                    ));
                     continue;
                 };
                 let pv_spec = pv.spec.as_ref();

@@ -47,9 +47,9 @@ pub(super) struct Class {
     pub(super) spread_domains: Vec<Option<Vec<String>>>,
     /// The topology groups its constraints refer to.
     pub(super) groups: PodGroups,
-    /// The zonal spread groups its pods count in, with the classes that own a hard spread
-    /// on each.
-    pub(super) counted_in_zone_spreads: Vec<(usize, Vec<SpreadOwner>)>,
+    /// The spread groups (not by hostname) its pods count in, with their topology key and
+    /// the hard spreads of the classes that own each.
+    pub(super) counted_in_spreads: Vec<(usize, String, Vec<SpreadOwner>)>,
 }
 
 /// Where a class stands during the run.
@@ -152,17 +152,17 @@ pub(super) fn classes(
                 zones,
                 spread_domains: spread_domains(pod, templates, nodes),
                 groups: topology.groups_of(pod),
-                counted_in_zone_spreads: Vec::new(),
+                counted_in_spreads: Vec::new(),
             }
         })
         .collect();
 
-    // Owners of hard zonal spreads, by group.
+    // Owners of hard spreads over bounded domains (not hostname), by group.
     let mut owners: HashMap<usize, Vec<SpreadOwner>> = HashMap::new();
     for class in classes.iter() {
         for (i, sp) in pods[class.rep].spreads.iter().enumerate() {
             if sp.hard
-                && sp.key == wk::ZONE
+                && sp.key != wk::HOSTNAME
                 && let Some(g) = Topology::spread_group(&class.groups, i)
             {
                 owners.entry(g).or_default().push(SpreadOwner {
@@ -175,10 +175,14 @@ pub(super) fn classes(
     }
     for class in classes.iter_mut() {
         let p = &pods[class.rep];
-        class.counted_in_zone_spreads = topology
+        class.counted_in_spreads = topology
             .groups_counting(&p.namespace, &p.labels)
             .into_iter()
-            .filter_map(|g| owners.get(&g).map(|o| (g, o.clone())))
+            .filter_map(|g| {
+                owners
+                    .get(&g)
+                    .map(|o| (g, topology.group_key(g).to_string(), o.clone()))
+            })
             .collect();
     }
     Classes {

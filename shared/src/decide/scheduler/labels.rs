@@ -37,6 +37,13 @@ impl Domains for WithHost<'_> {
             self.labels.domain(key)
         }
     }
+
+    fn may_meet(&self, r: &Requirement) -> bool {
+        match self.domain(r.key()) {
+            Some(v) => r.has(v),
+            None => self.labels.may_meet(r),
+        }
+    }
 }
 
 impl Domains for Split<'_> {
@@ -52,6 +59,15 @@ impl Domains for Split<'_> {
                     .and_then(|r| r.values().iter().next())
             })
             .map(String::as_str)
+    }
+    fn may_meet(&self, r: &Requirement) -> bool {
+        match self.domain(r.key()) {
+            Some(v) => r.has(v),
+            None => match self.custom.get(r.key()) {
+                Some(c) => narrowed(c, r).is_some(),
+                None => r.allows_absent(),
+            },
+        }
     }
 }
 

@@ -1,10 +1,11 @@
 //! A pod's topology constraints against a node, at a relaxation level (Karpenter's
 //! `topology.go`): spreads and pod (anti-)affinity, through [`crate::decide::topology`],
-//! and the hard zonal spreads of the classes that count the pod.
+//! and the hard spreads of the classes that count the pod.
 
 use std::collections::BTreeMap;
 
 use super::Scheduler;
+use super::class::SpreadOwner;
 use super::index::{ClassId, PodId};
 use crate::decide::topology::{Domains, Rejection};
 use crate::model::well_known as wk;
@@ -17,9 +18,9 @@ impl Scheduler {
         let level = c.levels[li];
         self.topology
             .check(&self.pods[pod], &c.groups, node, level.strict, &c.spread_domains)?;
-        match node.domain(wk::ZONE) {
-            Some(zone) if !self.keeps_owners_balanced(class, zone) => Err(Rejection::Spread(wk::ZONE.to_string())),
-            _ => Ok(()),
+        match self.unbalanced_owner(class, node) {
+            None => Ok(()),
+            Some(key) => Err(Rejection::Spread(key.to_string())),
         }
     }
 
@@ -39,33 +40,41 @@ impl Scheduler {
                 |k| k == wk::ZONE,
             )
             .is_ok()
-            && self.keeps_owners_balanced(class, zone)
+            && self.unbalanced_owner(class, &node).is_none()
     }
 
-    /// Whether one more pod of `class` in `zone` keeps every hard zonal spread that counts
-    /// it within maxSkew for the pods that own it, over their own eligible zones. The
-    /// scheduler checks a spread only when placing its owner; this keeps the final state
-    /// valid for owners placed earlier, whose eligible zones may differ from this pod's.
-    fn keeps_owners_balanced(&self, class: ClassId, zone: &str) -> bool {
-        self.classes[class].counted_in_zone_spreads.iter().all(|(g, owners)| {
+    /// The key of a hard spread that counts `class` (on any key but the hostname) and that
+    /// one more pod of it on `node` would take past maxSkew for a pod that owns it, over
+    /// that owner's own domains; `None` when every owner stays balanced. kube-scheduler checks a spread only when placing its owner, in an order
+    /// the plan cannot know; this keeps the final state valid for every owner, whatever
+    /// the order, even where owners differ in the domains they see.
+    fn unbalanced_owner<'a>(&'a self, class: ClassId, node: &impl Domains) -> Option<&'a str> {
+        let balanced = |g: usize, key: &str, owners: &[SpreadOwner]| {
+            let Some(domain) = node.domain(key) else {
+                return true;
+            };
+            if !self.topology.counts_on(g, node) {
+                return true;
+            }
             owners.iter().all(|owner| {
                 let Some(eligible) = &owner.domains else {
                     return true;
                 };
-                if !eligible.iter().any(|z| z == zone) {
+                if !eligible.iter().any(|z| z == domain) {
                     return true;
                 }
                 let min = if (eligible.len() as i32) < owner.min_domains.unwrap_or(1) {
                     0
                 } else {
-                    eligible
-                        .iter()
-                        .map(|z| self.topology.count_of(*g, z))
-                        .min()
-                        .unwrap_or(0)
+                    eligible.iter().map(|z| self.topology.count_of(g, z)).min().unwrap_or(0)
                 };
-                self.topology.count_of(*g, zone) + 1 - min <= owner.max_skew
+                self.topology.count_of(g, domain) + 1 - min <= owner.max_skew
             })
-        })
+        };
+        self.classes[class]
+            .counted_in_spreads
+            .iter()
+            .find(|(g, key, owners)| !balanced(*g, key, owners))
+            .map(|(_, key, _)| key.as_str())
     }
 }
