@@ -147,7 +147,7 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
     limits(plan, region, &pools, &mut v);
     pods_on_nodes(snapshot, &state, &preempting, &volumes, &mut v);
     affinity::check(&state, snapshot, &mut v);
-    spread::check(&state, &pools, region, &mut v);
+    spread::check(&state, &pools, region, &volumes, &mut v);
     refusal::check(plan, &pending, &volumes, &pools, &daemons, region, &mut v);
 
     // In the order of their messages, as a list of strings would sort.

@@ -15,7 +15,7 @@
 //!   (`countPodsMatchSelector`); finished pods are not seen at all;
 //! - the domains are the key's values on those nodes, and the values a new node could
 //!   have: per NodePool (whose taints the pod tolerates, under `nodeTaintsPolicy: Honor`)
-//!   and offering (that the pod's node affinity accepts, whatever the policy: Karpenter's
+//!   and offering (that the pod's node affinity and volumes accept, whatever the policy: Karpenter's
 //!   `podDomains`), the zone, the capacity type, the type's labels, the pool's labels and its
 //!   requirement values on a custom key, and always a fresh hostname;
 //! - the global minimum is the least count over those domains, or 0 when there are fewer
@@ -39,6 +39,7 @@ use super::pending::namespace;
 use super::selector::{self, Labels};
 use super::state::FinalState;
 use super::violation::Violation;
+use super::volumes::PodVolumes;
 use super::{node_affinity, tolerations};
 use crate::catalog::RegionCatalog;
 use crate::model::well_known as wk;
@@ -81,7 +82,13 @@ fn constraints(pod: &Pod) -> Vec<Constraint<'_>> {
 }
 
 /// The values of `key` nodes launched for the pod could have.
-fn potential_domains(pod: &Pod, c: &Constraint<'_>, pools: &[Pool], region: &RegionCatalog<'_>) -> BTreeSet<String> {
+fn potential_domains(
+    pod: &Pod,
+    c: &Constraint<'_>,
+    pools: &[Pool],
+    region: &RegionCatalog<'_>,
+    volumes: Option<&PodVolumes>,
+) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let Some(spec) = pod.spec.as_ref() else { return out };
     let tols = spec.tolerations.clone().unwrap_or_default();
@@ -122,7 +129,7 @@ fn potential_domains(pod: &Pod, c: &Constraint<'_>, pools: &[Pool], region: &Reg
                 // Karpenter's `podDomains`: a node not yet launched is a domain only where
                 // the pod itself could go, whatever `nodeAffinityPolicy` says (the policy
                 // decides which nodes that exist count).
-                if node_affinity::matches(spec, &l, None) {
+                if node_affinity::matches(spec, &l, None) && volumes.is_none_or(|v| v.node_ok(&l, None)) {
                     out.insert(value);
                 }
             }
@@ -131,8 +138,15 @@ fn potential_domains(pod: &Pod, c: &Constraint<'_>, pools: &[Pool], region: &Reg
     out
 }
 
-/// Checks every hard spread of the pods the plan places.
-pub(super) fn check(state: &FinalState<'_>, pools: &[Pool], region: &RegionCatalog<'_>, v: &mut Vec<Violation>) {
+/// Checks every hard spread of the pods the plan places. `volumes` are the pending pods'
+/// (by key): Karpenter's pod domains include its volume requirements.
+pub(super) fn check(
+    state: &FinalState<'_>,
+    pools: &[Pool],
+    region: &RegionCatalog<'_>,
+    volumes: &HashMap<String, PodVolumes>,
+    v: &mut Vec<Violation>,
+) {
     let mut cache: HashMap<String, (BTreeMap<String, i32>, usize)> = HashMap::new();
     for p in state.placed.iter().filter(|p| p.pending) {
         let Some(spec) = p.pod.spec.as_ref() else { continue };
@@ -152,13 +166,15 @@ pub(super) fn check(state: &FinalState<'_>, pools: &[Pool], region: &RegionCatal
                 });
                 continue;
             };
+            let vols = volumes.get(&p.key);
             let signature = serde_json::json!([
                 ns,
                 c.selector,
                 keys,
                 c.c.min_domains,
-                c.honor_affinity
-                    .then(|| (&spec.node_selector, spec.affinity.as_ref().map(|a| &a.node_affinity))),
+                (&spec.node_selector, spec.affinity.as_ref().map(|a| &a.node_affinity)),
+                c.honor_affinity,
+                vols.filter(|v| v.restricts()).map(|_| &p.key),
                 c.honor_taints.then_some(&tols),
                 key,
             ])
@@ -193,7 +209,7 @@ pub(super) fn check(state: &FinalState<'_>, pools: &[Pool], region: &RegionCatal
                         *counts.entry(d.clone()).or_insert(0) += 1;
                     }
                 }
-                for d in potential_domains(p.pod, c, pools, region) {
+                for d in potential_domains(p.pod, c, pools, region, vols) {
                     counts.entry(d).or_insert(0);
                 }
                 let domains = counts.len();

@@ -140,6 +140,11 @@ impl PodVolumes {
         out
     }
 
+    /// Whether the volumes restrict the nodes at all.
+    pub fn restricts(&self) -> bool {
+        !self.pv_terms.is_empty() || !self.topologies.is_empty()
+    }
+
     /// Whether a node passes the volumes' node affinity and allowed topologies.
     pub fn node_ok(&self, labels: &Labels, node_name: Option<&str>) -> bool {
         self.pv_terms

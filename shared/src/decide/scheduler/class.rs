@@ -27,6 +27,8 @@ pub(super) struct SpreadOwner {
     pub(super) domains: Option<Vec<String>>,
     /// The spread's minDomains.
     pub(super) min_domains: Option<i32>,
+    /// Whether it counts nodes whatever their labels (no node affinity it honours).
+    pub(super) counts_every_node: bool,
 }
 
 /// What a class is: fixed for the run.
@@ -169,6 +171,7 @@ pub(super) fn classes(
                     max_skew: sp.max_skew,
                     domains: class.spread_domains.get(i).cloned().flatten(),
                     min_domains: sp.min_domains,
+                    counts_every_node: sp.inclusion.affinity.is_none(),
                 });
             }
         }

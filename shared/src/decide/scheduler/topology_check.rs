@@ -16,12 +16,58 @@ impl Scheduler {
         let class = self.class_of[pod];
         let c = &self.classes[class];
         let level = c.levels[li];
+        let with_planned = self.with_planned_zones(pod);
+        let domains = with_planned.as_deref().unwrap_or(&c.spread_domains);
         self.topology
-            .check(&self.pods[pod], &c.groups, node, level.strict, &c.spread_domains)?;
+            .check(&self.pods[pod], &c.groups, node, level.strict, domains)?;
         match self.unbalanced_owner(class, node) {
             None => Ok(()),
             Some(key) => Err(Rejection::Spread(key.to_string())),
         }
+    }
+
+    /// The zones that planned nodes are in: once launched they are domains of every zonal
+    /// spread that does not narrow its nodes by node affinity (kube-scheduler counts the
+    /// nodes that exist, not only those the pod could use). Under `nodeTaintsPolicy:
+    /// Honor` they are counted too, which can only lower the minimum: stricter, never
+    /// wrong.
+    fn planned_zones(&self) -> impl Iterator<Item = &String> {
+        self.zone_nodes.iter().filter(|(_, n)| !n.is_empty()).map(|(z, _)| z)
+    }
+
+    /// The pod's spread domains with the zones of planned nodes added to its zonal spreads
+    /// that count every node, when that adds any; `None` when the class's own do.
+    fn with_planned_zones(&self, pod: PodId) -> Option<Vec<Option<Vec<String>>>> {
+        let c = &self.classes[self.class_of[pod]];
+        let p = &self.pods[pod];
+        let adds = |i: usize| {
+            let s = &p.spreads[i];
+            s.key == wk::ZONE
+                && s.inclusion.affinity.is_none()
+                && c.spread_domains[i]
+                    .as_ref()
+                    .is_some_and(|ds| self.planned_zones().any(|z| !ds.contains(z)))
+        };
+        if !(0..p.spreads.len()).any(adds) {
+            return None;
+        }
+        Some(
+            (0..p.spreads.len())
+                .map(|i| {
+                    let mut d = c.spread_domains[i].clone();
+                    if adds(i)
+                        && let Some(ds) = d.as_mut()
+                    {
+                        for z in self.planned_zones() {
+                            if !ds.contains(z) {
+                                ds.push(z.clone());
+                            }
+                        }
+                    }
+                    d
+                })
+                .collect(),
+        )
     }
 
     /// Whether the pod's zonal constraints allow a node in `zone`.
@@ -30,15 +76,12 @@ impl Scheduler {
         let c = &self.classes[class];
         let level = c.levels[li];
         let node = BTreeMap::from([(wk::ZONE.to_string(), zone.to_string())]);
+        let with_planned = self.with_planned_zones(pod);
+        let domains = with_planned.as_deref().unwrap_or(&c.spread_domains);
         self.topology
-            .check_keys(
-                &self.pods[pod],
-                &c.groups,
-                &node,
-                level.strict,
-                &c.spread_domains,
-                |k| k == wk::ZONE,
-            )
+            .check_keys(&self.pods[pod], &c.groups, &node, level.strict, domains, |k| {
+                k == wk::ZONE
+            })
             .is_ok()
             && self.unbalanced_owner(class, &node).is_none()
     }
@@ -57,9 +100,17 @@ impl Scheduler {
                 return true;
             }
             owners.iter().all(|owner| {
-                let Some(eligible) = &owner.domains else {
+                let Some(own) = &owner.domains else {
                     return true;
                 };
+                let mut eligible = own.clone();
+                if key == wk::ZONE && owner.counts_every_node {
+                    for z in self.planned_zones() {
+                        if !eligible.contains(z) {
+                            eligible.push(z.clone());
+                        }
+                    }
+                }
                 if !eligible.iter().any(|z| z == domain) {
                     return true;
                 }
