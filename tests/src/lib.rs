@@ -24,6 +24,7 @@
 //! - [`harness`]: the background task that registers and deletes Nodes, with a
 //!   registration delay and a never-register switch.
 //! - [`launch`]: `RunInstances` and `TerminateInstances` the way Carpool tags launches.
+//! - [`pod_clock`]: when each pod of a namespace was first seen bound and Running.
 //! - [`wait`]: bounded polling with failure messages that say what was last seen.
 //!
 //! The crate root also holds what tests sharing one stack need: [`unique`] names, and a
@@ -36,6 +37,7 @@ pub mod instance;
 pub mod launch;
 pub mod moto;
 pub mod node;
+pub mod pod_clock;
 pub mod stack;
 pub mod tags;
 pub mod user_data;

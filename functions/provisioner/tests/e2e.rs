@@ -28,6 +28,7 @@ use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_provisioner::handler::App;
 use carpool_tests::harness::Config as HarnessConfig;
+use carpool_tests::pod_clock::PodClock;
 use carpool_tests::{Harness, Stack, exclusive, unique, wait};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -281,7 +282,134 @@ async fn fifty_pending_pods_with_a_zone_spread_run_on_nodes_one_handler_run_laun
     scene.finish(Some(harness), result).await
 }
 
+/// Where the pods of one handler run landed, against the plan of its first batch.
+struct Landing {
+    /// Pods on the node the plan put them on.
+    exact: usize,
+    /// Pods on another node of the same first batch, in the same zone and capacity type.
+    equivalent: usize,
+    /// Pods in all.
+    pods: usize,
+    /// Nodes the first batch launched, and their cost per hour.
+    planned_nodes: usize,
+    planned_cost: f64,
+    /// Nodes the run launched in all (the re-checks' included), and their cost per hour.
+    nodes: usize,
+    cost: f64,
+    /// Pending → CreateFleet and pending → Running, per pod, in ms.
+    to_fleet_ms: Vec<u64>,
+    to_running_ms: Vec<u64>,
+}
+
+impl Landing {
+    /// Reads where every pod of the scene runs, the launch records and what the pod clock
+    /// saw, for the handler run `report`.
+    async fn read(
+        scene: &Scene,
+        report: &RunReport,
+        pods: &[Pod],
+        seen: &std::collections::BTreeMap<String, carpool_tests::pod_clock::Seen>,
+    ) -> Result<Landing> {
+        let first = report.batches.first().context("a batch")?;
+        let launched: Vec<_> = report.launched().cloned().collect();
+        let nodes: HashMap<String, Node> = Api::<Node>::all(scene.kube.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
+            .collect();
+        let launched_ids: HashSet<&str> = launched.iter().map(|l| l.instance_id.as_str()).collect();
+        let first_ids: HashSet<&str> = first.launched.iter().map(|l| l.instance_id.as_str()).collect();
+        // Where the plan put each pod: the launch records name their pods.
+        let planned: HashMap<String, String> = scene
+            .store()
+            .await?
+            .list_launches()
+            .await?
+            .into_iter()
+            .filter_map(|l| Some((l.instance_id?, l.pods)))
+            .flat_map(|(id, pods)| pods.into_iter().map(move |p| (p, id.clone())))
+            .collect();
+        let by_id: HashMap<&str, &carpool::run::provision::report::Launched> =
+            launched.iter().map(|l| (l.instance_id.as_str(), l)).collect();
+        let (mut exact, mut equivalent) = (0, 0);
+        // Per launched node: its type and zone, the pods planned onto it and those on it.
+        let mut table: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> = Default::default();
+        let app_of = |key: &str| key.rsplit('/').next().unwrap_or(key).split('-').next().unwrap_or("").to_string();
+        for (pod, id) in &planned {
+            if let Some(l) = by_id.get(id.as_str()) {
+                table.entry(l.instance_id.as_str()).or_default().0.push(app_of(pod));
+            }
+        }
+        for pod in pods {
+            let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone()).context("bound")?;
+            let node = nodes.get(&node_name).context("the pod's node exists")?;
+            let id = instance_of(node).context("the node has a providerID")?;
+            ensure!(
+                launched_ids.contains(id.as_str()),
+                "{} is on {node_name}, which Carpool did not launch",
+                pod_key(pod)
+            );
+            if let Some(l) = by_id.get(id.as_str()) {
+                table.entry(l.instance_id.as_str()).or_default().1.push(app_of(&pod_key(pod)));
+            }
+            let Some(plan) = planned.get(&pod_key(pod)) else { continue };
+            if plan == &id {
+                exact += 1;
+            } else if let (Some(a), Some(b)) = (by_id.get(plan.as_str()), by_id.get(id.as_str()))
+                && first_ids.contains(id.as_str())
+                && a.zone == b.zone
+                && a.capacity_type == b.capacity_type
+            {
+                equivalent += 1;
+            }
+        }
+        for (id, (mut plan, mut got)) in table {
+            plan.sort();
+            got.sort();
+            let l = by_id[id];
+            eprintln!("node {id} {} {} {}: planned {plan:?}, runs {got:?}", l.instance_type, l.zone, l.capacity_type.label());
+        }
+        Ok(Landing {
+            exact,
+            equivalent,
+            pods: pods.len(),
+            planned_nodes: first.launched.len(),
+            planned_cost: first.cost_per_hour_added,
+            nodes: launched.len(),
+            cost: report.batches.iter().map(|b| b.cost_per_hour_added).sum(),
+            to_fleet_ms: report
+                .batches
+                .iter()
+                .flat_map(|b| b.pending_to_fleet_ms.iter().copied())
+                .collect(),
+            to_running_ms: seen.values().filter_map(|s| s.pending_to_running_ms()).collect(),
+        })
+    }
+
+    /// One line, the same for every e2e that measures it, for a table over runs.
+    fn print(&self, test: &str) {
+        use carpool::run::provision::report::quantile;
+        eprintln!(
+            "LANDING {test}: {}/{n} pods on the planned node, {}/{n} on an equivalent one; {} nodes ({} planned), {:.4} USD/h ({:.4} planned); pending -> CreateFleet p50 {:?} p99 {:?} ms; pending -> Running p50 {:?} p99 {:?} ms",
+            self.exact,
+            self.equivalent,
+            self.nodes,
+            self.planned_nodes,
+            self.cost,
+            self.planned_cost,
+            quantile(&self.to_fleet_ms, 0.5),
+            quantile(&self.to_fleet_ms, 0.99),
+            quantile(&self.to_running_ms, 0.5),
+            quantile(&self.to_running_ms, 0.99),
+            n = self.pods,
+        );
+    }
+}
+
 async fn fifty(scene: &Scene) -> Result<()> {
+    let clock = PodClock::start(scene.kube.clone(), &scene.name);
     scene.deployment("small", 20, "250m", "512Mi").await?;
     scene.deployment("medium", 20, "500m", "1Gi").await?;
     scene.deployment("large", 10, "1", "2Gi").await?;
@@ -291,17 +419,13 @@ async fn fifty(scene: &Scene) -> Result<()> {
         .app(scene.cloud().await?, TokioClock, Duration::from_secs(20))
         .await?;
     let report = app.handle("run-1", deadline(Duration::from_secs(60))).await?;
-    let launched: Vec<_> = report.launched().cloned().collect();
-    ensure!(!launched.is_empty(), "{report:?}");
+    ensure!(report.launched().count() > 0, "{report:?}");
     let first = report.batches.first().context("a batch")?;
     ensure!(
         first.pods_on_new_nodes == 50,
         "the first batch plans every pod onto a new node: {:?}",
         report.batches
     );
-    // kube-scheduler binds pods as Nodes register, one by one, so a few may find their
-    // planned room taken; the run re-checks pods still pending after the batch maximum,
-    // and launches for them, counting every node already there.
     eprintln!(
         "batches (pods seen, nodes launched, pods on them): {:?}",
         report
@@ -310,65 +434,9 @@ async fn fifty(scene: &Scene) -> Result<()> {
             .map(|b| (b.pods_seen, b.launched.len(), b.pods_on_new_nodes))
             .collect::<Vec<_>>()
     );
-
     let pods = scene.wait_running(50).await?;
-    let nodes: HashMap<String, Node> = Api::<Node>::all(scene.kube.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|n| (n.metadata.name.clone().unwrap_or_default(), n))
-        .collect();
-    let launched_ids: HashSet<&str> = launched.iter().map(|l| l.instance_id.as_str()).collect();
-    // Where the plan put each pod: the launch records name their pods.
-    let store = scene.store().await?;
-    let planned: HashMap<String, String> = store
-        .list_launches()
-        .await?
-        .into_iter()
-        .filter_map(|l| Some((l.instance_id?, l.pods)))
-        .flat_map(|(id, pods)| pods.into_iter().map(move |p| (p, id.clone())))
-        .collect();
-    let by_id: HashMap<&str, &carpool::run::provision::report::Launched> =
-        launched.iter().map(|l| (l.instance_id.as_str(), l)).collect();
-    let (mut exact, mut equivalent) = (0, 0);
-    for pod in &pods {
-        let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone()).context("bound")?;
-        let node = nodes.get(&node_name).context("the pod's node exists")?;
-        let id = instance_of(node).context("the node has a providerID")?;
-        ensure!(
-            launched_ids.contains(id.as_str()),
-            "{} is on {node_name}, which Carpool did not launch",
-            pod_key(pod)
-        );
-        let plan = planned.get(&pod_key(pod)).context("the pod is in a launch record")?;
-        if plan == &id {
-            exact += 1;
-        } else if let (Some(a), Some(b)) = (by_id.get(plan.as_str()), by_id.get(id.as_str()))
-            && a.zone == b.zone
-            && a.capacity_type == b.capacity_type
-        {
-            equivalent += 1;
-        }
-    }
-    eprintln!(
-        "fidelity: {exact}/50 pods on the node the plan chose, {equivalent}/50 on another node of the same zone and capacity type, {}/50 elsewhere on nodes launched for them",
-        50 - exact - equivalent
-    );
-    let latencies: Vec<u64> = report
-        .batches
-        .iter()
-        .flat_map(|b| b.pending_to_fleet_ms.iter().copied())
-        .collect();
-    eprintln!(
-        "pending -> CreateFleet: p50 {:?} ms, p99 {:?} ms over {} pods; {} nodes, {:.4} USD/h",
-        carpool::run::provision::report::quantile(&latencies, 0.5),
-        carpool::run::provision::report::quantile(&latencies, 0.99),
-        latencies.len(),
-        launched.len(),
-        report.batches.iter().map(|b| b.cost_per_hour_added).sum::<f64>()
-    );
-
+    let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
+    landing.print("fifty");
     // A run right after: every pod is provided for; nothing more is launched.
     let again = app.handle("run-2", deadline(Duration::from_secs(30))).await?;
     ensure!(again.launched().count() == 0, "{:?}", again.batches);
