@@ -353,6 +353,8 @@ fn an_instance_of_a_launch_recorded_as_failed_is_terminated_if_it_never_register
     };
     let instance = block_on(w.cloud.launch(&request)).unwrap();
     let record = carpool::ports::LaunchRecord {
+        wave: None,
+        release_by: None,
         id: "lost-1".into(),
         instance_id: None,
         nodepool: "general".into(),

@@ -365,6 +365,8 @@ fn an_unbound_daemonsets_requests_stay_free_on_a_starting_node() {
 #[test]
 fn an_in_flight_launch_keeps_room_for_its_daemonsets() {
     let launch = LaunchRecord {
+        wave: None,
+        release_by: None,
         id: "l-1".into(),
         instance_id: Some("i-1".into()),
         nodepool: "general".into(),

@@ -434,6 +434,15 @@ async fn fifty(scene: &Scene) -> Result<()> {
             .map(|b| (b.pods_seen, b.launched.len(), b.pods_on_new_nodes))
             .collect::<Vec<_>>()
     );
+    eprintln!(
+        "released from their wave: {:?}",
+        report
+            .released
+            .iter()
+            .chain(report.housekeeping.iter().flat_map(|h| h.released.iter()))
+            .map(|u| (&u.node, &u.why))
+            .collect::<Vec<_>>()
+    );
     let pods = scene.wait_running(50).await?;
     let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
     landing.print("fifty");

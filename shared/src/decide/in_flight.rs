@@ -44,12 +44,13 @@ use crate::model::{EC2NodeClass, InstanceType, NodePool, Requirements, Resources
 use crate::ports::{EpochMillis, LaunchRecord, LaunchState};
 use crate::snapshot::Snapshot;
 
-/// Taints a node carries while it starts, whatever its NodePool says: the kubelet's and
-/// the cloud provider's.
+/// Taints a node carries while it starts, whatever its NodePool says: the kubelet's, the
+/// cloud provider's, and Carpool's own launch-wave taint ([`super::wave`]).
 pub const EPHEMERAL_TAINTS: &[&str] = &[
     "node.kubernetes.io/not-ready",
     "node.kubernetes.io/unreachable",
     "node.cloudprovider.kubernetes.io/uninitialized",
+    super::wave::WAVE_TAINT,
 ];
 
 /// Resources a type offers that a node need not report to count as initialized:

@@ -62,6 +62,7 @@ pub mod templates;
 pub mod topology;
 pub mod unschedulable;
 pub mod volumes;
+pub mod wave;
 
 pub use plan::{ExistingPlacement, PlannedNode, ProvisioningPlan, Unschedulable};
 

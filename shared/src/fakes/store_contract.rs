@@ -15,6 +15,8 @@ fn is_conflict<T: std::fmt::Debug>(r: &Result<T, StoreError>) -> bool {
 
 fn launch(id: &str, now: SystemTime) -> LaunchRecord {
     LaunchRecord {
+        wave: None,
+        release_by: None,
         id: id.into(),
         instance_id: None,
         nodepool: "default".into(),

@@ -112,6 +112,14 @@ pub struct LaunchRecord {
     /// custom keys): a later run counts the node in flight with them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The launch wave the node belongs to: it registers with the wave's startup taint,
+    /// removed from every node of the wave together (see [`crate::decide::wave`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<String>,
+    /// When the wave taint comes off whatever the wave's state, so that a crash never
+    /// leaves it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_by: Option<EpochMillis>,
     /// Incremented by every update; updates are conditional on it.
     pub version: u64,
 }

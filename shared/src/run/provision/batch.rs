@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use super::launch::LaunchOutcome;
+use super::launch::{LaunchOutcome, Wave};
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
@@ -19,6 +19,7 @@ use crate::decide::reservation::keep_reserved;
 use crate::decide::subnet_zones::narrow_to_subnet_zones;
 use crate::decide::templates::Skipped;
 use crate::decide::unschedulable::Reason;
+use crate::decide::wave::wave_id;
 use crate::decide::{PlannedNode, Unschedulable, provisioning_plan};
 use crate::ports::{Cloud, Cluster, EpochMillis, StateStore, Timer, UnavailableOffering, epoch_millis};
 use crate::snapshot::Snapshot;
@@ -124,6 +125,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }
         let created = created_at(&snapshot);
+        // Every node this batch launches, whatever the round, is one wave.
+        let wave = (!self.settings.wave_grace.is_zero()).then(|| Wave {
+            id: wave_id(&self.owner, self.batches),
+            release_by: epoch_millis(now + self.settings.wave_deadline),
+        });
+        self.batches += 1;
         let ttl_ms = i64::try_from(self.settings.registration_ttl.as_millis()).unwrap_or(i64::MAX);
 
         // Pods of nodes whose launch failed in the last round, and why.
@@ -159,7 +166,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let launch_start = self.clock.now();
             let fleet_at = epoch_millis(launch_start);
             let outcomes = self
-                .launch_all(&plan.nodes, &snapshot, &region, launch_start, &created, None)
+                .launch_all(&plan.nodes, &snapshot, &region, launch_start, &created, None, wave.as_ref())
                 .await;
             report.launch_ms += elapsed_ms(launch_start, self.clock.now());
 
@@ -179,6 +186,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         );
                         report.launched.push(launched);
                         launches.push(record);
+                        if let Some(w) = &wave {
+                            self.waves.insert(w.id.clone());
+                        }
                     }
                     LaunchOutcome::OutOfCapacity(offerings, failure) => {
                         out_of_capacity = true;

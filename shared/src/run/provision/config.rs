@@ -53,6 +53,11 @@ pub struct ProvisionerConfig {
     pub registration_ttl: Duration,
     /// `CARPOOL_DRY_RUN` (default false): plan and log, launch nothing.
     pub dry_run: bool,
+    /// `CARPOOL_WAVE_GRACE_SECONDS` (default 10): the nodes a batch launches register
+    /// with a startup taint that Carpool removes from all of them together
+    /// ([`crate::decide::wave`]), once all are Ready or this long after the first is;
+    /// 0 launches without it, and kube-scheduler uses each node as it registers.
+    pub wave_grace: Duration,
     /// `CARPOOL_NODEPOOL_SELECTOR` (default empty: every NodePool): a label selector in
     /// `kubectl -l` syntax over the NodePools' labels; Carpool launches only for the
     /// NodePools it picks, so another autoscaler can keep the rest.
@@ -189,6 +194,7 @@ impl ProvisionerConfig {
             batch_max: seconds(&get, "CARPOOL_BATCH_MAX_SECONDS", 10.0)?,
             registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,
             dry_run: flag(&get, "CARPOOL_DRY_RUN")?,
+            wave_grace: seconds(&get, "CARPOOL_WAVE_GRACE_SECONDS", 10.0)?,
             nodepool_selector: selector(&get, "CARPOOL_NODEPOOL_SELECTOR")?,
             live_prices: optional(&get, "CARPOOL_LIVE_PRICES").is_none() || flag(&get, "CARPOOL_LIVE_PRICES")?,
             log_level,

@@ -86,6 +86,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         report.not_registered = not_registered(&plan);
         let backoff_plan = (!plan.register.is_empty() || !report.not_registered.is_empty()).then(|| plan.clone());
         self.carry_out(plan, &mut report).await;
+        // Waves due, whoever launched them: a run that crashed leaves none held.
+        let (released, errors) = self.release(&nodes, &launches, now).await;
+        report.released = released;
+        report.errors.extend(errors);
         if let Some(plan) = backoff_plan {
             self.registration_backoffs(&plan, now, &mut report).await;
         }

@@ -15,6 +15,7 @@ use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::PlannedNode;
 use crate::decide::templates::pool_labels;
+use crate::decide::wave::wave_taint;
 use crate::model::well_known as wk;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{
@@ -87,6 +88,15 @@ fn request(
     }
 }
 
+/// The launch wave a batch's nodes belong to ([`crate::decide::wave`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Wave {
+    /// Its id, the value of the wave taint.
+    pub id: String,
+    /// When the taint comes off whatever the wave's state.
+    pub release_by: EpochMillis,
+}
+
 /// The outcome of one planned node's launch.
 pub(crate) enum LaunchOutcome {
     /// Launched: what the report says, and the record as stored.
@@ -112,11 +122,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         at: SystemTime,
         created: &BTreeMap<String, EpochMillis>,
         reservation: Option<&Reservation>,
+        wave: Option<&Wave>,
     ) -> Vec<Result<LaunchOutcome, ProvisionError>> {
         stream::iter(
             nodes
                 .iter()
-                .map(|node| self.launch(node, snapshot, region, at, created, reservation)),
+                .map(|node| self.launch(node, snapshot, region, at, created, reservation, wave)),
         )
         .buffered(LAUNCH_CONCURRENCY)
         .collect()
@@ -124,8 +135,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     }
 
     /// Records, launches and records again one planned node, at `at`, its room reserved
-    /// for `reservation`'s pods when given. Store errors end the batch; cloud errors are
-    /// outcomes.
+    /// for `reservation`'s pods when given, held back with `wave`'s taint when given.
+    /// Store errors end the batch; cloud errors are outcomes.
+    #[allow(clippy::too_many_arguments)] // the batch's context, passed through as is
     pub(crate) async fn launch(
         &self,
         node: &PlannedNode,
@@ -134,10 +146,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         at: SystemTime,
         created: &BTreeMap<String, EpochMillis>,
         reservation: Option<&Reservation>,
+        wave: Option<&Wave>,
     ) -> Result<LaunchOutcome, ProvisionError> {
         let launch_id = self.next_launch_id();
         let pool = snapshot.nodepools.iter().find(|p| p.name() == node.nodepool);
-        let request = request(&launch_id, &self.settings.deployment, node, pool, snapshot);
+        let mut request = request(&launch_id, &self.settings.deployment, node, pool, snapshot);
+        if let Some(w) = wave {
+            request.startup_taints.push(wave_taint(&w.id));
+        }
         let failure = |error: String| LaunchFailure {
             nodepool: node.nodepool.clone(),
             instance_type: node.instance_type.clone(),
@@ -159,6 +175,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             state: LaunchState::InFlight,
             reserved_for: reservation.cloned(),
             labels: request.labels.clone(),
+            wave: wave.map(|w| w.id.clone()),
+            release_by: wave.map(|w| w.release_by),
             version: 0,
         };
         let record = self.store.create_launch(&record).await?;

@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod observe;
 pub mod replace;
 pub mod report;
+pub mod waves;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,12 +107,22 @@ pub struct Settings {
     pub deployment: String,
     /// The NodePools Carpool manages, by their labels (empty: every NodePool).
     pub nodepool_selector: Selector,
+    /// Launch waves ([`crate::decide::wave`]): how long the nodes of a wave wait for the
+    /// others once the first is Ready; zero launches without the wave taint.
+    pub wave_grace: Duration,
+    /// The latest a wave taint stays on a node, from its launch.
+    pub wave_deadline: Duration,
+    /// How long from its start the run may go on after its watch to release the waves it
+    /// launched (what the function's time allows); a wave left over is released by the
+    /// next run.
+    pub release_limit: Duration,
 }
 
 impl Default for Settings {
     /// The function's defaults (those of an empty [`ProvisionerConfig`]): a 50 s watch,
     /// batches of 1 s idle and 10 s at most, a 15 min registration TTL, every NodePool,
-    /// launching for real, as the deployment `carpool`.
+    /// launching for real, as the deployment `carpool`, in waves released 10 s after
+    /// their first node is Ready at the latest, for up to 60 s from the run's start.
     fn default() -> Self {
         Settings {
             watch: Duration::from_secs(50),
@@ -122,9 +133,19 @@ impl Default for Settings {
             dry_run: false,
             nodepool_selector: Selector::default(),
             deployment: "carpool".into(),
+            wave_grace: WAVE_GRACE,
+            wave_deadline: WAVE_DEADLINE,
+            release_limit: Duration::from_secs(60),
         }
     }
 }
+
+/// The default wave grace: nodes of one CreateFleet round boot within seconds of each
+/// other, so the first ones wait that long at most for the rest.
+pub const WAVE_GRACE: Duration = Duration::from_secs(10);
+
+/// The default longest life of a wave taint, from the launch: well past a node's boot.
+pub const WAVE_DEADLINE: Duration = Duration::from_secs(300);
 
 impl Settings {
     /// The settings of a configuration, watching at most `watch_limit` (what the
@@ -139,6 +160,9 @@ impl Settings {
             dry_run: config.dry_run,
             nodepool_selector: config.nodepool_selector.clone(),
             deployment: config.deployment.clone(),
+            wave_grace: config.wave_grace,
+            wave_deadline: WAVE_DEADLINE,
+            release_limit: watch_limit,
         }
     }
 }
@@ -164,6 +188,9 @@ pub struct Provisioner<'a, C, K, S, T> {
     /// Who runs (the Lambda request id): the lease owner, and the launch ids' prefix.
     pub owner: String,
     launches: AtomicU64,
+    batches: u64,
+    /// The waves this run launched that are not released yet.
+    waves: std::collections::BTreeSet<String>,
     recent_events: SharedRecentEvents,
 }
 
@@ -182,6 +209,8 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             settings,
             owner: owner.to_string(),
             launches: AtomicU64::new(0),
+            batches: 0,
+            waves: std::collections::BTreeSet::new(),
             recent_events: SharedRecentEvents::default(),
         }
     }
@@ -246,10 +275,18 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         // capacity in flight is counted, so nothing is launched twice.
         let mut handled: HashMap<String, SystemTime> = HashMap::new();
         let mut first = true;
+        let release_end = start + self.settings.release_limit.max(self.settings.watch);
         loop {
             let now = self.clock.now();
             if now >= deadline && !batcher.is_open() && !first {
-                break;
+                // The watch is over; the run goes on only to release its own waves.
+                if self.waves.is_empty() || now >= release_end {
+                    break;
+                }
+                self.release_waves(report).await;
+                self.renew_if_due(lease).await?;
+                self.clock.sleep(self.settings.poll).await;
+                continue;
             }
             first = false;
             let pending: Vec<String> = self
@@ -272,16 +309,24 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 let housekeeping = self.housekeeping(region).await?;
                 report.housekeeping.push(housekeeping);
             }
-            if self.clock.now() >= lease_renew_at(lease) {
-                *lease = self
-                    .store
-                    .renew_lease(lease, self.clock.now(), self.lease_ttl())
-                    .await?;
+            if !self.waves.is_empty() {
+                self.release_waves(report).await;
             }
-            if self.clock.now() >= deadline && !batcher.is_open() {
+            self.renew_if_due(lease).await?;
+            if self.clock.now() >= deadline && !batcher.is_open() && self.waves.is_empty() {
                 break;
             }
             self.clock.sleep(self.settings.poll).await;
+        }
+        Ok(())
+    }
+
+    async fn renew_if_due(&self, lease: &mut Lease) -> Result<(), ProvisionError> {
+        if self.clock.now() >= lease_renew_at(lease) {
+            *lease = self
+                .store
+                .renew_lease(lease, self.clock.now(), self.lease_ttl())
+                .await?;
         }
         Ok(())
     }

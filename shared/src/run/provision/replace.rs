@@ -76,7 +76,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             }
             let at = self.clock.now();
             let outcomes = self
-                .launch_all(&plan.nodes, &snapshot, &region, at, &created, Some(&reservation))
+                .launch_all(&plan.nodes, &snapshot, &region, at, &created, Some(&reservation), None)
                 .await;
             let mut provided: BTreeSet<String> = BTreeSet::new();
             let mut out_of_capacity = false;

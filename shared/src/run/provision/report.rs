@@ -119,6 +119,9 @@ pub struct HousekeepingReport {
     pub backoffs_set: Vec<Backoff>,
     /// Nodes given the labels of their instance type.
     pub labelled: Vec<String>,
+    /// Nodes released from their launch wave ([`crate::decide::wave`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<crate::decide::wave::Untaint>,
     /// Errors met (housekeeping goes on after each).
     pub errors: Vec<String>,
 }
@@ -134,6 +137,10 @@ pub struct RunReport {
     pub batches: Vec<BatchReport>,
     /// How long the run watched.
     pub watched_ms: u64,
+    /// Nodes released from their launch wave by the watch loop (housekeeping's releases
+    /// are in its reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<crate::decide::wave::Untaint>,
 }
 
 impl BatchReport {

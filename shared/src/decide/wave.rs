@@ -1,0 +1,221 @@
+//! Launch waves: the nodes of one batch are handed to kube-scheduler together.
+//!
+//! kube-scheduler binds a pending pod to the best-scoring node that is Ready when it
+//! tries the pod. When the nodes of a plan register one by one, the first to come up
+//! takes the pods in the scheduler's queue order, by its own scoring (least-allocated),
+//! not the plan's; the pods the plan packed elsewhere find their room taken, stay
+//! pending, and the re-check launches again (issue 17 measured 13 nodes for 11 planned).
+//!
+//! So every node a batch launches registers with the startup taint
+//! [`WAVE_TAINT`]`=<wave>:NoSchedule` (through the kubelet's `--register-with-taints`),
+//! and Carpool removes it from every node of the wave at once ([`releases`]):
+//!
+//! - when each launch of the wave that has not failed has a Ready node
+//!   ([`Release::AllReady`]);
+//! - or, once the first node of the wave has been Ready for the grace, from each Ready
+//!   node of the wave ([`Release::Grace`]): a slow boot holds the others back only that
+//!   long;
+//! - or, past the wave's `release_by` stored with its launches, whatever their state
+//!   ([`Release::Deadline`]), and at once when no launch record names the wave
+//!   ([`Release::Unknown`]). A crash of the function therefore never leaves the taint on
+//!   a node: the next run's housekeeping removes it.
+//!
+//! The taint is a startup taint as Karpenter means it: the planner counts a node that
+//! carries it as starting capacity ([`super::in_flight::EPHEMERAL_TAINTS`]), and
+//! DaemonSets are placed on new nodes by their tolerance of the pool's `spec.taints`
+//! only (Karpenter's `isDaemonPodCompatible`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use serde::{Deserialize, Serialize};
+
+use crate::model::node::instance_id_from_provider_id;
+use crate::ports::{EpochMillis, LaunchRecord, LaunchState};
+
+/// The startup taint that holds a node back until its wave is released.
+pub const WAVE_TAINT: &str = "carpool.sh/wave";
+
+/// The longest a wave id may be: a taint value is a label value, at most 63 characters.
+const MAX_WAVE_ID: usize = 63;
+
+/// A wave id from a run's owner and its batch number: the characters a label value allows,
+/// at most 63, ending with the batch number so that two batches of one run differ.
+pub fn wave_id(owner: &str, batch: u64) -> String {
+    let suffix = format!("-b{batch}");
+    let clean: String = owner
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect();
+    let keep = MAX_WAVE_ID.saturating_sub(suffix.len());
+    let head: String = clean.chars().rev().take(keep).collect::<Vec<_>>().into_iter().rev().collect();
+    let head = head.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
+    let head = if head.is_empty() { "w" } else { head };
+    format!("{head}{suffix}")
+}
+
+/// The taint a node of `wave` registers with.
+pub fn wave_taint(wave: &str) -> Taint {
+    Taint {
+        key: WAVE_TAINT.into(),
+        value: Some(wave.into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
+/// The wave a node is held back for, when it carries the taint.
+pub fn wave_of(node: &Node) -> Option<&str> {
+    node.spec
+        .as_ref()?
+        .taints
+        .as_ref()?
+        .iter()
+        .find(|t| t.key == WAVE_TAINT)
+        .map(|t| t.value.as_deref().unwrap_or_default())
+}
+
+/// Why a node's wave taint is removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Release {
+    /// Every live launch of the wave has a Ready node.
+    AllReady,
+    /// The wave's first node has been Ready for the grace; this one is Ready too.
+    Grace {
+        /// When the first node of the wave became Ready.
+        first_ready: EpochMillis,
+    },
+    /// The wave's `release_by` has passed.
+    Deadline {
+        /// The deadline.
+        release_by: EpochMillis,
+    },
+    /// No launch record names the wave (forgotten, or written by a run that crashed
+    /// before it): nothing to wait for.
+    Unknown,
+}
+
+/// One node to release.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Untaint {
+    /// The node.
+    pub node: String,
+    /// Its wave.
+    pub wave: String,
+    /// Why now.
+    pub why: Release,
+}
+
+/// When a Ready node became Ready (its condition's `lastTransitionTime`), `None` when it
+/// is not Ready.
+fn ready_since(node: &Node) -> Option<EpochMillis> {
+    let c = node
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    Some(c.last_transition_time.as_ref().map_or(0, |t| t.0.as_millisecond()))
+}
+
+fn instance_of(node: &Node) -> Option<&str> {
+    instance_id_from_provider_id(node.spec.as_ref()?.provider_id.as_deref()?)
+}
+
+/// The nodes whose wave taint comes off now, given the cluster's `nodes`, the `launches`
+/// (their `wave` and `release_by`), the time and the grace; see the module doc.
+pub fn releases(nodes: &[Node], launches: &[LaunchRecord], now: EpochMillis, grace: Duration) -> Vec<Untaint> {
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    let mut held: BTreeMap<&str, Vec<&Node>> = BTreeMap::new();
+    for n in nodes {
+        if let Some(w) = wave_of(n) {
+            held.entry(w).or_default().push(n);
+        }
+    }
+    let mut out = Vec::new();
+    for (wave, members) in held {
+        let records: Vec<&LaunchRecord> = launches.iter().filter(|l| l.wave.as_deref() == Some(wave)).collect();
+        let release = |node: &Node, why: Release| Untaint {
+            node: node.metadata.name.clone().unwrap_or_default(),
+            wave: wave.to_string(),
+            why,
+        };
+        if records.is_empty() {
+            out.extend(members.iter().map(|n| release(n, Release::Unknown)));
+            continue;
+        }
+        let release_by = records.iter().filter_map(|l| l.release_by).min();
+        if let Some(by) = release_by
+            && now >= by
+        {
+            out.extend(members.iter().map(|n| release(n, Release::Deadline { release_by: by })));
+            continue;
+        }
+        // The wave's nodes (tainted or already released), by instance.
+        let ready: BTreeMap<&str, EpochMillis> = nodes
+            .iter()
+            .filter_map(|n| Some((instance_of(n)?, ready_since(n)?)))
+            .collect();
+        let live: Vec<&LaunchRecord> = records
+            .iter()
+            .copied()
+            .filter(|l| !matches!(l.state, LaunchState::Failed { .. }))
+            .collect();
+        let all_ready = live
+            .iter()
+            .all(|l| l.instance_id.as_deref().is_some_and(|id| ready.contains_key(id)));
+        let tainted_ready: Vec<&Node> = members.iter().copied().filter(|n| ready_since(n).is_some()).collect();
+        if all_ready {
+            out.extend(tainted_ready.iter().map(|n| release(n, Release::AllReady)));
+            continue;
+        }
+        let ids: BTreeSet<&str> = records.iter().filter_map(|l| l.instance_id.as_deref()).collect();
+        let first_ready = ids.iter().filter_map(|id| ready.get(id)).min().copied();
+        if let Some(first) = first_ready
+            && now >= first.saturating_add(grace_ms)
+        {
+            out.extend(
+                tainted_ready
+                    .iter()
+                    .map(|n| release(n, Release::Grace { first_ready: first })),
+            );
+        }
+    }
+    out
+}
+
+/// Whether `wave` needs nothing more: no node carries its taint, and every live launch
+/// of it has a node (or none is left); or its `release_by` has passed.
+pub fn settled(wave: &str, nodes: &[Node], launches: &[LaunchRecord], now: EpochMillis) -> bool {
+    let records: Vec<&LaunchRecord> = launches.iter().filter(|l| l.wave.as_deref() == Some(wave)).collect();
+    if records.iter().filter_map(|l| l.release_by).min().is_some_and(|by| now >= by) {
+        return true;
+    }
+    if nodes.iter().any(|n| wave_of(n) == Some(wave)) {
+        return false;
+    }
+    let registered: BTreeSet<&str> = nodes.iter().filter_map(instance_of).collect();
+    records
+        .iter()
+        .filter(|l| !matches!(l.state, LaunchState::Failed { .. }))
+        .all(|l| l.instance_id.as_deref().is_some_and(|id| registered.contains(id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wave_id_is_a_valid_label_value_that_keeps_the_batch_number() {
+        let long = "0123456789abcdef-0123456789abcdef-0123456789abcdef-0123456789abcdef";
+        let id = wave_id(long, 12);
+        assert!(id.len() <= 63, "{id}");
+        assert!(id.ends_with("-b12"), "{id}");
+        assert!(id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()), "{id}");
+        assert_eq!(wave_id("run/1 ", 0), "run1-b0");
+        assert_eq!(wave_id("", 3), "w-b3");
+    }
+}
