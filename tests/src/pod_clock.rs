@@ -61,7 +61,8 @@ impl PodClock {
                         if s.bound.is_none() && p.spec.as_ref().is_some_and(|sp| sp.node_name.is_some()) {
                             s.bound = Some(now);
                         }
-                        if s.running.is_none() && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
+                        if s.running.is_none()
+                            && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
                         {
                             s.running = Some(now);
                         }

@@ -336,7 +336,15 @@ impl Landing {
         let (mut exact, mut equivalent) = (0, 0);
         // Per launched node: its type and zone, the pods planned onto it and those on it.
         let mut table: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> = Default::default();
-        let app_of = |key: &str| key.rsplit('/').next().unwrap_or(key).split('-').next().unwrap_or("").to_string();
+        let app_of = |key: &str| {
+            key.rsplit('/')
+                .next()
+                .unwrap_or(key)
+                .split('-')
+                .next()
+                .unwrap_or("")
+                .to_string()
+        };
         for (pod, id) in &planned {
             if let Some(l) = by_id.get(id.as_str()) {
                 table.entry(l.instance_id.as_str()).or_default().0.push(app_of(pod));
@@ -352,9 +360,15 @@ impl Landing {
                 pod_key(pod)
             );
             if let Some(l) = by_id.get(id.as_str()) {
-                table.entry(l.instance_id.as_str()).or_default().1.push(app_of(&pod_key(pod)));
+                table
+                    .entry(l.instance_id.as_str())
+                    .or_default()
+                    .1
+                    .push(app_of(&pod_key(pod)));
             }
-            let Some(plan) = planned.get(&pod_key(pod)) else { continue };
+            let Some(plan) = planned.get(&pod_key(pod)) else {
+                continue;
+            };
             if plan == &id {
                 exact += 1;
             } else if let (Some(a), Some(b)) = (by_id.get(plan.as_str()), by_id.get(id.as_str()))
@@ -369,7 +383,12 @@ impl Landing {
             plan.sort();
             got.sort();
             let l = by_id[id];
-            eprintln!("node {id} {} {} {}: planned {plan:?}, runs {got:?}", l.instance_type, l.zone, l.capacity_type.label());
+            eprintln!(
+                "node {id} {} {} {}: planned {plan:?}, runs {got:?}",
+                l.instance_type,
+                l.zone,
+                l.capacity_type.label()
+            );
         }
         Ok(Landing {
             exact,

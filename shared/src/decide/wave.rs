@@ -49,7 +49,14 @@ pub fn wave_id(owner: &str, batch: u64) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         .collect();
     let keep = MAX_WAVE_ID.saturating_sub(suffix.len());
-    let head: String = clean.chars().rev().take(keep).collect::<Vec<_>>().into_iter().rev().collect();
+    let head: String = clean
+        .chars()
+        .rev()
+        .take(keep)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     let head = head.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
     let head = if head.is_empty() { "w" } else { head };
     format!("{head}{suffix}")
@@ -191,7 +198,12 @@ pub fn releases(nodes: &[Node], launches: &[LaunchRecord], now: EpochMillis, gra
 /// of it has a node (or none is left); or its `release_by` has passed.
 pub fn settled(wave: &str, nodes: &[Node], launches: &[LaunchRecord], now: EpochMillis) -> bool {
     let records: Vec<&LaunchRecord> = launches.iter().filter(|l| l.wave.as_deref() == Some(wave)).collect();
-    if records.iter().filter_map(|l| l.release_by).min().is_some_and(|by| now >= by) {
+    if records
+        .iter()
+        .filter_map(|l| l.release_by)
+        .min()
+        .is_some_and(|by| now >= by)
+    {
         return true;
     }
     if nodes.iter().any(|n| wave_of(n) == Some(wave)) {

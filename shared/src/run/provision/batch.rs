@@ -166,7 +166,15 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let launch_start = self.clock.now();
             let fleet_at = epoch_millis(launch_start);
             let outcomes = self
-                .launch_all(&plan.nodes, &snapshot, &region, launch_start, &created, None, wave.as_ref())
+                .launch_all(
+                    &plan.nodes,
+                    &snapshot,
+                    &region,
+                    launch_start,
+                    &created,
+                    None,
+                    wave.as_ref(),
+                )
                 .await;
             report.launch_ms += elapsed_ms(launch_start, self.clock.now());
 

@@ -74,7 +74,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         if errors.is_empty() {
             let mut nodes = nodes;
             for u in &released {
-                if let Some(n) = nodes.iter_mut().find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))
+                if let Some(n) = nodes
+                    .iter_mut()
+                    .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))
                     && let Some(taints) = n.spec.as_mut().and_then(|s| s.taints.as_mut())
                 {
                     taints.retain(|t| t.key != crate::decide::wave::WAVE_TAINT);

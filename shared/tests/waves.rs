@@ -1,0 +1,207 @@
+//! Launch waves: the nodes of a batch are held back with the `carpool.sh/wave` startup
+//! taint and released together; a run that ends before its nodes come up leaves the
+//! release to the next run, and nothing keeps the taint past its deadline.
+
+use std::time::{Duration, SystemTime};
+
+use carpool::catalog::Catalog;
+use carpool::decide::wave::{Release, WAVE_TAINT, releases, settled};
+use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
+use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
+use carpool::ports::Clock as _;
+use carpool::ports::{Cluster, EpochMillis, LaunchRecord, LaunchState, StateStore};
+use carpool::run::provision::{Provisioner, Settings};
+use k8s_openapi::api::core::v1::Node;
+use pollster::block_on;
+use serde_json::json;
+
+const NOW: EpochMillis = 1_790_000_100_000;
+const GRACE: Duration = Duration::from_secs(10);
+
+/// A node of `instance` held back for `wave`, Ready since `ready_at` (not Ready: `None`).
+fn node(name: &str, instance: &str, wave: Option<&str>, ready_at: Option<EpochMillis>) -> Node {
+    let taints: Vec<_> = wave
+        .map(|w| json!({"key": WAVE_TAINT, "value": w, "effect": "NoSchedule"}))
+        .into_iter()
+        .collect();
+    let conditions: Vec<_> = ready_at
+        .map(|t| {
+            let at = k8s_openapi::jiff::Timestamp::from_millisecond(t).unwrap().to_string();
+            json!({"type": "Ready", "status": "True", "lastTransitionTime": at})
+        })
+        .into_iter()
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"providerID": format!("aws:///us-east-1a/{instance}"), "taints": taints},
+        "status": {"conditions": conditions}
+    }))
+    .unwrap()
+}
+
+fn record(id: &str, instance: Option<&str>, wave: &str, release_by: EpochMillis) -> LaunchRecord {
+    let mut r = carpool::fixtures::launch_record(id, instance, NOW - 20_000, carpool::model::CapacityType::Spot);
+    r.wave = Some(wave.into());
+    r.release_by = Some(release_by);
+    r
+}
+
+fn released(nodes: &[Node], launches: &[LaunchRecord], now: EpochMillis) -> Vec<(String, Release)> {
+    releases(nodes, launches, now, GRACE)
+        .into_iter()
+        .map(|u| (u.node, u.why))
+        .collect()
+}
+
+#[test]
+fn a_wave_is_released_all_at_once_when_every_node_is_ready() {
+    let later = NOW + 300_000;
+    let launches = [
+        record("l1", Some("i-1"), "w", later),
+        record("l2", Some("i-2"), "w", later),
+    ];
+    // One node Ready, the other not registered: nothing yet.
+    let first = [node("n1", "i-1", Some("w"), Some(NOW - 1_000))];
+    assert_eq!(released(&first, &launches, NOW), vec![]);
+    // Both Ready: both at once.
+    let both = [
+        node("n1", "i-1", Some("w"), Some(NOW - 1_000)),
+        node("n2", "i-2", Some("w"), Some(NOW)),
+    ];
+    assert_eq!(
+        released(&both, &launches, NOW),
+        vec![("n1".into(), Release::AllReady), ("n2".into(), Release::AllReady)]
+    );
+}
+
+#[test]
+fn a_slow_node_holds_its_wave_back_for_the_grace_only() {
+    let launches = [
+        record("l1", Some("i-1"), "w", NOW + 300_000),
+        record("l2", Some("i-2"), "w", NOW + 300_000),
+    ];
+    let nodes = [node("n1", "i-1", Some("w"), Some(NOW - 9_000))];
+    assert_eq!(released(&nodes, &launches, NOW), vec![]);
+    assert_eq!(
+        released(&nodes, &launches, NOW + 1_000),
+        vec![(
+            "n1".into(),
+            Release::Grace {
+                first_ready: NOW - 9_000
+            }
+        )]
+    );
+}
+
+#[test]
+fn a_failed_launch_of_the_wave_is_not_waited_for() {
+    let mut failed = record("l2", None, "w", NOW + 300_000);
+    failed.state = LaunchState::Failed {
+        reason: "InsufficientInstanceCapacity".into(),
+    };
+    let launches = [record("l1", Some("i-1"), "w", NOW + 300_000), failed];
+    let nodes = [node("n1", "i-1", Some("w"), Some(NOW))];
+    assert_eq!(released(&nodes, &launches, NOW), vec![("n1".into(), Release::AllReady)]);
+}
+
+#[test]
+fn past_its_deadline_or_without_a_record_a_wave_taint_comes_off_whatever_the_state() {
+    let launches = [
+        record("l1", Some("i-1"), "w", NOW - 1),
+        record("l2", Some("i-2"), "w", NOW - 1),
+    ];
+    // Registered but never Ready, its sibling never registered: the deadline releases it.
+    let nodes = [
+        node("n1", "i-1", Some("w"), None),
+        node("n9", "i-9", Some("gone"), None),
+    ];
+    assert_eq!(
+        released(&nodes, &launches, NOW),
+        vec![
+            ("n9".into(), Release::Unknown),
+            ("n1".into(), Release::Deadline { release_by: NOW - 1 }),
+        ]
+    );
+    assert!(settled("w", &nodes, &launches, NOW));
+    // Before the deadline, a wave with a tainted node is not settled.
+    let mut pending = launches[0].clone();
+    pending.release_by = Some(NOW + 1);
+    assert!(!settled("w", &nodes, &[pending], NOW));
+}
+
+const START: u64 = 1_790_000_000;
+
+fn world() -> (FakeCloud, FakeCluster, FakeStore, FakeClock) {
+    let cloud = FakeCloud::new();
+    cloud.set_now(START as i64 * 1000);
+    let cluster = FakeCluster::new();
+    cluster.add_nodepool(
+        NodePoolBuilder::new("general")
+            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+            .requirement("kubernetes.io/arch", "In", &["amd64"])
+            .build(),
+    );
+    cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
+    for i in 0..12 {
+        cluster.add_pod(PodBuilder::pending_web(&format!("web-{i}"), "1", "2Gi").pod().unwrap());
+    }
+    (
+        cloud,
+        cluster,
+        FakeStore::new(),
+        FakeClock::at(SystemTime::UNIX_EPOCH + Duration::from_secs(START)),
+    )
+}
+
+// The fault: the function's time runs out (or it crashes) after CreateFleet and before
+// the nodes come up, so the run that launched the wave never releases it. The next run's
+// housekeeping does, as soon as the wave is Ready.
+#[test]
+fn a_wave_whose_run_ended_before_its_nodes_came_up_is_released_by_the_next_run() {
+    let (cloud, cluster, store, clock) = world();
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let settings = Settings {
+        deployment: "carpool-test".into(),
+        watch: Duration::from_secs(5),
+        release_limit: Duration::from_secs(8),
+        ..Settings::default()
+    };
+    let mut first = Provisioner::new(&cloud, &cluster, &store, &clock, settings.clone(), "run-1");
+    let report = block_on(first.run(&region)).unwrap();
+    let launched: Vec<_> = report.launched().cloned().collect();
+    assert!(launched.len() > 1, "{:?}", report.batches);
+    assert!(report.released.is_empty());
+    // The run gave up on its wave at its release limit, not at the end of the watch.
+    assert!(report.watched_ms >= 8_000, "{}", report.watched_ms);
+
+    // The kubelets register the nodes with the taint their launch carried.
+    let launches = block_on(store.list_launches()).unwrap();
+    let now = carpool::ports::epoch_millis(clock.now());
+    for l in &launches {
+        let id = l.instance_id.clone().unwrap();
+        assert!(l.wave.is_some() && l.release_by.is_some_and(|by| by > now), "{l:?}");
+        let mut n = node(&format!("node-{id}"), &id, l.wave.as_deref(), Some(now));
+        let it = catalog.get(&l.instance_type).unwrap();
+        let mut labels = it.labels();
+        labels.extend(l.labels.clone());
+        labels.insert("topology.kubernetes.io/zone".into(), l.zone.clone());
+        labels.insert("karpenter.sh/capacity-type".into(), l.capacity_type.label().into());
+        labels.insert("kubernetes.io/hostname".into(), format!("node-{id}"));
+        n.metadata.labels = Some(labels);
+        n.status.get_or_insert_default().allocatable = Some(it.allocatable.to_k8s());
+        cluster.add_node(n);
+    }
+
+    let mut second = Provisioner::new(&cloud, &cluster, &store, &clock, settings, "run-2");
+    let report = block_on(second.run(&region)).unwrap();
+    let released: Vec<_> = report.housekeeping.iter().flat_map(|h| h.released.iter()).collect();
+    assert_eq!(released.len(), launched.len(), "{released:?}");
+    assert!(released.iter().all(|u| u.why == Release::AllReady));
+    let nodes = block_on(cluster.nodes()).unwrap();
+    assert!(
+        nodes.iter().all(|n| carpool::decide::wave::wave_of(n).is_none()),
+        "no node keeps the taint"
+    );
+    assert_eq!(report.launched().count(), 0, "nothing launched twice");
+}
