@@ -453,6 +453,7 @@ async fn fifty(scene: &Scene) -> Result<()> {
             .map(|b| (b.pods_seen, b.launched.len(), b.pods_on_new_nodes))
             .collect::<Vec<_>>()
     );
+    eprintln!("fitted to kube-scheduler: {:?}", first.fitting);
     eprintln!(
         "released from their wave: {:?}",
         report

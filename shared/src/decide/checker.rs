@@ -7,7 +7,8 @@
 //! [`tolerations`], [`node_affinity`], [`volumes`], [`ports`], [`daemonsets`], [`pending`]
 //! (which pods the plan must account for), [`nodepools`] (what a NodePool may launch, with
 //! its own requirement matching), [`state`] (the final state), [`affinity`], [`spread`] and
-//! [`refusal`].
+//! [`refusal`]. [`replay`] replays kube-scheduler's own placement of a plan's pods, to
+//! find those its scoring would strand.
 //!
 //! **What it shares with the planner**, and a bug in which would escape it: the model's
 //! plain types and their parsing (`Quantity` and `Resources` as a container of amounts, the
@@ -51,6 +52,7 @@ mod nodepools;
 mod pending;
 mod ports;
 mod refusal;
+pub mod replay;
 mod requests;
 mod selector;
 mod spread;
@@ -62,6 +64,7 @@ mod volumes;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
+pub use replay::{Order, Replay, Stranded, Upgrade, replay};
 pub use violation::{NewNode, NodeRef, TypeProblem, Violation};
 
 use self::daemonsets::{Daemon, overhead};

@@ -55,6 +55,7 @@ pub mod pod_events;
 pub mod replacement;
 pub mod reservation;
 pub mod scheduler;
+pub mod scheduler_fit;
 pub mod selector;
 pub mod subnet_zones;
 pub mod taints;

@@ -16,6 +16,7 @@ use crate::decide::backoff;
 use crate::decide::in_flight::capacity_view;
 use crate::decide::nodepools;
 use crate::decide::reservation::keep_reserved;
+use crate::decide::scheduler_fit::fit;
 use crate::decide::subnet_zones::narrow_to_subnet_zones;
 use crate::decide::templates::Skipped;
 use crate::decide::unschedulable::Reason;
@@ -141,7 +142,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let mut view = snapshot.clone();
             view.nodes = capacity_view(&snapshot, &launches, &region, epoch_millis(plan_start), ttl_ms);
             keep_reserved(&mut view, &launches, epoch_millis(plan_start), ttl_ms);
-            let plan = provisioning_plan(&view, &region);
+            // Grown where kube-scheduler's own placement would strand a pod.
+            let (plan, fitting) = fit(&view, &region, provisioning_plan(&view, &region));
+            if !fitting.grown.is_empty() || !fitting.stranded.is_empty() {
+                tracing::info!(grown = ?fitting.grown, stranded = ?fitting.stranded, cost_added = fitting.cost_added,
+                    replays = fitting.replays, "plan fitted to kube-scheduler's placement");
+            }
+            report.fitting.push(fitting);
             report.plan_ms += elapsed_ms(plan_start, self.clock.now());
             if round == 0 {
                 report.pods_seen = snapshot

@@ -55,6 +55,10 @@ pub struct BatchReport {
     pub pods_on_new_nodes: usize,
     /// Nodes launched.
     pub launched: Vec<Launched>,
+    /// Per planning round, how the plan was grown to fit kube-scheduler's own placement
+    /// ([`crate::decide::scheduler_fit`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fitting: Vec<crate::decide::scheduler_fit::Fitting>,
     /// Launches that failed (capacity errors included; those were re-planned).
     pub launch_errors: Vec<LaunchFailure>,
     /// Offerings marked unavailable after a capacity error, as `type/zone/capacity`.

@@ -1,0 +1,413 @@
+//! kube-scheduler's own placement of a plan's pods, replayed: where the scheduler, not
+//! the planner, would bind each pending pod once the plan's nodes are up together (as a
+//! launch wave releases them, [`crate::decide::wave`]), and which pods it would strand.
+//!
+//! The plan says which node each pod is for, but kube-scheduler does not read plans. It
+//! takes the pending pods one at a time, by priority and then by age (the `PrioritySort`
+//! queue-sort plugin, `pkg/scheduler/framework/plugins/queuesort/priority_sort.go`
+//! `Less`), keeps the nodes its filters accept, and binds the pod to the best-scoring one
+//! (`pkg/scheduler/schedule_one.go`, `selectHost`; a tie is broken at random there, by
+//! node order here). With the default profile (`pkg/scheduler/apis/config/v1/
+//! default_plugins.go`, `getDefaultPlugins`), the scores that tell apart nodes of a
+//! launch are `NodeResourcesFit` with its default `LeastAllocated` strategy (weight 1)
+//! and `NodeResourcesBalancedAllocation` (weight 1):
+//!
+//! - least allocated (`noderesources/least_allocated.go`, `leastResourceScorer` and
+//!   `leastRequestedScore`): per resource, `(allocatable - requested) * 100 /
+//!   allocatable` in integers, averaged over cpu and memory with weight 1 each, where
+//!   `requested` is the node's pods' with this one;
+//! - balanced allocation (`noderesources/balanced_allocation.go`,
+//!   `balancedResourceScorer`): with `f` the requested share of cpu and of memory (at
+//!   most 1), `(1 - |f_cpu - f_mem| / 2) * 100`;
+//! - both count a container without a request as 100m cpu and 200 MiB
+//!   (`schedutil.GetNonzeroRequests`).
+//!
+//! So kube-scheduler spreads pods over the emptiest nodes, where the planner packs them:
+//! the big nodes of a wave fill with the first, small pods, and the last, big ones can
+//! find no room that is left in one piece. The replay says which.
+//!
+//! Filters replayed, with the checker's own reading of the objects: the node is usable,
+//! the pod fits in what its pods leave (a pod slot included), its `NoSchedule` and
+//! `NoExecute` taints are tolerated, its node selector and required node affinity hold,
+//! its volumes allow it, and each `DoNotSchedule` spread keeps its skew (the domains
+//! are the nodes that exist then, the wave's included: kube-scheduler knows no node to
+//! come). Not replayed, so that the replay never strands a pod the scheduler would place:
+//! inter-pod affinity, host ports, and the spread and affinity *scores* (they matter for
+//! pods without resources to tell nodes apart).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::daemonsets::Daemon;
+use super::nodepools::{self, Pool};
+use super::pending::{Standing, key, namespace, standing};
+use super::requests::pod_requests;
+use super::selector::{self, Labels};
+use super::state::{self, FinalState, Placed};
+use super::violation::NodeRef;
+use super::volumes::PodVolumes;
+use super::{node_affinity, tolerations};
+use crate::catalog::RegionCatalog;
+use crate::decide::plan::ProvisioningPlan;
+use crate::model::Resources;
+use crate::snapshot::Snapshot;
+
+/// What the scheduler counts for a container without a cpu request (millicores).
+const DEFAULT_CPU_MILLIS: i64 = 100;
+/// What it counts for a container without a memory request (bytes).
+const DEFAULT_MEMORY: i64 = 200 * 1024 * 1024;
+/// A score's maximum (`framework.MaxNodeScore`).
+const MAX_SCORE: i64 = 100;
+
+/// Where the replay put the plan's pods.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Replay {
+    /// Each pod the plan places, in the scheduler's order, and the node it was bound to.
+    pub bound: Vec<(String, NodeRef)>,
+    /// The pods no node took, in the scheduler's order.
+    pub stranded: Vec<Stranded>,
+}
+
+/// A pod the replay could not bind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stranded {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Its requests (a pod slot included).
+    pub requests: Resources,
+    /// The plan's new nodes that every filter but room accepts, each grown to the
+    /// cheapest of its alternatives that would take the pod as well.
+    pub upgrades: Vec<Upgrade>,
+}
+
+/// A new node of the plan grown to another of its alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Upgrade {
+    /// Its index in the plan.
+    pub node: usize,
+    /// The type it grows to.
+    pub instance_type: String,
+    /// Its alternatives that are big enough, cheapest first (starting with it).
+    pub alternatives: Vec<String>,
+    /// The price of `instance_type` in the node's zone and capacity type.
+    pub price_per_hour: f64,
+    /// Its allocatable.
+    pub allocatable: Resources,
+}
+
+/// The order the replay takes the pods in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// kube-scheduler's queue order for pods that enter it together: higher priority
+    /// first, then the older, then by name.
+    Queue,
+    /// The pods of each priority shuffled with this seed. Once a wave is released, the
+    /// pods come back from the scheduler's backoff queue by when each last failed, not
+    /// by age; shuffles stand for that order, which no one can know beforehand.
+    Shuffled(u64),
+}
+
+/// The pods of the plan in `order`.
+fn queue_order<'a>(pods: &mut [(&'a str, &'a Pod)], order: Order) {
+    let priority = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    pods.sort_by_key(|(k, p)| {
+        let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond());
+        (Reverse(priority(p)), created, *k)
+    });
+    if let Order::Shuffled(seed) = order {
+        // Fisher-Yates with xorshift64*, within each run of equal priority: a
+        // deterministic shuffle, so that a plan's replay is a pure function of its input.
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let mut start = 0;
+        while start < pods.len() {
+            let p = priority(pods[start].1);
+            let end = pods[start..]
+                .iter()
+                .position(|(_, q)| priority(q) != p)
+                .map_or(pods.len(), |n| start + n);
+            for i in (start + 1..end).rev() {
+                let j = start + (next() % ((i - start + 1) as u64)) as usize;
+                pods.swap(i, j);
+            }
+            start = end;
+        }
+    }
+}
+
+/// The requests kube-scheduler scores with: a container's missing cpu or memory request
+/// counts as the defaults.
+fn nonzero(p: &Pod, requests: &Resources) -> (i64, i64) {
+    let missing = |name: &str| {
+        p.spec.as_ref().map_or(0, |s| {
+            s.containers
+                .iter()
+                .filter(|c| {
+                    c.resources
+                        .as_ref()
+                        .and_then(|r| r.requests.as_ref())
+                        .is_none_or(|r| !r.contains_key(name))
+                })
+                .count() as i64
+        })
+    };
+    (
+        requests.cpu_millis + missing("cpu") * DEFAULT_CPU_MILLIS,
+        requests.memory + missing("memory") * DEFAULT_MEMORY,
+    )
+}
+
+/// `NodeResourcesFit` (least allocated) plus `NodeResourcesBalancedAllocation`, for a
+/// node with `used` (nonzero) requests once the pod is on it, out of `allocatable`.
+fn score(used: (i64, i64), allocatable: &Resources) -> i64 {
+    let least = |req: i64, cap: i64| {
+        if cap == 0 || req > cap {
+            0
+        } else {
+            (cap - req) * MAX_SCORE / cap
+        }
+    };
+    let least_allocated = (least(used.0, allocatable.cpu_millis) + least(used.1, allocatable.memory)) / 2;
+    let fraction = |req: i64, cap: i64| {
+        if cap == 0 {
+            1.0
+        } else {
+            (req as f64 / cap as f64).min(1.0)
+        }
+    };
+    let std = (fraction(used.0, allocatable.cpu_millis) - fraction(used.1, allocatable.memory)).abs() / 2.0;
+    let balanced = ((1.0 - std) * MAX_SCORE as f64) as i64;
+    least_allocated + balanced
+}
+
+/// Per hard spread of the pod, the counts per domain over the nodes that count, and
+/// the global minimum: kube-scheduler's `calPreFilterState`, over what exists.
+struct SpreadView {
+    key: String,
+    max_skew: i32,
+    self_match: i32,
+    counts: BTreeMap<String, i32>,
+    min: i32,
+}
+
+fn spread_views(pod: &Pod, state: &FinalState<'_>) -> Vec<SpreadView> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let own: Labels = pod.metadata.labels.clone().unwrap_or_default();
+    let tols = spec.tolerations.clone().unwrap_or_default();
+    let hard: Vec<_> = spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
+        .collect();
+    let keys: Vec<&str> = hard.iter().map(|c| c.topology_key.as_str()).collect();
+    let ns = namespace(pod);
+    hard.iter()
+        .map(|c| {
+            let mut sel = c.label_selector.clone();
+            if let Some(s) = sel.as_mut() {
+                for k in c.match_label_keys.iter().flatten() {
+                    if let Some(v) = own.get(k) {
+                        s.match_expressions.get_or_insert_with(Vec::new).push(
+                            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                                key: k.clone(),
+                                operator: "In".into(),
+                                values: Some(vec![v.clone()]),
+                            },
+                        );
+                    }
+                }
+            }
+            let honor_affinity = c.node_affinity_policy.as_deref() != Some("Ignore");
+            let honor_taints = c.node_taints_policy.as_deref() == Some("Honor");
+            let eligible: Vec<bool> = state
+                .nodes
+                .iter()
+                .map(|n| {
+                    keys.iter().all(|k| n.labels.contains_key(*k))
+                        && (!honor_affinity || node_affinity::matches(spec, &n.labels, n.node_name.as_deref()))
+                        && (!honor_taints || tolerations::untolerated(&tols, &n.taints).is_none())
+                })
+                .collect();
+            let mut counts: BTreeMap<String, i32> = BTreeMap::new();
+            for (i, n) in state.nodes.iter().enumerate() {
+                if eligible[i]
+                    && let Some(d) = n.labels.get(&c.topology_key)
+                {
+                    counts.entry(d.clone()).or_insert(0);
+                }
+            }
+            for q in &state.placed {
+                if !eligible[q.node] || q.terminating || namespace(q.pod) != ns {
+                    continue;
+                }
+                let labels: Labels = q.pod.metadata.labels.clone().unwrap_or_default();
+                if selector::label_selector(sel.as_ref(), &labels)
+                    && let Some(d) = state.nodes[q.node].labels.get(&c.topology_key)
+                {
+                    *counts.entry(d.clone()).or_insert(0) += 1;
+                }
+            }
+            let min = if (counts.len() as i32) < c.min_domains.unwrap_or(1) {
+                0
+            } else {
+                counts.values().copied().min().unwrap_or(0)
+            };
+            SpreadView {
+                key: c.topology_key.clone(),
+                max_skew: c.max_skew,
+                self_match: i32::from(selector::label_selector(sel.as_ref(), &own)),
+                counts,
+                min,
+            }
+        })
+        .collect()
+}
+
+/// Replays kube-scheduler over the plan, taking the pods in `order`: the snapshot's
+/// nodes and the plan's new ones, all up, and the pods the plan places; see the module
+/// doc.
+pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &ProvisioningPlan, order: Order) -> Replay {
+    let pools: Vec<Pool> = nodepools::pools(&snapshot.nodepools, &snapshot.nodeclasses, &snapshot.nodes);
+    let daemons = Daemon::all(&snapshot.daemonsets);
+    let planned: Vec<&str> = plan
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter())
+        .chain(plan.existing.iter().flat_map(|e| e.pods.iter()))
+        .map(String::as_str)
+        .collect();
+    let by_key: HashMap<String, &Pod> = snapshot
+        .pods
+        .iter()
+        .filter(|p| matches!(standing(p), Standing::Pending | Standing::Preempting))
+        .map(|p| (key(p), p))
+        .collect();
+    let mut pods: Vec<(&str, &Pod)> = planned.iter().filter_map(|k| Some((*k, *by_key.get(*k)?))).collect();
+    queue_order(&mut pods, order);
+
+    // The plan's nodes, empty of the pods the replay places.
+    let mut empty = plan.clone();
+    empty.existing.clear();
+    for n in &mut empty.nodes {
+        n.pods.clear();
+    }
+    let none: HashMap<String, &Pod> = HashMap::new();
+    let mut state = state::build(snapshot, region, &empty, &pools, &daemons, &none);
+    // What each node's pods request as the scheduler scores it (nonzero defaults).
+    let mut scored: Vec<(i64, i64)> = state.nodes.iter().map(|n| (n.used.cpu_millis, n.used.memory)).collect();
+    for q in &state.placed {
+        if let Some(r) = q.pod.spec.as_ref().and_then(|s| pod_requests(s).ok()) {
+            let (c, m) = nonzero(q.pod, &r);
+            scored[q.node].0 += c - r.cpu_millis;
+            scored[q.node].1 += m - r.memory;
+        }
+    }
+
+    let mut out = Replay::default();
+    for (k, pod) in pods {
+        let Some(spec) = pod.spec.as_ref() else { continue };
+        let Ok(mut requests) = pod_requests(spec) else { continue };
+        requests.pods = requests.pods.max(1);
+        let (cpu, memory) = nonzero(pod, &requests);
+        let tols = spec.tolerations.clone().unwrap_or_default();
+        let volumes = PodVolumes::of(pod, snapshot);
+        let spreads = spread_views(pod, &state);
+        let mut best: Option<(i64, usize)> = None;
+        let mut short_of_room = Vec::new();
+        for (i, n) in state.nodes.iter().enumerate() {
+            let admits = n.usable
+                && tolerations::untolerated(&tols, &n.taints).is_none()
+                && node_affinity::matches(spec, &n.labels, n.node_name.as_deref())
+                && volumes.node_ok(&n.labels, n.node_name.as_deref())
+                && spreads.iter().all(|s| {
+                    n.labels
+                        .get(&s.key)
+                        .is_some_and(|d| s.counts.get(d).copied().unwrap_or(0) + s.self_match - s.min <= s.max_skew)
+                });
+            if !admits {
+                continue;
+            }
+            if requests.plus(&n.used).fits_in(&n.allocatable).is_err() {
+                if let Some((index, pool, _)) = n.new {
+                    short_of_room.push((index, pool, n.used.clone()));
+                }
+                continue;
+            }
+            let used = scored[i];
+            let s = score((used.0 + cpu, used.1 + memory), &n.allocatable);
+            if best.is_none_or(|(b, _)| s > b) {
+                best = Some((s, i));
+            }
+        }
+        match best {
+            Some((_, i)) => {
+                state.nodes[i].used = state.nodes[i].used.plus(&requests);
+                scored[i].0 += cpu;
+                scored[i].1 += memory;
+                state.placed.push(Placed {
+                    pod,
+                    key: k.to_string(),
+                    node: i,
+                    pending: true,
+                    terminating: false,
+                });
+                out.bound.push((k.to_string(), state.nodes[i].name.clone()));
+            }
+            None => {
+                let upgrades = short_of_room
+                    .iter()
+                    .filter_map(|(index, pool, used)| upgrade(plan, region, &pools[*pool], *index, used, &requests))
+                    .collect();
+                out.stranded.push(Stranded {
+                    pod: k.to_string(),
+                    requests,
+                    upgrades,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The cheapest type among a new node's alternatives that holds what the replay left on
+/// it (`used`, its DaemonSets' included) and the pod, and also the pods the plan put on
+/// it: the node grown so that the scheduler's own placement strands nothing.
+fn upgrade(
+    plan: &ProvisioningPlan,
+    region: &RegionCatalog<'_>,
+    pool: &Pool,
+    index: usize,
+    used: &Resources,
+    requests: &Resources,
+) -> Option<Upgrade> {
+    let pn = plan.nodes.get(index)?;
+    let need = used
+        .plus(requests)
+        .max(&pn.daemonset_overhead.plus(&pn.requests).plus(requests));
+    let fits: Vec<(&crate::model::InstanceType, Resources)> = pn
+        .instance_types
+        .iter()
+        .filter_map(|name| region.types().iter().find(|t| &t.name == name).copied())
+        .map(|it| (it, pool.shaped(it).allocatable))
+        .filter(|(_, allocatable)| need.fits_in(allocatable).is_ok())
+        .collect();
+    let (it, allocatable) = fits.first()?;
+    let price = region.prices().price(it, &pn.zone, pn.capacity_type)?;
+    Some(Upgrade {
+        node: index,
+        instance_type: it.name.clone(),
+        alternatives: fits.iter().map(|(t, _)| t.name.clone()).collect(),
+        price_per_hour: price,
+        allocatable: allocatable.clone(),
+    })
+}
