@@ -485,7 +485,8 @@ impl Kubectl {
 
 #[test]
 #[ignore = "needs local stack (infra/local/up)"]
-fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels() -> Result<()> {
+fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels_and_release_its_wave_taint()
+-> Result<()> {
     // RBAC grants `patch nodes` whole; infra/rbac/carpool-node-patch.yaml's
     // ValidatingAdmissionPolicy narrows it. The apiserver enforces it here for real, on
     // `kubectl label` and `kubectl taint` (PATCHes) made as the group.
@@ -493,7 +494,7 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels(
     kubectl.apply_rbac()?;
     let node = format!("carpool-vap-{}", std::process::id());
     let manifest = format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\n"
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\nspec:\n  taints:\n    - key: dedicated\n      value: web\n      effect: NoSchedule\n    - key: carpool.sh/wave\n      value: run-1-b0\n      effect: NoSchedule\n"
     );
     kubectl
         .run(&["apply", "-f", "-"], None, Some(&manifest))?
@@ -529,6 +530,20 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels(
             None,
         )?;
         ensure!(taint.is_err(), "the provisioner's group could taint a node");
+        // It may remove a user's taint no more than add one, but it releases its own
+        // launch wave (decide/wave.rs).
+        let untaint = |spec: &str| kubectl.run(&["taint", "node", node.as_str(), spec], Some(GROUP), None);
+        ensure!(
+            untaint("dedicated:NoSchedule-")?.is_err(),
+            "the provisioner's group could remove a user's taint"
+        );
+        untaint("carpool.sh/wave:NoSchedule-")?
+            .map_err(|e| anyhow::anyhow!("the provisioner's group could not release its wave taint: {e}"))?;
+        let taints = kubectl.taints(&node)?;
+        ensure!(
+            taints == ["dedicated=web:NoSchedule"],
+            "after the release, the node's taints are {taints:?}"
+        );
         // `kubectl cordon` prints a refusal but exits 0: read the Node back instead.
         let _ = kubectl.run(&["cordon", node.as_str()], Some(GROUP), None)?;
         let unschedulable = kubectl

@@ -1,0 +1,168 @@
+//! kube-scheduler's own placement of a plan, replayed, and the plan grown so that the
+//! scheduler's choices strand nothing (decide/checker/replay.rs, decide/scheduler_fit.rs).
+//! Each test names the upstream code the rule comes from.
+
+use carpool::catalog::{Catalog, RegionCatalog};
+use carpool::decide::checker::{NodeRef, Order, check, replay};
+use carpool::decide::scheduler_fit::fit;
+use carpool::decide::{PlannedNode, ProvisioningPlan};
+use carpool::fixtures::{NodePoolBuilder, PodBuilder};
+use carpool::model::{CapacityType, Resources};
+use carpool::snapshot::Snapshot;
+use serde_json::{Value, json};
+
+fn region() -> RegionCatalog<'static> {
+    Catalog::embedded().unwrap().region("us-east-1").unwrap()
+}
+
+fn snapshot(items: &[Value]) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
+        .unwrap();
+    s
+}
+
+fn pod(name: &str, cpu: &str, created: &str) -> PodBuilder {
+    PodBuilder::new(name)
+        .label("app", name.trim_end_matches(char::is_numeric))
+        .requests(cpu, "512Mi")
+        .created(created)
+        .unschedulable()
+}
+
+fn pool() -> Value {
+    NodePoolBuilder::new("general")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+        .build()
+}
+
+/// A new on-demand node of `instance_type` (and its `alternatives`) for `pods`.
+fn node(instance_type: &str, alternatives: &[&str], pods: &[&str]) -> PlannedNode {
+    let region = region();
+    let price = |name: &str| {
+        let it = region.types().iter().find(|t| t.name == name).unwrap();
+        region.prices().price(it, "us-east-1a", CapacityType::OnDemand).unwrap()
+    };
+    PlannedNode {
+        nodepool: "general".into(),
+        instance_type: instance_type.into(),
+        instance_types: std::iter::once(instance_type)
+            .chain(alternatives.iter().copied())
+            .map(str::to_string)
+            .collect(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+        price_per_hour: price(instance_type),
+        pods: pods.iter().map(|p| format!("default/{p}")).collect(),
+        requests: Resources::default(),
+        daemonset_overhead: Resources::default(),
+        allocatable: Resources::default(),
+        labels: [("karpenter.sh/nodepool", "general"), ("carpool.sh/managed", "true")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn plan(nodes: Vec<PlannedNode>) -> ProvisioningPlan {
+    let cost = nodes.iter().map(|n| n.price_per_hour).sum();
+    ProvisioningPlan {
+        nodes,
+        cost_per_hour: cost,
+        ..ProvisioningPlan::default()
+    }
+}
+
+/// Four small pods created first, one big pod last; the plan packs the big one with a
+/// small one on an m5.xlarge and the other three small ones on a c5.large.
+fn packed() -> (Snapshot, ProvisioningPlan) {
+    let items = [
+        pool(),
+        pod("small1", "500m", "2026-12-01T10:00:00Z").build(),
+        pod("small2", "500m", "2026-12-01T10:00:01Z").build(),
+        pod("small3", "500m", "2026-12-01T10:00:02Z").build(),
+        pod("small4", "500m", "2026-12-01T10:00:03Z").build(),
+        pod("big", "3", "2026-12-01T10:00:04Z").build(),
+    ];
+    let p = plan(vec![
+        node("m5.xlarge", &["m5.2xlarge"], &["big", "small1"]),
+        node("c5.large", &[], &["small2", "small3", "small4"]),
+    ]);
+    (snapshot(&items), p)
+}
+
+// kube-scheduler: noderesources/least_allocated.go `leastRequestedScore` ((allocatable -
+// requested) * 100 / allocatable) and balanced_allocation.go `balancedResourceScorer`
+// score the emptier m5.xlarge higher for each small pod, taken first by
+// queuesort/priority_sort.go `Less` (same priority: the older first); the big pod, last,
+// finds no node with 3 CPUs left in one piece, although the plan's packing fits.
+#[test]
+fn the_scheduler_spreads_the_first_pods_over_the_emptiest_node_and_strands_the_big_one() {
+    let (s, p) = packed();
+    assert_eq!(check(&s, &region(), &p), vec![], "the plan itself is valid");
+    let r = replay(&s, &region(), &p, Order::Queue);
+    let stranded: Vec<&str> = r.stranded.iter().map(|s| s.pod.as_str()).collect();
+    assert_eq!(stranded, ["default/big"], "bound: {:?}", r.bound);
+    let on_first = r
+        .bound
+        .iter()
+        .filter(|(_, n)| matches!(n, NodeRef::New(n) if n.index == 0))
+        .count();
+    assert!(on_first >= 2, "small pods went to the emptiest node: {:?}", r.bound);
+    let upgrade = &r.stranded[0].upgrades;
+    assert_eq!(
+        upgrade
+            .iter()
+            .map(|u| (u.node, u.instance_type.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, "m5.2xlarge")]
+    );
+}
+
+// queuesort/priority_sort.go `Less`: a higher priority goes first, whatever its age.
+#[test]
+fn a_higher_priority_pod_is_bound_first_and_finds_its_room() {
+    let (mut s, p) = packed();
+    for pod in &mut s.pods {
+        if pod.metadata.name.as_deref() == Some("big") {
+            pod.spec.as_mut().unwrap().priority = Some(1000);
+        }
+    }
+    let r = replay(&s, &region(), &p, Order::Queue);
+    assert_eq!(r.stranded, vec![]);
+    assert_eq!(r.bound[0].0, "default/big");
+}
+
+// What kube-scheduler would strand is grown for: the m5.xlarge becomes the m5.2xlarge of
+// its alternatives, no order of the replay strands a pod, and the plan stays valid.
+#[test]
+fn fit_grows_a_node_until_no_order_of_the_scheduler_strands_a_pod() {
+    let (s, p) = packed();
+    let before = p.cost_per_hour;
+    let (fitted, fitting) = fit(&s, &region(), p);
+    assert_eq!(fitting.stranded, Vec::<String>::new(), "{fitting:?}");
+    assert_eq!(fitting.grown.len(), 1, "{fitting:?}");
+    assert_eq!(fitted.nodes[0].instance_type, "m5.2xlarge");
+    assert_eq!(fitted.nodes[0].instance_types, ["m5.2xlarge"]);
+    assert!(fitted.cost_per_hour > before);
+    assert!((fitted.cost_per_hour - before - fitting.cost_added).abs() < 1e-9);
+    assert_eq!(check(&s, &region(), &fitted), vec![]);
+    for order in [Order::Queue, Order::Shuffled(1), Order::Shuffled(7)] {
+        assert_eq!(replay(&s, &region(), &fitted, order).stranded, vec![], "{order:?}");
+    }
+}
+
+// A plan whose pods the scheduler places its own way without stranding any is left as is.
+#[test]
+fn a_plan_the_scheduler_cannot_strand_is_not_changed() {
+    let items = [
+        pool(),
+        pod("a1", "500m", "2026-12-01T10:00:00Z").build(),
+        pod("a2", "500m", "2026-12-01T10:00:01Z").build(),
+    ];
+    let s = snapshot(&items);
+    let p = plan(vec![node("c5.large", &["c5.xlarge"], &["a1", "a2"])]);
+    let (fitted, fitting) = fit(&s, &region(), p.clone());
+    assert_eq!(fitted, p);
+    assert!(fitting.grown.is_empty() && fitting.stranded.is_empty(), "{fitting:?}");
+}
