@@ -133,23 +133,87 @@ fn a_higher_priority_pod_is_bound_first_and_finds_its_room() {
     assert_eq!(r.bound[0].0, "default/big");
 }
 
-// What kube-scheduler would strand is grown for: the m5.xlarge becomes the m5.2xlarge of
-// its alternatives, no order of the replay strands a pod, and the plan stays valid.
+// What kube-scheduler would strand is provided for, by the cheaper fix: growing the
+// m5.xlarge to the m5.2xlarge of its alternatives, or a node of the pod's own (grown in
+// turn if the scheduler fills it first). No order of the replay strands a pod, and the
+// plan stays valid.
 #[test]
-fn fit_grows_a_node_until_no_order_of_the_scheduler_strands_a_pod() {
+fn fit_provides_for_the_stranded_pod_by_the_cheaper_fix_until_no_order_strands_a_pod() {
     let (s, p) = packed();
     let before = p.cost_per_hour;
+    let region = region();
+    let grow_only = {
+        let it = |n: &str| *region.types().iter().find(|t| t.name == n).unwrap();
+        let price = |n: &str| {
+            region
+                .prices()
+                .price(it(n), "us-east-1a", CapacityType::OnDemand)
+                .unwrap()
+        };
+        price("m5.2xlarge") - price("m5.xlarge")
+    };
+    let (fitted, fitting) = fit(&s, &region, p);
+    assert_eq!(fitting.stranded, Vec::<String>::new(), "{fitting:?}");
+    assert!(!fitting.grown.is_empty() || !fitting.added.is_empty(), "{fitting:?}");
+    assert!(
+        fitting.added.len() <= 1,
+        "a pod gets one node of its own at most: {fitting:?}"
+    );
+    assert!(
+        fitting.cost_added > 0.0 && fitting.cost_added <= grow_only + 1e-9,
+        "{fitting:?}"
+    );
+    assert!((fitted.cost_per_hour - before - fitting.cost_added).abs() < 1e-9);
+    assert_eq!(check(&s, &region, &fitted), vec![]);
+    for order in [Order::Queue, Order::Shuffled(1), Order::Shuffled(7)] {
+        assert_eq!(replay(&s, &region, &fitted, order).stranded, vec![], "{order:?}");
+    }
+}
+
+// Growing: where a node of the pod's own would cost more (on-demand only, and the pool
+// offers the m5s alone), the m5.xlarge grows to its m5.2xlarge alternative.
+#[test]
+fn fit_grows_a_node_to_its_cheapest_big_enough_alternative() {
+    let (s, p) = packed();
+    let mut items = vec![
+        NodePoolBuilder::new("general")
+            .requirement(
+                "node.kubernetes.io/instance-type",
+                "In",
+                &["m5.xlarge", "m5.2xlarge", "c5.large"],
+            )
+            .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
+            .build(),
+    ];
+    items.extend(s.pods.iter().map(|p| serde_json::to_value(p).unwrap()));
+    let s = snapshot(&items);
     let (fitted, fitting) = fit(&s, &region(), p);
     assert_eq!(fitting.stranded, Vec::<String>::new(), "{fitting:?}");
-    assert_eq!(fitting.grown.len(), 1, "{fitting:?}");
-    assert_eq!(fitted.nodes[0].instance_type, "m5.2xlarge");
+    assert_eq!(
+        fitting.grown.iter().map(|g| (g.0, g.2.as_str())).collect::<Vec<_>>(),
+        [(0, "m5.2xlarge")],
+        "{fitting:?}"
+    );
+    assert!(fitting.added.is_empty(), "{fitting:?}");
     assert_eq!(fitted.nodes[0].instance_types, ["m5.2xlarge"]);
-    assert!(fitted.cost_per_hour > before);
-    assert!((fitted.cost_per_hour - before - fitting.cost_added).abs() < 1e-9);
     assert_eq!(check(&s, &region(), &fitted), vec![]);
-    for order in [Order::Queue, Order::Shuffled(1), Order::Shuffled(7)] {
-        assert_eq!(replay(&s, &region(), &fitted, order).stranded, vec![], "{order:?}");
-    }
+}
+
+// A NodePool with limits is left as planned: a bigger or an added node could pass them.
+#[test]
+fn a_nodepool_with_limits_is_not_grown_past_its_plan() {
+    let (s, p) = packed();
+    let mut items = vec![
+        NodePoolBuilder::new("general")
+            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+            .limits(json!({"cpu": "64"}))
+            .build(),
+    ];
+    items.extend(s.pods.iter().map(|p| serde_json::to_value(p).unwrap()));
+    let s = snapshot(&items);
+    let (fitted, fitting) = fit(&s, &region(), p.clone());
+    assert_eq!(fitted, p);
+    assert_eq!(fitting.stranded, ["default/big"], "{fitting:?}");
 }
 
 // A plan whose pods the scheduler places its own way without stranding any is left as is.

@@ -357,6 +357,19 @@ impl Cluster for KubeCluster {
         self.change_taints(node, |n| without_taint(n, taint)).await
     }
 
+    async fn untaint_listed(&self, node: &Node, taint: &Taint) -> Result<(), ClusterError> {
+        let Some(kept) = without_taint(node, taint) else {
+            return Ok(());
+        };
+        match self.set_taints_as_read(node, &kept).await {
+            Err(ClusterError::Conflict(_)) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                self.change_taints(&name, |n| without_taint(n, taint)).await
+            }
+            other => other,
+        }
+    }
+
     async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match api.evict(pod, &EvictParams::default()).await {

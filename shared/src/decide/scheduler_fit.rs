@@ -14,8 +14,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::{HashMap, HashSet};
+
 use super::checker::{Order, Stranded, Upgrade, replay};
-use super::plan::ProvisioningPlan;
+use super::plan::{PlannedNode, ProvisioningPlan};
+use super::pod::{is_provisionable, pod_key};
 use crate::catalog::RegionCatalog;
 use crate::snapshot::Snapshot;
 
@@ -36,11 +39,18 @@ pub const ORDERS: [Order; 5] = [
 /// plan of thousands of pods stays within the run's time.
 pub const SHUFFLE_BUDGET: usize = 2_000_000;
 
+/// Pod-by-node checks one fit may spend over all its replays (about a second); past it,
+/// the pods still stranded are left to the run's re-check.
+pub const CHECK_BUDGET: usize = 40_000_000;
+
 /// What [`fit`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fitting {
     /// Nodes grown, as `(plan index, from type, to type, for pod)`.
     pub grown: Vec<(usize, String, String, String)>,
+    /// Nodes added for a pod of their own, as `(pod, type)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added: Vec<(String, String)>,
     /// Pods the last replay still strands.
     pub stranded: Vec<String>,
     /// USD per hour the upgrades added.
@@ -49,17 +59,106 @@ pub struct Fitting {
     pub replays: usize,
 }
 
-/// The cheapest upgrade for any stranded pod, by the price it adds.
-fn cheapest<'a>(stranded: &'a [Stranded], plan: &ProvisioningPlan) -> Option<(&'a Stranded, &'a Upgrade, f64)> {
-    stranded
+/// One way to place a stranded pod.
+enum Fix {
+    Grow(Upgrade),
+    Add(PlannedNode),
+}
+
+/// Whether new nodes of `nodepool` may be fixed: a NodePool with `limits` is left as
+/// planned, since a bigger or an added node could take it past them.
+fn unlimited(snapshot: &Snapshot, nodepool: &str) -> bool {
+    snapshot
+        .nodepools
         .iter()
-        .flat_map(|s| {
-            s.upgrades.iter().filter_map(move |u| {
-                let old = plan.nodes.get(u.node)?;
-                Some((s, u, u.price_per_hour - old.price_per_hour))
-            })
-        })
-        .min_by(|a, b| a.2.total_cmp(&b.2))
+        .find(|p| p.name() == nodepool)
+        .is_some_and(|p| p.spec.limits.is_empty())
+}
+
+/// The node the planner plans for `pod` alone (the other pending pods left out), when
+/// that is one new node holding it.
+fn own_node(snapshot: &Snapshot, region: &RegionCatalog<'_>, pod: &str) -> Option<PlannedNode> {
+    let mut alone = snapshot.clone();
+    alone.pods.retain(|p| !is_provisionable(p) || pod_key(p) == pod);
+    let mut plan = super::provisioning_plan(&alone, region);
+    (plan.nodes.len() == 1 && plan.nodes[0].pods == [pod] && unlimited(snapshot, &plan.nodes[0].nodepool))
+        .then(|| plan.nodes.remove(0))
+}
+
+/// Fixes looked ahead at per round: the cheapest by the price they add.
+pub const LOOKAHEAD: usize = 8;
+
+/// The fixes for the stranded pods, cheapest first, by the price they add.
+fn fixes(
+    snapshot: &Snapshot,
+    stranded: &[Stranded],
+    plan: &ProvisioningPlan,
+    own: &mut dyn FnMut(&str) -> Option<PlannedNode>,
+) -> Vec<(String, Fix, f64)> {
+    let mut out: Vec<(String, Fix, f64)> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    for s in stranded {
+        if !seen.insert(s.pod.as_str()) {
+            continue;
+        }
+        for u in &s.upgrades {
+            if let Some(old) = plan.nodes.get(u.node)
+                && unlimited(snapshot, &old.nodepool)
+            {
+                out.push((
+                    s.pod.clone(),
+                    Fix::Grow(u.clone()),
+                    u.price_per_hour - old.price_per_hour,
+                ));
+            }
+        }
+        if let Some(n) = own(&s.pod) {
+            let price = n.price_per_hour;
+            out.push((s.pod.clone(), Fix::Add(n), price));
+        }
+    }
+    out.sort_by(|a, b| a.2.total_cmp(&b.2));
+    out.dedup_by(|a, b| matches!((&a.1, &b.1), (Fix::Grow(x), Fix::Grow(y)) if x == y));
+    out
+}
+
+/// `plan` with `fix` for `pod` applied.
+fn apply(plan: &mut ProvisioningPlan, pod: &str, fix: &Fix, added: f64) {
+    match fix {
+        Fix::Grow(u) => {
+            let node = &mut plan.nodes[u.node];
+            node.instance_type.clone_from(&u.instance_type);
+            node.instance_types.clone_from(&u.alternatives);
+            node.price_per_hour = u.price_per_hour;
+            node.allocatable = u.allocatable.clone();
+        }
+        Fix::Add(n) => {
+            for other in &mut plan.nodes {
+                other.pods.retain(|p| p != pod);
+            }
+            for e in &mut plan.existing {
+                e.pods.retain(|p| p != pod);
+            }
+            plan.existing.retain(|e| !e.pods.is_empty());
+            plan.nodes.push(n.clone());
+        }
+    }
+    plan.cost_per_hour += added;
+}
+
+/// The pods the replays in `orders` strand, each once, sorted.
+fn stranded_in(
+    snapshot: &Snapshot,
+    region: &RegionCatalog<'_>,
+    plan: &ProvisioningPlan,
+    orders: &[Order],
+) -> Vec<Stranded> {
+    let mut all: Vec<Stranded> = orders
+        .iter()
+        .flat_map(|&o| replay(snapshot, region, plan, o).stranded)
+        .collect();
+    all.sort_by(|a, b| a.pod.cmp(&b.pod));
+    all
 }
 
 /// `plan`, grown until kube-scheduler's replay strands none of its pods, or no upgrade
@@ -73,32 +172,65 @@ pub fn fit(snapshot: &Snapshot, region: &RegionCatalog<'_>, mut plan: Provisioni
         + plan.existing.iter().map(|e| e.pods.len()).sum::<usize>();
     let checks = pods.saturating_mul(plan.nodes.len() + snapshot.nodes.len());
     let orders: &[Order] = if checks > SHUFFLE_BUDGET { &ORDERS[..1] } else { &ORDERS };
-    for round in 0..=MAX_ROUNDS {
-        let mut stranded: Vec<Stranded> = Vec::new();
-        for &order in orders {
-            stranded.extend(replay(snapshot, region, &plan, order).stranded);
-            fitting.replays += 1;
-        }
-        fitting.stranded = stranded.iter().map(|s| s.pod.clone()).collect();
-        fitting.stranded.sort();
-        fitting.stranded.dedup();
-        if round == MAX_ROUNDS {
+    let mut own_nodes: HashMap<String, Option<PlannedNode>> = HashMap::new();
+    let mut added_for: HashSet<String> = HashSet::new();
+    let mut stranded = stranded_in(snapshot, region, &plan, orders);
+    fitting.replays += orders.len();
+    for _ in 0..MAX_ROUNDS {
+        if stranded.is_empty() {
             break;
         }
-        let Some((s, u, added)) = cheapest(&stranded, &plan) else {
+        let mut own = |pod: &str| {
+            if added_for.contains(pod) {
+                return None;
+            }
+            own_nodes
+                .entry(pod.to_string())
+                .or_insert_with(|| own_node(snapshot, region, pod))
+                .clone()
+        };
+        let candidates = fixes(snapshot, &stranded, &plan, &mut own);
+        // Each of the cheapest fixes is tried, and the one that leaves the fewest pods
+        // stranded wins, the cheaper on a tie: the cheapest alone may only move the
+        // problem (a small node of the pod's own that the scheduler fills first).
+        let mut best: Option<(usize, f64, String, Fix, ProvisioningPlan, Vec<Stranded>)> = None;
+        for (pod, fix, added) in candidates.into_iter().take(LOOKAHEAD) {
+            if fitting.replays.saturating_mul(checks) >= CHECK_BUDGET {
+                break;
+            }
+            let mut next = plan.clone();
+            apply(&mut next, &pod, &fix, added);
+            let left = stranded_in(snapshot, region, &next, orders);
+            fitting.replays += orders.len();
+            let distinct = {
+                let mut pods: Vec<&str> = left.iter().map(|s| s.pod.as_str()).collect();
+                pods.dedup();
+                pods.len()
+            };
+            if best.as_ref().is_none_or(|b| (distinct, added) < (b.0, b.1)) {
+                best = Some((distinct, added, pod, fix, next, left));
+            }
+        }
+        let Some((_, added, pod, fix, next, left)) = best else {
             break;
         };
-        let (pod, u) = (s.pod.clone(), u.clone());
-        let node = &mut plan.nodes[u.node];
-        fitting
-            .grown
-            .push((u.node, node.instance_type.clone(), u.instance_type.clone(), pod));
-        node.instance_type = u.instance_type;
-        node.instance_types = u.alternatives;
-        node.price_per_hour = u.price_per_hour;
-        node.allocatable = u.allocatable;
-        plan.cost_per_hour += added;
+        match &fix {
+            Fix::Grow(u) => fitting.grown.push((
+                u.node,
+                plan.nodes[u.node].instance_type.clone(),
+                u.instance_type.clone(),
+                pod,
+            )),
+            Fix::Add(n) => {
+                added_for.insert(pod.clone());
+                fitting.added.push((pod, n.instance_type.clone()));
+            }
+        }
         fitting.cost_added += added;
+        plan = next;
+        stranded = left;
     }
+    fitting.stranded = stranded.iter().map(|s| s.pod.clone()).collect();
+    fitting.stranded.dedup();
     (plan, fitting)
 }

@@ -162,6 +162,14 @@ pub trait Cluster: Send + Sync {
     fn taint(&self, node: &str, taint: &Taint) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Removes the taints with `taint`'s key and effect (idempotent).
     fn untaint(&self, node: &str, taint: &Taint) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Removes the taints with `taint`'s key and effect from `node` as it was listed, in
+    /// one write where it can (conditional on the listed version; read again when it went
+    /// stale), so that the writes of many nodes land together. By default, `untaint`.
+    fn untaint_listed(&self, node: &Node, taint: &Taint) -> impl Future<Output = Result<(), ClusterError>> + Send {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let taint = taint.clone();
+        async move { self.untaint(&name, &taint).await }
+    }
     /// Evicts a pod through the Eviction API.
     fn evict(&self, namespace: &str, pod: &str) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;
     /// Deletes a Node object; a missing node is success.

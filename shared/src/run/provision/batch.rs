@@ -143,12 +143,18 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             view.nodes = capacity_view(&snapshot, &launches, &region, epoch_millis(plan_start), ttl_ms);
             keep_reserved(&mut view, &launches, epoch_millis(plan_start), ttl_ms);
             // Grown where kube-scheduler's own placement would strand a pod.
-            let (plan, fitting) = fit(&view, &region, provisioning_plan(&view, &region));
-            if !fitting.grown.is_empty() || !fitting.stranded.is_empty() {
-                tracing::info!(grown = ?fitting.grown, stranded = ?fitting.stranded, cost_added = fitting.cost_added,
-                    replays = fitting.replays, "plan fitted to kube-scheduler's placement");
-            }
-            report.fitting.push(fitting);
+            let plan = provisioning_plan(&view, &region);
+            let plan = if self.settings.fit_to_scheduler {
+                let (plan, fitting) = fit(&view, &region, plan);
+                if !fitting.grown.is_empty() || !fitting.stranded.is_empty() {
+                    tracing::info!(grown = ?fitting.grown, stranded = ?fitting.stranded, cost_added = fitting.cost_added,
+                        replays = fitting.replays, "plan fitted to kube-scheduler's placement");
+                }
+                report.fitting.push(fitting);
+                plan
+            } else {
+                plan
+            };
             report.plan_ms += elapsed_ms(plan_start, self.clock.now());
             if round == 0 {
                 report.pods_seen = snapshot

@@ -58,6 +58,11 @@ pub struct ProvisionerConfig {
     /// ([`crate::decide::wave`]), once all are Ready or this long after the first is;
     /// 0 launches without it, and kube-scheduler uses each node as it registers.
     pub wave_grace: Duration,
+    /// `CARPOOL_FIT_TO_SCHEDULER` (default true): replay kube-scheduler's default scoring
+    /// (least-allocated) over each plan and grow the nodes where it would strand a pod
+    /// ([`crate::decide::scheduler_fit`]); false launches the plan as the planner made it
+    /// (for a scheduler profile that scores otherwise, such as `MostAllocated`).
+    pub fit_to_scheduler: bool,
     /// `CARPOOL_NODEPOOL_SELECTOR` (default empty: every NodePool): a label selector in
     /// `kubectl -l` syntax over the NodePools' labels; Carpool launches only for the
     /// NodePools it picks, so another autoscaler can keep the rest.
@@ -195,6 +200,8 @@ impl ProvisionerConfig {
             registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,
             dry_run: flag(&get, "CARPOOL_DRY_RUN")?,
             wave_grace: seconds(&get, "CARPOOL_WAVE_GRACE_SECONDS", 10.0)?,
+            fit_to_scheduler: optional(&get, "CARPOOL_FIT_TO_SCHEDULER").is_none()
+                || flag(&get, "CARPOOL_FIT_TO_SCHEDULER")?,
             nodepool_selector: selector(&get, "CARPOOL_NODEPOOL_SELECTOR")?,
             live_prices: optional(&get, "CARPOOL_LIVE_PRICES").is_none() || flag(&get, "CARPOOL_LIVE_PRICES")?,
             log_level,

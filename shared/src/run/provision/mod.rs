@@ -110,6 +110,9 @@ pub struct Settings {
     /// Launch waves ([`crate::decide::wave`]): how long the nodes of a wave wait for the
     /// others once the first is Ready; zero launches without the wave taint.
     pub wave_grace: Duration,
+    /// Grow each plan where kube-scheduler's replay strands a pod
+    /// ([`crate::decide::scheduler_fit`]).
+    pub fit_to_scheduler: bool,
     /// The latest a wave taint stays on a node, from its launch.
     pub wave_deadline: Duration,
     /// How long from its start the run may go on after its watch to release the waves it
@@ -134,6 +137,7 @@ impl Default for Settings {
             nodepool_selector: Selector::default(),
             deployment: "carpool".into(),
             wave_grace: WAVE_GRACE,
+            fit_to_scheduler: true,
             wave_deadline: WAVE_DEADLINE,
             release_limit: Duration::from_secs(60),
         }
@@ -161,6 +165,7 @@ impl Settings {
             nodepool_selector: config.nodepool_selector.clone(),
             deployment: config.deployment.clone(),
             wave_grace: config.wave_grace,
+            fit_to_scheduler: config.fit_to_scheduler,
             wave_deadline: WAVE_DEADLINE,
             release_limit: watch_limit,
         }

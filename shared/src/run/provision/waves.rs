@@ -1,6 +1,7 @@
 //! Releasing launch waves: the nodes [`crate::decide::wave::releases`] names lose the
-//! wave taint, all at once (the calls run concurrently, so kube-scheduler sees the
-//! wave's capacity within a few milliseconds).
+//! wave taint, all at once: one conditional write per node, as listed, all concurrent,
+//! so that kube-scheduler sees the wave's capacity within a few milliseconds and binds
+//! as few pods as can be to the first nodes released before it sees the rest.
 //!
 //! Every housekeeping round releases what is due, whoever launched it, so a wave whose
 //! run crashed is released by the next run. While a run has waves of its own not yet
@@ -31,7 +32,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             return (due, Vec::new());
         }
         let calls = due.iter().map(|u| async move {
-            match self.cluster.untaint(&u.node, &wave_taint(&u.wave)).await {
+            let listed = nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()));
+            let outcome = match listed {
+                Some(n) => self.cluster.untaint_listed(n, &wave_taint(&u.wave)).await,
+                None => self.cluster.untaint(&u.node, &wave_taint(&u.wave)).await,
+            };
+            match outcome {
                 Ok(()) | Err(ClusterError::NotFound { .. }) => Ok(()),
                 Err(e) => Err(format!("releasing node {} of wave {}: {}", u.node, u.wave, Chain(&e))),
             }
