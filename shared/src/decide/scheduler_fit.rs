@@ -25,14 +25,19 @@ use crate::snapshot::Snapshot;
 /// Rounds per plan at most: each fixes one stranded pod.
 pub const MAX_ROUNDS: usize = 16;
 
-/// The orders each round replays: the scheduler's queue order and four shuffles of it
-/// (see [`Order::Shuffled`]); a pod stranded in any of them is fixed.
-pub const ORDERS: [Order; 5] = [
+/// The orders each round replays: the scheduler's queue order and eight shuffles of it,
+/// with ties between nodes broken at random (see [`Order::Shuffled`]); a pod stranded in
+/// any of them is fixed.
+pub const ORDERS: [Order; 9] = [
     Order::Queue,
     Order::Shuffled(1),
     Order::Shuffled(2),
     Order::Shuffled(3),
     Order::Shuffled(4),
+    Order::Shuffled(5),
+    Order::Shuffled(6),
+    Order::Shuffled(7),
+    Order::Shuffled(8),
 ];
 
 /// Above this many pod-by-node checks per replay, only the queue order is replayed, so a

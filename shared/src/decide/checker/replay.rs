@@ -6,8 +6,8 @@
 //! takes the pending pods one at a time, by priority and then by age (the `PrioritySort`
 //! queue-sort plugin, `pkg/scheduler/framework/plugins/queuesort/priority_sort.go`
 //! `Less`), keeps the nodes its filters accept, and binds the pod to the best-scoring one
-//! (`pkg/scheduler/schedule_one.go`, `selectHost`; a tie is broken at random there, by
-//! node order here). With the default profile (`pkg/scheduler/apis/config/v1/
+//! (`pkg/scheduler/schedule_one.go`, `selectHost`; a tie is broken at random there, and
+//! in a shuffled replay, by node order in the queue-order one). With the default profile (`pkg/scheduler/apis/config/v1/
 //! default_plugins.go`, `getDefaultPlugins`), the scores that tell apart nodes of a
 //! launch are `NodeResourcesFit` with its default `LeastAllocated` strategy (weight 1)
 //! and `NodeResourcesBalancedAllocation` (weight 1):
@@ -109,6 +109,23 @@ pub enum Order {
     Shuffled(u64),
 }
 
+/// xorshift64*: a deterministic random sequence, so that a plan's replay is a pure
+/// function of its input (the crate takes no dependency for a dozen lines).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
 /// The pods of the plan in `order`.
 fn queue_order<'a>(pods: &mut [(&'a str, &'a Pod)], order: Order) {
     let priority = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
@@ -117,15 +134,9 @@ fn queue_order<'a>(pods: &mut [(&'a str, &'a Pod)], order: Order) {
         (Reverse(priority(p)), created, *k)
     });
     if let Order::Shuffled(seed) = order {
-        // Fisher-Yates with xorshift64*, within each run of equal priority: a
-        // deterministic shuffle, so that a plan's replay is a pure function of its input.
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = move || {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        };
+        // Fisher-Yates within each run of equal priority.
+        let mut rng = Rng::new(seed);
+        let mut next = || rng.next();
         let mut start = 0;
         while start < pods.len() {
             let p = priority(pods[start].1);
@@ -313,6 +324,13 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
         }
     }
 
+    // kube-scheduler breaks a tie between the best-scoring nodes at random
+    // (schedule_one.go `selectHost`, reservoir sampling); a shuffled replay does too, the
+    // queue-order one takes the first.
+    let mut ties = match order {
+        Order::Queue => None,
+        Order::Shuffled(seed) => Some(Rng::new(seed ^ 0x5DEE_CE66)),
+    };
     let mut out = Replay::default();
     for (k, pod) in pods {
         let Some(spec) = pod.spec.as_ref() else { continue };
@@ -323,6 +341,7 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
         let volumes = PodVolumes::of(pod, snapshot);
         let spreads = spread_views(pod, &state);
         let mut best: Option<(i64, usize)> = None;
+        let mut tied = 0u64;
         let mut short_of_room = Vec::new();
         for (i, n) in state.nodes.iter().enumerate() {
             let admits = n.usable
@@ -345,8 +364,20 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
             }
             let used = scored[i];
             let s = score((used.0 + cpu, used.1 + memory), &n.allocatable);
-            if best.is_none_or(|(b, _)| s > b) {
-                best = Some((s, i));
+            match best {
+                Some((b, _)) if s < b => {}
+                Some((b, _)) if s == b => {
+                    tied += 1;
+                    if let Some(rng) = ties.as_mut()
+                        && rng.next() % tied == 0
+                    {
+                        best = Some((s, i));
+                    }
+                }
+                _ => {
+                    best = Some((s, i));
+                    tied = 1;
+                }
             }
         }
         match best {

@@ -16,7 +16,9 @@
 //! 4. Each [batch](Provisioner::batch) takes a snapshot, keeps the NodePools that can
 //!    launch ([`crate::decide::nodepools`]), counts the launches in flight as capacity
 //!    ([`crate::decide::in_flight`]), plans with [`crate::decide`] (NodePool limits
-//!    included), [launches](launch) every planned node at once, and after capacity errors
+//!    included), grows the plan where kube-scheduler's own placement would strand a pod
+//!    ([`crate::decide::scheduler_fit`]), [launches](launch) every planned node at once,
+//!    as one [wave](waves) that registers tainted and is released together, and after capacity errors
 //!    marks those offerings unavailable for 3 minutes and re-plans, so spot falls back
 //!    to other offerings and to on-demand where the pool allows it. It then publishes
 //!    Kubernetes [Events](events) on the pods (nominated, unschedulable, launch failed),
@@ -24,7 +26,9 @@
 //!    A NodePool whose launches fail otherwise, or whose nodes do not register three
 //!    times in a row, is [backed off](crate::decide::backoff) (1 minute, doubling, up
 //!    to 30), in the state store so that it holds across runs.
-//! 5. It releases the lease.
+//! 5. Once the watch is over, it goes on releasing the waves it launched until they are
+//!    out or its time is up; the next run's housekeeping releases what is left.
+//! 6. It releases the lease.
 //!
 //! Everything that acts goes through the ports; `now` comes from the [`Timer`].
 
