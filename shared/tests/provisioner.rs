@@ -90,14 +90,10 @@ fn pending_pods_become_launched_instances_recorded_in_flight() {
     let w = World::new(30);
     let report = w.run("run-1");
     let batch = &report.batches[0];
-    // The pods stay pending here (no kubelet), so the run re-checks them every 10 s of
-    // its 50-s watch; with their capacity in flight, those batches launch nothing.
-    assert_eq!(report.batches.len(), 5);
-    assert!(
-        report.batches[1..]
-            .iter()
-            .all(|b| b.launched.is_empty() && b.pods_planned == 30)
-    );
+    // The pods stay pending here (no kubelet), and their nodes never come up: their launch
+    // wave is never released, so kube-scheduler never had its chance at them and the run
+    // does not plan them again (waves.rs tests the re-check after a release).
+    assert_eq!(report.batches.len(), 1);
     assert_eq!(batch.pods_seen, 30);
     assert_eq!(batch.pods_planned, 30, "unschedulable: {:?}", batch.unschedulable);
     assert!(!batch.launched.is_empty());
@@ -112,8 +108,9 @@ fn pending_pods_become_launched_instances_recorded_in_flight() {
         assert_eq!(l.state, LaunchState::InFlight);
         assert!(instances.iter().any(|i| Some(&i.id) == l.instance_id.as_ref()));
     }
-    // The run watched its whole window, on the test clock.
-    assert!(report.watched_ms >= 50_000);
+    // The run watched its whole window, on the test clock, and went on releasing its wave
+    // until its limit.
+    assert!(report.watched_ms >= 60_000, "{}", report.watched_ms);
 }
 
 #[test]

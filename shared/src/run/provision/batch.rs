@@ -209,6 +209,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         launches.push(record);
                         if let Some(w) = &wave {
                             self.waves.insert(w.id.clone());
+                            self.wave_pods
+                                .extend(node.pods.iter().map(|p| (p.clone(), w.id.clone())));
                         }
                     }
                     LaunchOutcome::OutOfCapacity(offerings, failure) => {

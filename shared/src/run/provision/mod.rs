@@ -200,6 +200,10 @@ pub struct Provisioner<'a, C, K, S, T> {
     batches: u64,
     /// The waves this run launched that are not released yet.
     waves: std::collections::BTreeSet<String>,
+    /// The wave each pod of this run's launches was planned into.
+    wave_pods: HashMap<String, String>,
+    /// When each of this run's waves was seen released.
+    released_at: HashMap<String, SystemTime>,
     recent_events: SharedRecentEvents,
 }
 
@@ -220,6 +224,8 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             launches: AtomicU64::new(0),
             batches: 0,
             waves: std::collections::BTreeSet::new(),
+            wave_pods: HashMap::new(),
+            released_at: HashMap::new(),
             recent_events: SharedRecentEvents::default(),
         }
     }
@@ -306,6 +312,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 .filter(|p| is_provisionable(p))
                 .map(pod_key)
                 .filter(|k| handled.get(k).is_none_or(|&t| since(now, t) >= self.settings.batch_max))
+                .filter(|k| self.wave_settled_for(k, now))
                 .collect();
             batcher.observe(now, pending);
             if batcher.is_due(now) || (now >= deadline && batcher.is_open()) {
@@ -328,6 +335,24 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             self.clock.sleep(self.settings.poll).await;
         }
         Ok(())
+    }
+
+    /// Whether kube-scheduler has had its chance at a pod since the launch wave planned
+    /// for it was released: a pod whose wave is still held, or was released less than
+    /// the batch maximum (10 s) ago, is not planned again. kube-scheduler retries a pod
+    /// that failed within its backoff, at most `podMaxBackoffSeconds` (10 s by default,
+    /// `pkg/scheduler/apis/config/v1/defaults.go`), so a pod still pending after that is
+    /// one the wave did not take, and only then is it launched for again.
+    fn wave_settled_for(&self, pod: &str, now: SystemTime) -> bool {
+        let Some(wave) = self.wave_pods.get(pod) else {
+            return true;
+        };
+        if self.waves.contains(wave) {
+            return false;
+        }
+        self.released_at
+            .get(wave)
+            .is_none_or(|&at| since(now, at) >= self.settings.batch_max)
     }
 
     async fn renew_if_due(&self, lease: &mut Lease) -> Result<(), ProvisionError> {

@@ -90,7 +90,17 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     taints.retain(|t| t.key != crate::decide::wave::WAVE_TAINT);
                 }
             }
-            self.waves.retain(|w| !settled(w, &nodes, &launches, now));
+            let at = self.clock.now();
+            let done: Vec<String> = self
+                .waves
+                .iter()
+                .filter(|w| settled(w, &nodes, &launches, now))
+                .cloned()
+                .collect();
+            for w in done {
+                self.waves.remove(&w);
+                self.released_at.insert(w, at);
+            }
         }
         report.released.extend(released);
     }
