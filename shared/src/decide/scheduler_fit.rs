@@ -46,7 +46,7 @@ pub const SHUFFLE_BUDGET: usize = 2_000_000;
 
 /// Pod-by-node checks one fit may spend over all its replays (about a second); past it,
 /// the pods still stranded are left to the run's re-check.
-pub const CHECK_BUDGET: usize = 40_000_000;
+pub const CHECK_BUDGET: usize = 20_000_000;
 
 /// What [`fit`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -91,7 +91,7 @@ fn own_node(snapshot: &Snapshot, region: &RegionCatalog<'_>, pod: &str) -> Optio
 }
 
 /// Fixes looked ahead at per round: the cheapest by the price they add.
-pub const LOOKAHEAD: usize = 8;
+pub const LOOKAHEAD: usize = 4;
 
 /// The fixes for the stranded pods, cheapest first, by the price they add.
 fn fixes(
