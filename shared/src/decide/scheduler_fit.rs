@@ -67,7 +67,7 @@ pub struct Fitting {
 /// One way to place a stranded pod.
 enum Fix {
     Grow(Upgrade),
-    Add(PlannedNode),
+    Add(Box<PlannedNode>),
 }
 
 /// Whether new nodes of `nodepool` may be fixed: a NodePool with `limits` is left as
@@ -119,7 +119,7 @@ fn fixes(
         }
         if let Some(n) = own(&s.pod) {
             let price = n.price_per_hour;
-            out.push((s.pod.clone(), Fix::Add(n), price));
+            out.push((s.pod.clone(), Fix::Add(Box::new(n)), price));
         }
     }
     out.sort_by(|a, b| a.2.total_cmp(&b.2));
@@ -145,7 +145,7 @@ fn apply(plan: &mut ProvisioningPlan, pod: &str, fix: &Fix, added: f64) {
                 e.pods.retain(|p| p != pod);
             }
             plan.existing.retain(|e| !e.pods.is_empty());
-            plan.nodes.push(n.clone());
+            plan.nodes.push((**n).clone());
         }
     }
     plan.cost_per_hour += added;

@@ -114,6 +114,7 @@ pub(crate) enum LaunchOutcome {
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// Launches every planned node, [`LAUNCH_CONCURRENCY`] at a time, at `at`; the
     /// outcomes in the nodes' order.
+    #[allow(clippy::too_many_arguments)] // the batch's context, passed through as is
     pub(crate) async fn launch_all(
         &self,
         nodes: &[PlannedNode],
