@@ -256,6 +256,8 @@ impl Scene {
         let region = Catalog::embedded()?.region("us-east-1")?;
         let settings = Settings {
             watch,
+            // Time to release the launch wave once the harness's nodes are Ready.
+            release_limit: watch + Duration::from_secs(30),
             ..Settings::from_config(&self.config()?, watch)
         };
         let mut p = Provisioner::new(&cloud, &cluster, &store, &TokioClock, settings, &unique("prov"));

@@ -54,6 +54,9 @@ struct Scene {
     kube: kube::Client,
     name: String,
     table: String,
+    /// Launch in waves (the default); a test without a harness, whose nodes never come
+    /// up, turns them off so that its run does not wait for a release.
+    waves: bool,
 }
 
 impl Scene {
@@ -66,6 +69,7 @@ impl Scene {
             stack,
             kube,
             name,
+            waves: true,
         };
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
         Api::<Namespace>::all(scene.kube.clone())
@@ -107,6 +111,9 @@ impl Scene {
         })?;
         config.ami_ssm_parameter = self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string();
         config.watch = watch;
+        if !self.waves {
+            config.wave_grace = Duration::ZERO;
+        }
         // moto prices every spot offering at 0.00001 USD, which would make the biggest
         // types look cheapest: plan on the embedded prices instead.
         config.live_prices = false;
@@ -632,7 +639,9 @@ async fn mixed(scene: &Scene) -> Result<()> {
 #[ignore = "needs local stack (infra/local/up)"]
 async fn a_nodepool_limit_stops_launches_at_the_limit_and_reports_the_pods_left_over() -> Result<()> {
     let _stack = exclusive().await;
-    let scene = Scene::new("e2e-limit", Some(json!({"cpu": "8"}))).await?;
+    let mut scene = Scene::new("e2e-limit", Some(json!({"cpu": "8"}))).await?;
+    // No harness: its nodes never come up, so no wave to wait for.
+    scene.waves = false;
     let result = async {
         scene.deployment("big", 20, "1", "1Gi").await?;
         scene.wait_unschedulable(20).await?;
@@ -731,7 +740,9 @@ impl<C: Cloud> Cloud for OutOfCapacityOnce<C> {
 #[ignore = "needs local stack (infra/local/up)"]
 async fn insufficient_capacity_on_the_cheapest_offering_launches_the_next_best_in_the_same_run() -> Result<()> {
     let _stack = exclusive().await;
-    let scene = Scene::new("e2e-ice", None).await?;
+    let mut scene = Scene::new("e2e-ice", None).await?;
+    // No harness: its nodes never come up, so no wave to wait for.
+    scene.waves = false;
     let result = async {
         scene.deployment("web", 4, "500m", "1Gi").await?;
         scene.wait_unschedulable(4).await?;
