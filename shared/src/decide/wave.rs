@@ -49,14 +49,8 @@ pub fn wave_id(owner: &str, batch: u64) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         .collect();
     let keep = MAX_WAVE_ID.saturating_sub(suffix.len());
-    let head: String = clean
-        .chars()
-        .rev()
-        .take(keep)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    // ASCII only, so a byte index is a character index: the last `keep` of them.
+    let head = &clean[clean.len().saturating_sub(keep)..];
     let head = head.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
     let head = if head.is_empty() { "w" } else { head };
     format!("{head}{suffix}")

@@ -48,7 +48,7 @@ use super::selector::{self, Labels};
 use super::state::{self, FinalState, Placed};
 use super::violation::NodeRef;
 use super::volumes::PodVolumes;
-use super::{node_affinity, tolerations};
+use super::{node_affinity, spread, tolerations};
 use crate::catalog::RegionCatalog;
 use crate::decide::plan::ProvisioningPlan;
 use crate::model::Resources;
@@ -214,32 +214,12 @@ fn spread_views(pod: &Pod, state: &FinalState<'_>) -> Vec<SpreadView> {
     };
     let own: Labels = pod.metadata.labels.clone().unwrap_or_default();
     let tols = spec.tolerations.clone().unwrap_or_default();
-    let hard: Vec<_> = spec
-        .topology_spread_constraints
-        .iter()
-        .flatten()
-        .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
-        .collect();
-    let keys: Vec<&str> = hard.iter().map(|c| c.topology_key.as_str()).collect();
+    let hard = spread::constraints(pod);
+    let keys: Vec<&str> = hard.iter().map(|h| h.c.topology_key.as_str()).collect();
     let ns = namespace(pod);
     hard.iter()
-        .map(|c| {
-            let mut sel = c.label_selector.clone();
-            if let Some(s) = sel.as_mut() {
-                for k in c.match_label_keys.iter().flatten() {
-                    if let Some(v) = own.get(k) {
-                        s.match_expressions.get_or_insert_with(Vec::new).push(
-                            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                                key: k.clone(),
-                                operator: "In".into(),
-                                values: Some(vec![v.clone()]),
-                            },
-                        );
-                    }
-                }
-            }
-            let honor_affinity = c.node_affinity_policy.as_deref() != Some("Ignore");
-            let honor_taints = c.node_taints_policy.as_deref() == Some("Honor");
+        .map(|h| {
+            let (c, sel, honor_affinity, honor_taints) = (h.c, &h.selector, h.honor_affinity, h.honor_taints);
             let eligible: Vec<bool> = state
                 .nodes
                 .iter()

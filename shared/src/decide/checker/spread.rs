@@ -44,14 +44,17 @@ use super::{node_affinity, tolerations};
 use crate::catalog::RegionCatalog;
 use crate::model::well_known as wk;
 
-struct Constraint<'a> {
-    c: &'a TopologySpreadConstraint,
-    selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    honor_affinity: bool,
-    honor_taints: bool,
+/// A pod's hard spread as the filter reads it: its selector with `matchLabelKeys` merged
+/// in, and its inclusion policies.
+pub(super) struct Constraint<'a> {
+    pub c: &'a TopologySpreadConstraint,
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    pub honor_affinity: bool,
+    pub honor_taints: bool,
 }
 
-fn constraints(pod: &Pod) -> Vec<Constraint<'_>> {
+/// The pod's `DoNotSchedule` spreads.
+pub(super) fn constraints(pod: &Pod) -> Vec<Constraint<'_>> {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     pod.spec
         .iter()
