@@ -161,6 +161,57 @@ fn a_daemonset_counts_on_new_nodes_although_it_does_not_tolerate_a_startup_taint
     assert_eq!(n.daemonset_overhead.cpu_millis, 1000, "{n:?}");
 }
 
+fn dedicated_pool() -> Value {
+    NodePoolBuilder::new("dedicated")
+        .requirement("kubernetes.io/arch", "In", &["amd64"])
+        .taint_value("dedicated", "db", "NoSchedule")
+        .taint("example.com/soft", "PreferNoSchedule")
+        .build()
+}
+
+fn dedicated_pod() -> Value {
+    pod("db-0", "1", "1Gi")
+        .toleration("dedicated", "Equal", Some("db"), "NoSchedule")
+        .toleration("example.com/soft", "Exists", None, "PreferNoSchedule")
+        .build()
+}
+
+// Karpenter: pkg/controllers/provisioning/scheduling/scheduler.go `getDaemonOverhead` sums
+// the DaemonSet pods for which `isDaemonPodCompatible` holds, and that first requires
+// `scheduling.Taints(nodeClaimTemplate.Spec.Taints).ToleratesPod(pod)`, after
+// `toleratePreferNoScheduleTaints`: a DaemonSet tolerating the NodePool's
+// `spec.template.spec.taints` adds its requests to the node (a PreferNoSchedule taint
+// needs no toleration).
+#[test]
+fn a_daemonset_tolerating_the_nodepools_taint_counts_on_its_nodes() {
+    let ds = daemonset(
+        "agent",
+        json!({"tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}),
+    );
+    let p = plan(vec![dedicated_pool(), ds, dedicated_pod()]);
+    let n = node_of(&p, "db-0");
+    assert_eq!(n.nodepool, "dedicated");
+    assert_eq!(n.daemonset_overhead.cpu_millis, 1000, "{n:?}");
+    assert_eq!(n.daemonset_overhead.memory, 1 << 30, "{n:?}");
+}
+
+// Karpenter: scheduler.go `isDaemonPodCompatible` returns false when
+// `Taints(nodeClaimTemplate.Spec.Taints).ToleratesPod` fails, so `getDaemonOverhead` leaves
+// out a DaemonSet that does not tolerate the NodePool's taint (nor one tolerating another
+// value of its key: `Taints.ToleratesPod` uses core's `Toleration.ToleratesTaint`).
+#[test]
+fn a_daemonset_not_tolerating_the_nodepools_taint_adds_nothing_to_its_nodes() {
+    let untolerant = daemonset("agent", json!({}));
+    let other_value = daemonset(
+        "web-agent",
+        json!({"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}]}),
+    );
+    let p = plan(vec![dedicated_pool(), untolerant, other_value, dedicated_pod()]);
+    let n = node_of(&p, "db-0");
+    assert_eq!(n.nodepool, "dedicated");
+    assert_eq!(n.daemonset_overhead, carpool::model::Resources::default(), "{n:?}");
+}
+
 // Karpenter: `isDaemonPodCompatible` checks the template's requirements with
 // `IsCompatible`: a DaemonSet that selects a value of a custom key the NodePool allows counts.
 #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use carpool::catalog::Catalog;
+use carpool::catalog::{Catalog, PriceBook};
 use carpool::decide::checker::check;
 use carpool::decide::unschedulable::Kind;
 use carpool::decide::{PlannedNode, ProvisioningPlan, provisioning_plan_with_bound};
@@ -20,11 +20,17 @@ fn pod(name: &str, cpu: &str, mem: &str) -> PodBuilder {
 }
 
 fn plan(items: Vec<Value>) -> ProvisioningPlan {
+    plan_priced(items, |_| {})
+}
+
+/// [`plan`] with live prices set on the region first.
+fn plan_priced(items: Vec<Value>, prices: impl FnOnce(&mut PriceBook)) -> ProvisioningPlan {
     let mut snapshot = Snapshot::default();
     snapshot
         .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
         .unwrap();
-    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+    let mut region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+    prices(region.prices_mut());
     let plan = provisioning_plan_with_bound(&snapshot, &region);
     let violations = check(&snapshot, &region, &plan);
     assert!(
@@ -123,6 +129,100 @@ fn a_pod_preferring_a_zone_gets_its_node_there_when_it_costs_no_more() {
     let p = plan(vec![pool, web]);
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     assert_eq!(node_of(&p, "web-0").zone, "us-east-1d");
+}
+
+/// A pod preferring `key` In `values`, with a ScheduleAnyway zone spread: the spread never
+/// opens a node of its own, so by the time a node is opened the preference has been
+/// relaxed away and only steers the choice at equal price.
+fn relaxed_preference(name: &str, key: &str, values: &[&str]) -> Value {
+    let spread = json!([{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}]);
+    pod(name, "1", "2Gi")
+        .label("app", "web")
+        .spec("affinity", preferring(vec![term(10, key, values)]))
+        .spec("topologySpreadConstraints", spread)
+        .build()
+}
+
+// kube-scheduler: nodeaffinity `(*NodeAffinity).Score` sums the weights of the preferred
+// terms a node matches, so of two new nodes at the same price the one of the preferred
+// family ranks higher. Karpenter orders a NodeClaim's types by price, then name
+// (pkg/cloudprovider/types.go `InstanceTypes.OrderByPrice`), and a relaxed preference
+// plays no part there; the planner breaks that tie by the Score instead. m5.large and
+// m6i.large cost the same on demand in us-east-1; m7i.large costs more.
+#[test]
+fn a_new_nodes_instance_type_follows_a_relaxed_preference_only_when_it_costs_no_more() {
+    let pool = || {
+        NodePoolBuilder::new("od")
+            .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
+            .requirement(
+                "node.kubernetes.io/instance-type",
+                "In",
+                &["m5.large", "m6i.large", "m7i.large"],
+            )
+            .build()
+    };
+    for preferred in ["m5", "m6i"] {
+        let p = plan(vec![
+            pool(),
+            relaxed_preference("web-0", "karpenter.k8s.aws/instance-family", &[preferred]),
+        ]);
+        assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+        let n = node_of(&p, "web-0");
+        assert_eq!(family(&n.instance_type), preferred, "{:?}", n.instance_types);
+    }
+    let p = plan(vec![
+        pool(),
+        relaxed_preference("web-0", "karpenter.k8s.aws/instance-family", &["m7i"]),
+    ]);
+    assert_ne!(
+        family(&node_of(&p, "web-0").instance_type),
+        "m7i",
+        "the preferred type costs more, so the relaxed preference does not buy it"
+    );
+}
+
+// The same tie broken on the capacity type by kube-scheduler's nodeaffinity `Score`, with
+// m5.large's spot price set to its on-demand price in every zone (Karpenter AWS's
+// pkg/providers/instance/instance.go `getCapacityType` would launch spot whenever the
+// NodeClaim allows it); at the estimated spot price, cheaper, spot wins whatever the
+// relaxed preference.
+#[test]
+fn a_new_nodes_capacity_type_follows_a_relaxed_preference_only_when_it_costs_no_more() {
+    let pool = || {
+        NodePoolBuilder::new("both")
+            .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+            .requirement("node.kubernetes.io/instance-type", "In", &["m5.large"])
+            .build()
+    };
+    let zones: Vec<String> = Catalog::embedded()
+        .unwrap()
+        .region("us-east-1")
+        .unwrap()
+        .zones()
+        .to_vec();
+    let same_price = |prices: &mut PriceBook| {
+        let od = prices.on_demand("m5.large").unwrap();
+        for z in &zones {
+            prices.set_spot("m5.large", z, od);
+        }
+    };
+    for preferred in ["spot", "on-demand"] {
+        let p = plan_priced(
+            vec![
+                pool(),
+                relaxed_preference("web-0", "karpenter.sh/capacity-type", &[preferred]),
+            ],
+            same_price,
+        );
+        assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+        assert_eq!(node_of(&p, "web-0").capacity_type.label(), preferred);
+    }
+    let p = plan(vec![
+        pool(),
+        relaxed_preference("web-0", "karpenter.sh/capacity-type", &["on-demand"]),
+    ]);
+    assert_eq!(node_of(&p, "web-0").capacity_type.label(), "spot");
 }
 
 // Karpenter: provisioning/scheduling/preferences.go `toleratePreferNoScheduleTaints`, the

@@ -244,6 +244,32 @@ fn terminating_and_finished_pods_do_not_count_in_a_spread() {
     );
 }
 
+// kube-scheduler lists only `status.phase!=Succeeded,!=Failed` pods (scheduler.go
+// `newPodInformer`), so podtopologyspread's `countPodsMatchSelector` never sees a Failed
+// pod bound to a node; Karpenter: scheduling/topology.go `IgnoredForTopology` skips it
+// through `pod.IsTerminal` (Succeeded or Failed).
+#[test]
+fn failed_pods_do_not_count_in_a_spread() {
+    let mut items = vec![
+        pool(&["us-east-1a", "us-east-1b"]),
+        cordoned("a1", "us-east-1a"),
+        cordoned("b1", "us-east-1b"),
+    ];
+    for i in 0..3 {
+        items.push(bound(&format!("failed-{i}"), "web", "a1").phase("Failed").build());
+    }
+    items.push(bound("live-0", "web", "b1").build());
+    items.extend(spread_pods(3, ZONE, json!({}), |p| p));
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    // Counted: a=0 and b=1 (the live pod), so two go to a and one to b; were the failed
+    // pods counted (a=3), all three would go to b.
+    assert_eq!(
+        zones_of(&p, &["web-0", "web-1", "web-2"]),
+        ["us-east-1a", "us-east-1a", "us-east-1b"]
+    );
+}
+
 // kube-scheduler: podtopologyspread `Filter`: 'existing matching num' + 'if self-match
 // (1 or 0)' - 'global min matching num' <= maxSkew; a pod its own selector does not
 // match adds nothing to the skew.
@@ -480,7 +506,12 @@ fn anti_affinity_on_the_architecture_opens_a_node_of_the_other_architecture() {
     }
 }
 
-// Same rule on the capacity type, which the offering decides.
+// Karpenter: scheduling/topology.go `buildDomainGroups` takes karpenter.sh/capacity-type's
+// domains (spot, on-demand) from the NodePools' requirements and the instance types'
+// offerings, and topologygroup.go `TopologyGroup.nextDomainAntiAffinity` keeps only the
+// domains with no matching pod, so the new NodeClaim is narrowed to on-demand;
+// kube-scheduler's interpodaffinity `satisfyPodAntiAffinity` (the incoming pod's own
+// required anti-affinity terms against `antiAffinityCounts`) then accepts the node.
 #[test]
 fn anti_affinity_on_the_capacity_type_opens_a_node_of_the_other_capacity_type() {
     let spot = {
@@ -500,6 +531,44 @@ fn anti_affinity_on_the_capacity_type_opens_a_node_of_the_other_capacity_type() 
     ]);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     assert_eq!(node_of(&p, "web-0").capacity_type.label(), "on-demand");
+}
+
+// Karpenter: scheduling/topology.go `buildDomainGroups` registers every value of
+// node.kubernetes.io/instance-type the NodePools' instance types offer as a domain, and
+// topologygroup.go `TopologyGroup.nextDomainAntiAffinity` narrows the new NodeClaim to
+// the types with no matching pod; kube-scheduler's interpodaffinity
+// `satisfyPodAntiAffinity` refuses only a node of the db pod's type.
+#[test]
+fn anti_affinity_on_the_instance_type_opens_a_node_of_another_instance_type() {
+    let pool = || {
+        NodePoolBuilder::new("general")
+            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+            .requirement("kubernetes.io/arch", "In", &["amd64"])
+            .build()
+    };
+    // The type the pod gets with no anti-affinity in play: the db pod runs on one such.
+    let cheapest = node_of(&plan(vec![pool(), pending("web-0", "web").build()]), "web-0")
+        .instance_type
+        .clone();
+    let db_node = {
+        let mut n = cordoned("d1", "us-east-1a");
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = json!(cheapest);
+        n
+    };
+    let p = plan(vec![
+        pool(),
+        db_node,
+        bound("db-0", "db", "d1").build(),
+        anti_affine_on("node.kubernetes.io/instance-type"),
+    ]);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let node = node_of(&p, "web-0");
+    assert_ne!(node.instance_type, cheapest);
+    assert!(
+        !node.instance_types.contains(&cheapest),
+        "{cheapest} among {:?}",
+        node.instance_types
+    );
 }
 
 // Karpenter: utils/pod `IsProvisionable` requires `!IsPreempting(pod)`

@@ -326,6 +326,15 @@ fn a_pod_requesting_efa_gets_a_type_with_efa_interfaces() {
     }
 }
 
+// Karpenter's scheduler reads these objects from the API server, so the snapshot must too:
+// pkg/controllers/provisioning/scheduling/volumetopology.go `VolumeTopology.Inject` (now
+// `GetRequirements`) calls `getRequirements`, which gets each volume's PVC, then its PV
+// (`getPersistentVolumeRequirements`) or its StorageClass (`getStorageClassRequirements`);
+// pkg/scheduling/volumeusage.go `GetVolumes` and `ResolveDriver` read the PVC, PV and
+// StorageClass to count volumes per CSI driver; pkg/controllers/state/cluster.go
+// `Cluster.populateVolumeLimits` reads each node's CSINode (`spec.drivers[].allocatable
+// .count`); scheduling/topology.go `Topology.buildNamespaceList` lists the Namespaces a
+// term's namespaceSelector matches.
 #[test]
 fn the_lambdas_snapshot_reads_claims_volumes_classes_csinodes_and_namespaces() {
     // The provisioner plans on what run::provision::observe::read_snapshot reads through
