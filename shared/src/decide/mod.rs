@@ -38,6 +38,7 @@ pub mod ami_requirements;
 pub mod backoff;
 pub mod checker;
 pub mod daemonsets;
+pub mod disruption;
 pub mod drain;
 pub mod housekeeping;
 pub mod in_flight;

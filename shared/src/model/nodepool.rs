@@ -123,6 +123,42 @@ pub enum ConsolidationPolicy {
     /// Empty nodes are removed and under-used ones replaced.
     #[default]
     WhenEmptyOrUnderutilized,
+    /// As `WhenEmptyOrUnderutilized`, but a move must also score at least `1/k`: its
+    /// savings as a share of the pool's cost over its disruption as a share of the pool's
+    /// disruption cost (Karpenter v1.14's `ScoreMove`; `k` is `consolidationThreshold`).
+    Balanced,
+}
+
+/// Karpenter's default `k` for `Balanced` (`v1.BalancedK`): a move must score at least 0.5.
+pub const BALANCED_K: u32 = 2;
+
+/// NodePool annotation: the least share of the removed nodes' cost, in percent, that a
+/// consolidation must save (default [`DEFAULT_MIN_SAVINGS_PERCENT`]).
+pub const MIN_SAVINGS_PERCENT_ANNOTATION: &str = "carpool.sh/consolidation-min-savings-percent";
+/// NodePool annotation: the least USD per hour a consolidation must save (default
+/// [`DEFAULT_MIN_SAVINGS_PER_HOUR`]).
+pub const MIN_SAVINGS_PER_HOUR_ANNOTATION: &str = "carpool.sh/consolidation-min-savings-per-hour";
+/// NodePool annotation: `"true"` lets consolidation move pods that no controller owns.
+pub const DISRUPT_BARE_PODS_ANNOTATION: &str = "carpool.sh/disrupt-bare-pods";
+/// Default least saving, as a share of the cost removed.
+pub const DEFAULT_MIN_SAVINGS_PERCENT: f64 = 10.0;
+/// Default least saving in USD per hour.
+pub const DEFAULT_MIN_SAVINGS_PER_HOUR: f64 = 0.01;
+
+/// What a consolidation must save in a NodePool, from its annotations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SavingsThreshold {
+    /// Percent of the cost of the nodes removed.
+    pub percent: f64,
+    /// USD per hour.
+    pub per_hour: f64,
+}
+
+impl SavingsThreshold {
+    /// The saving required when nodes costing `removed_per_hour` go.
+    pub fn required(&self, removed_per_hour: f64) -> f64 {
+        (removed_per_hour * self.percent / 100.0).max(self.per_hour)
+    }
 }
 
 /// `spec.disruption`.
@@ -138,6 +174,9 @@ pub struct Disruption {
     /// How many nodes may be disrupted at once (default: 10%).
     #[serde(default = "default_budgets")]
     pub budgets: Vec<Budget>,
+    /// `Balanced` only: the `k` of its score threshold `1/k` (default [`BALANCED_K`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation_threshold: Option<u32>,
 }
 
 impl Default for Disruption {
@@ -146,6 +185,7 @@ impl Default for Disruption {
             consolidation_policy: ConsolidationPolicy::default(),
             consolidate_after: zero_duration(),
             budgets: default_budgets(),
+            consolidation_threshold: None,
         }
     }
 }
@@ -217,6 +257,19 @@ impl Budget {
             None => self.nodes.parse().map(BudgetNodes::Count).map_err(|_| bad()),
         }
     }
+}
+
+/// Parses a budget's `schedule` as Karpenter does: five fields in UTC (minute, hour, day of
+/// month, month, day of week), or `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`
+/// (robfig/cron's standard parser, which Karpenter's `Budget.IsActive` uses).
+pub fn parse_schedule(schedule: &str) -> Result<croner::Cron, String> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Disallowed)
+        .build()
+        .parse(schedule)
+        .map_err(|e| {
+            format!("{schedule:?} is not a cron schedule ({e}); write five fields, e.g. \"0 9 * * mon-fri\", or @daily")
+        })
 }
 
 /// Label keys a NodePool may not set or require: they are Carpool's to set.
@@ -309,6 +362,13 @@ impl Validate for NodePool {
                 return Err(ManifestError::at(format!("spec.limits.{name}"), "must not be negative"));
             }
         }
+        if self.spec.disruption.consolidation_threshold == Some(0) {
+            return Err(ManifestError::at(
+                "spec.disruption.consolidationThreshold",
+                "must be at least 1 (the move's score must reach 1/consolidationThreshold)",
+            ));
+        }
+        self.savings_threshold()?;
         for (i, b) in self.spec.disruption.budgets.iter().enumerate() {
             let path = format!("spec.disruption.budgets[{i}]");
             b.parsed_nodes()
@@ -317,13 +377,7 @@ impl Validate for NodePool {
                 return Err(ManifestError::at(path, "schedule and duration must be set together"));
             }
             if let Some(s) = &b.schedule {
-                let fields = s.split_whitespace().count();
-                if !(fields == 5 || (fields == 1 && s.starts_with('@'))) {
-                    return Err(ManifestError::at(
-                        format!("{path}.schedule"),
-                        format!("{s:?} is not a cron schedule; write five fields, e.g. \"0 9 * * mon-fri\", or @daily"),
-                    ));
-                }
+                parse_schedule(s).map_err(|m| ManifestError::at(format!("{path}.schedule"), m))?;
             }
         }
         Ok(())
@@ -334,6 +388,38 @@ impl NodePool {
     /// The pool's name.
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// What a consolidation in this pool must save: its
+    /// [`MIN_SAVINGS_PERCENT_ANNOTATION`] and [`MIN_SAVINGS_PER_HOUR_ANNOTATION`], or the
+    /// defaults. A value that is not a non-negative number is an error naming the annotation.
+    pub fn savings_threshold(&self) -> Result<SavingsThreshold, ManifestError> {
+        let read = |key: &str, default: f64| -> Result<f64, ManifestError> {
+            match self.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
+                None => Ok(default),
+                Some(v) => match v.trim().parse::<f64>() {
+                    Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+                    _ => Err(ManifestError::at(
+                        format!("metadata.annotations[{key}]"),
+                        format!("{v:?} is not a non-negative number; write e.g. \"10\" or \"0.01\""),
+                    )),
+                },
+            }
+        };
+        Ok(SavingsThreshold {
+            percent: read(MIN_SAVINGS_PERCENT_ANNOTATION, DEFAULT_MIN_SAVINGS_PERCENT)?,
+            per_hour: read(MIN_SAVINGS_PER_HOUR_ANNOTATION, DEFAULT_MIN_SAVINGS_PER_HOUR)?,
+        })
+    }
+
+    /// Whether consolidation may move pods no controller owns (annotation
+    /// [`DISRUPT_BARE_PODS_ANNOTATION`] `"true"`).
+    pub fn disrupts_bare_pods(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DISRUPT_BARE_PODS_ANNOTATION))
+            .is_some_and(|v| v == "true")
     }
 
     /// The pool's weight (0 when unset).

@@ -93,8 +93,7 @@ impl TemplateContent {
 
     /// `carpool-<16 hex digits>`: FNV-1a 64 of the content's JSON, stable across builds.
     pub fn name(&self) -> String {
-        let json = serde_json::to_string(self).unwrap_or_default();
-        format!("carpool-{:016x}", fnv1a64(json.as_bytes()))
+        format!("carpool-{}", carpool::model::content_hash::content_hash(self))
     }
 
     /// The launch template data.
@@ -131,13 +130,6 @@ impl TemplateContent {
     }
 }
 
-/// FNV-1a 64: a hash stable across builds and platforms.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// The longest client token EC2 accepts.
 const MAX_CLIENT_TOKEN: usize = 64;
 
@@ -155,7 +147,10 @@ pub fn client_token(launch_id: &str) -> String {
     if launch_id.len() <= MAX_CLIENT_TOKEN && launch_id.bytes().all(|b| b.is_ascii_graphic()) {
         launch_id.to_string()
     } else {
-        format!("carpool-launch-{:016x}", fnv1a64(launch_id.as_bytes()))
+        format!(
+            "carpool-launch-{:016x}",
+            carpool::model::content_hash::fnv1a64(launch_id.as_bytes())
+        )
     }
 }
 

@@ -50,18 +50,23 @@ pub(super) struct NodeView {
 /// The nodes of the snapshot: the usable ones (Ready, schedulable, not terminating), with
 /// what is bound to them taken off their room, and every node as a topology domain
 /// (kube-scheduler counts spread domains over all the nodes it knows). Pods bound to any
-/// node, usable or not, are recorded in `topology`.
+/// node, usable or not, are recorded in `topology`. The `removed` nodes (a disruption's
+/// simulation) are left out, with the pods bound to them.
 pub(super) fn existing_nodes(
     snapshot: &Snapshot,
     volumes: &Volumes<'_>,
     namespaces: &Namespaces,
     topology: &mut Topology,
+    removed: Option<&std::collections::BTreeSet<String>>,
 ) -> (Vec<ExistingNode>, Vec<NodeView>) {
     let mut all_nodes = Vec::new();
     let mut by_name = HashMap::new();
     let mut limits = csinode_limits(&snapshot.csinodes);
     for n in &snapshot.nodes {
         let Ok(node) = Node::from_k8s(n) else { continue };
+        if removed.is_some_and(|r| r.contains(&node.name)) {
+            continue;
+        }
         let mut labels = node.labels.clone();
         labels
             .entry(wk::HOSTNAME.to_string())

@@ -50,8 +50,10 @@ mod relaxation;
 mod target;
 mod topology_check;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
+
+use k8s_openapi::api::core::v1::Pod;
 
 use self::class::{Class, ClassState, Classes};
 use self::existing_node::{ExistingNode, existing_nodes};
@@ -167,8 +169,31 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Reads the snapshot and prepares the run.
+    /// Reads the snapshot and prepares the run for its pending pods.
     pub fn new(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> Self {
+        Self::build(snapshot, region, None, &snapshot.nodepools)
+    }
+
+    /// Prepares the run of a disruption's simulation: the `removed` nodes are gone, and
+    /// the pods a drain would evict from them ([`crate::decide::replacement::moves`]) are
+    /// the pods to place, on the other nodes first, then on new ones. Pending pods are left
+    /// out: they are the provisioner's. New nodes come from `nodepools` (the snapshot's, or
+    /// some of them narrowed, e.g. to spot).
+    pub fn removing(
+        snapshot: &Snapshot,
+        region: &RegionCatalog<'_>,
+        removed: &BTreeSet<String>,
+        nodepools: &[crate::model::NodePool],
+    ) -> Self {
+        Self::build(snapshot, region, Some(removed), nodepools)
+    }
+
+    fn build(
+        snapshot: &Snapshot,
+        region: &RegionCatalog<'_>,
+        removed: Option<&BTreeSet<String>>,
+        nodepools: &[crate::model::NodePool],
+    ) -> Self {
         let mut plan = ProvisioningPlan::default();
         for (object, reason) in &snapshot.skipped {
             plan.skipped.push(templates::Skipped {
@@ -192,13 +217,8 @@ impl Scheduler {
                 }),
             }
         }
-        let (templates, skipped) = templates::build(
-            &snapshot.nodepools,
-            &snapshot.nodeclasses,
-            region,
-            &daemonsets,
-            &snapshot.nodes,
-        );
+        let (templates, skipped) =
+            templates::build(nodepools, &snapshot.nodeclasses, region, &daemonsets, &snapshot.nodes);
         plan.skipped.extend(skipped);
         let templates: IdVec<TemplateId, Template> = templates.into_iter().collect();
         let offer_keys = templates.iter().map(|t| offer_keys(t, region.region())).collect();
@@ -206,7 +226,17 @@ impl Scheduler {
         let volumes = Volumes::of(snapshot);
         let namespaces = Namespaces::new(snapshot);
         let mut pods = IdVec::new();
-        for p in snapshot.pods.iter().filter(|p| is_provisionable(p)) {
+        let to_place = |p: &Pod| match removed {
+            None => is_provisionable(p),
+            Some(removed) => {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| removed.contains(n))
+                    && super::replacement::moves(p)
+            }
+        };
+        for p in snapshot.pods.iter().filter(|p| to_place(p)) {
             if let Some(b) = volumes.blocked(p) {
                 plan.unschedulable.push(Unschedulable::new(
                     pod_key(p),
@@ -234,7 +264,7 @@ impl Scheduler {
         for p in pods.iter() {
             topology.register(p);
         }
-        let (existing, node_views) = existing_nodes(snapshot, &volumes, &namespaces, &mut topology);
+        let (existing, node_views) = existing_nodes(snapshot, &volumes, &namespaces, &mut topology, removed);
         let existing_zones: Vec<String> = existing
             .iter()
             .filter_map(|n| n.labels.get(wk::ZONE).cloned())

@@ -1,0 +1,362 @@
+//! The nodes the disruption methods may act on, and why the others may not.
+//!
+//! Karpenter's `disruption/types.go` `NewCandidate` and `pkg/utils/disruption`: a node is a
+//! candidate when a NodePool manages it, it is not already being disrupted, and neither it
+//! nor a pod on it says `do-not-disrupt`; a pod whose PodDisruptionBudget allows no
+//! disruption now blocks its node (`pdb.Limits.CanEvictPods`). Carpool adds: a pod that
+//! no controller owns (a bare pod, which nothing would recreate) blocks its node unless the
+//! NodePool opts in (annotation `carpool.sh/disrupt-bare-pods: "true"`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde::{Deserialize, Serialize};
+
+use super::cost::{eviction_cost, lifetime_remaining};
+use crate::catalog::RegionCatalog;
+use crate::decide::pdb::covering;
+use crate::decide::pod::pod_key;
+use crate::decide::replacement::moves;
+use crate::model::well_known as wk;
+use crate::model::{CapacityType, NillableDuration, NodePool};
+
+/// Annotations that keep a node, or the node of a pod, from voluntary disruption.
+pub const DO_NOT_DISRUPT: [&str; 2] = ["karpenter.sh/do-not-disrupt", "carpool.sh/do-not-disrupt"];
+
+/// The taint Carpool sets on a node it disrupts.
+pub const DISRUPTED_TAINT: &str = "carpool.sh/disrupted";
+
+/// Why a node is not disrupted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockKind {
+    /// A pod's PodDisruptionBudget allows no disruption now.
+    Pdb,
+    /// The node or one of its pods carries `do-not-disrupt`.
+    DoNotDisrupt,
+    /// The NodePool's disruption budget is used up.
+    Budget,
+    /// No NodePool that Carpool reads manages the node.
+    NotManaged,
+    /// A pod no controller owns would be lost.
+    BarePod,
+    /// The node or its pods changed less than `consolidateAfter` ago.
+    ConsolidateAfter,
+    /// What it would save is below the NodePool's threshold (or `Balanced`'s score).
+    BelowThreshold,
+    /// Its pods fit nowhere cheaper.
+    NoFit,
+    /// The only cheaper fit is the node's own instance type (and capacity type).
+    SameType,
+    /// It is being disrupted already (tainted `carpool.sh/disrupted`, deleting, or with a
+    /// disruption in progress).
+    Disrupting,
+    /// The NodePool's `consolidationPolicy` does not allow it (`WhenEmpty` and the node
+    /// has pods that move; or `consolidateAfter: Never`).
+    Policy,
+    /// Pods are pending: consolidation waits until the provisioner has placed them.
+    PendingPods,
+}
+
+/// A reason a node is not disrupted, for people.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocked {
+    /// The kind.
+    pub kind: BlockKind,
+    /// What, precisely (the pod, the PDB, the annotation, the figures).
+    pub message: String,
+}
+
+impl Blocked {
+    /// A reason.
+    pub fn new(kind: BlockKind, message: impl Into<String>) -> Self {
+        Blocked {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// A node as the disruption methods see it.
+#[derive(Clone, Debug)]
+pub struct Candidate<'a> {
+    /// The node's name.
+    pub name: String,
+    /// The Node.
+    pub node: &'a K8sNode,
+    /// Its NodePool, when one Carpool reads manages it.
+    pub pool: Option<&'a NodePool>,
+    /// The NodePool's name from the node's label (empty when none).
+    pub pool_name: String,
+    /// `node.kubernetes.io/instance-type`.
+    pub instance_type: String,
+    /// `topology.kubernetes.io/zone`.
+    pub zone: String,
+    /// `karpenter.sh/capacity-type`.
+    pub capacity_type: Option<CapacityType>,
+    /// USD per hour (0 when the catalog does not know the offering).
+    pub price: f64,
+    /// When the Node was created.
+    pub created: Option<SystemTime>,
+    /// The latest of its creation and its live pods' start: Karpenter's last pod event,
+    /// from which `consolidateAfter` counts.
+    pub last_change: Option<SystemTime>,
+    /// The pods a drain would evict (they move).
+    pub moving: Vec<&'a Pod>,
+    /// Karpenter's disruption cost: the moving pods' eviction costs times the share of the
+    /// node's lifetime left. Candidates are tried cheapest first.
+    pub disruption_cost: f64,
+    /// 1 for the node plus each moving pod's positive eviction cost: the move's disruption
+    /// in `Balanced`'s score.
+    pub balanced_cost: f64,
+    /// Whether its Ready condition is True, and since when it has had its current value.
+    pub ready: (bool, Option<SystemTime>),
+    /// What keeps it from every voluntary method: not managed, disrupting, do-not-disrupt,
+    /// a PDB, a bare pod.
+    pub blocked: Option<Blocked>,
+}
+
+impl Candidate<'_> {
+    /// Whether the node is managed and not being disrupted: the methods that are not
+    /// voluntary (repair) may act on it.
+    pub fn is_managed_and_idle(&self) -> bool {
+        !matches!(
+            self.blocked.as_ref().map(|b| b.kind),
+            Some(BlockKind::NotManaged | BlockKind::Disrupting)
+        )
+    }
+}
+
+fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
+    SystemTime::from(t.0)
+}
+
+fn is_finished(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed")
+}
+
+/// Whether something owns the pod (a ReplicaSet, a StatefulSet, a Job...) that would
+/// recreate it once evicted.
+fn has_owner(pod: &Pod) -> bool {
+    pod.metadata.owner_references.as_ref().is_some_and(|o| !o.is_empty())
+}
+
+fn annotated(annotations: Option<&std::collections::BTreeMap<String, String>>) -> Option<&'static str> {
+    let a = annotations?;
+    DO_NOT_DISRUPT
+        .into_iter()
+        .find(|k| a.get(*k).is_some_and(|v| v == "true"))
+}
+
+/// Why a node may not be disrupted voluntarily, from what is on it: do-not-disrupt (the
+/// node's or a live pod's), a moving pod whose PDB allows nothing now (or that several
+/// PDBs cover: the apiserver refuses to evict it), a bare pod.
+fn static_block(
+    node: &K8sNode,
+    pool: &NodePool,
+    pods: &[&Pod],
+    moving: &[&Pod],
+    pdbs: &[PodDisruptionBudget],
+) -> Option<Blocked> {
+    if let Some(a) = annotated(node.metadata.annotations.as_ref()) {
+        return Some(Blocked::new(
+            BlockKind::DoNotDisrupt,
+            format!("the node is annotated {a}"),
+        ));
+    }
+    for p in pods.iter().filter(|p| !is_finished(p)) {
+        if let Some(a) = annotated(p.metadata.annotations.as_ref()) {
+            return Some(Blocked::new(
+                BlockKind::DoNotDisrupt,
+                format!("pod {} is annotated {a}", pod_key(p)),
+            ));
+        }
+    }
+    for p in moving {
+        let budgets = covering(p, pdbs);
+        if budgets.len() > 1 {
+            let names: Vec<String> = budgets.iter().map(|b| b.key()).collect();
+            return Some(Blocked::new(
+                BlockKind::Pdb,
+                format!(
+                    "pod {} is covered by several PDBs ({}): it cannot be evicted",
+                    pod_key(p),
+                    names.join(", ")
+                ),
+            ));
+        }
+        if let Some(b) = budgets.first()
+            && b.disruptions_allowed().is_none_or(|n| n <= 0)
+        {
+            return Some(Blocked::new(BlockKind::Pdb, format!("pod {}: {b}", pod_key(p))));
+        }
+    }
+    if !pool.disrupts_bare_pods()
+        && let Some(p) = moving.iter().find(|p| !has_owner(p))
+    {
+        return Some(Blocked::new(
+            BlockKind::BarePod,
+            format!(
+                "pod {} has no controller to recreate it; annotate the NodePool carpool.sh/disrupt-bare-pods: \"true\" to allow",
+                pod_key(p)
+            ),
+        ));
+    }
+    None
+}
+
+/// Whether the node is being disrupted already.
+fn disrupting(node: &K8sNode, in_progress: &BTreeSet<String>) -> Option<&'static str> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    if in_progress.contains(name) {
+        return Some("a disruption of it is in progress");
+    }
+    if node.metadata.deletion_timestamp.is_some() {
+        return Some("it is being deleted");
+    }
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT));
+    tainted.then_some("it carries the carpool.sh/disrupted taint")
+}
+
+/// The nodes of a snapshot as candidates, with the static reasons that block them.
+///
+/// A node is managed when it is labelled `carpool.sh/managed=true` or carries a
+/// `karpenter.sh/nodepool` label, and that NodePool is among `pools`.
+pub fn candidates<'a>(
+    nodes: &'a [K8sNode],
+    pods: &'a [Pod],
+    pdbs: &[PodDisruptionBudget],
+    pools: &'a [NodePool],
+    region: &RegionCatalog<'_>,
+    in_progress: &BTreeSet<String>,
+    now: SystemTime,
+) -> Vec<Candidate<'a>> {
+    let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for p in pods {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            by_node.entry(n).or_default().push(p);
+        }
+    }
+    let types: HashMap<&str, _> = region.types().iter().map(|t| (t.name.as_str(), *t)).collect();
+    nodes
+        .iter()
+        .filter_map(|node| {
+            let name = node.metadata.name.clone()?;
+            let none = Default::default();
+            let labels = node.metadata.labels.as_ref().unwrap_or(&none);
+            let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            let pool_name = label(wk::NODEPOOL);
+            let managed = labels.get(wk::CARPOOL_MANAGED).is_some_and(|v| v == "true") || !pool_name.is_empty();
+            let pool = pools.iter().find(|p| p.name() == pool_name);
+            let instance_type = label(wk::INSTANCE_TYPE);
+            let zone = label(wk::ZONE);
+            let capacity_type = labels.get(wk::CAPACITY_TYPE).and_then(|c| c.parse().ok());
+            let price = types
+                .get(instance_type.as_str())
+                .zip(capacity_type)
+                .and_then(|(it, ct)| region.prices().price(it, &zone, ct))
+                .unwrap_or(0.0);
+            let on_node: &[&Pod] = by_node.get(name.as_str()).map_or(&[], Vec::as_slice);
+            let moving: Vec<&Pod> = on_node.iter().copied().filter(|p| moves(p)).collect();
+            let created = node.metadata.creation_timestamp.as_ref().map(time);
+            let last_change = on_node
+                .iter()
+                .filter(|p| !is_finished(p))
+                .filter_map(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.start_time.as_ref())
+                        .or(p.metadata.creation_timestamp.as_ref())
+                        .map(time)
+                })
+                .chain(created)
+                .max();
+            let ready_condition = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+            let ready = (
+                ready_condition.is_some_and(|c| c.status == "True"),
+                ready_condition.and_then(|c| c.last_transition_time.as_ref()).map(time),
+            );
+            let expire_after = pool.map(|p| p.spec.template.spec.expire_after);
+            let blocked = if !managed {
+                Some(Blocked::new(
+                    BlockKind::NotManaged,
+                    "no carpool.sh/managed=true or karpenter.sh/nodepool label",
+                ))
+            } else if pool.is_none() {
+                Some(Blocked::new(
+                    BlockKind::NotManaged,
+                    format!("NodePool {pool_name:?} is not in the snapshot, or was skipped as invalid"),
+                ))
+            } else if let Some(why) = disrupting(node, in_progress) {
+                Some(Blocked::new(BlockKind::Disrupting, why))
+            } else if price <= 0.0 {
+                Some(Blocked::new(
+                    BlockKind::NotManaged,
+                    format!("no price for {instance_type:?} in {zone:?} ({}); its labels name no offering the catalog knows", label(wk::CAPACITY_TYPE)),
+                ))
+            } else {
+                pool.and_then(|p| static_block(node, p, on_node, &moving, pdbs))
+            };
+            let costs: Vec<f64> = moving.iter().map(|p| eviction_cost(p)).collect();
+            Some(Candidate {
+                disruption_cost: costs.iter().sum::<f64>() * lifetime_remaining(created, expire_after, Some(now)),
+                balanced_cost: 1.0 + costs.iter().filter(|c| **c > 0.0).sum::<f64>(),
+                name,
+                node,
+                pool,
+                pool_name,
+                instance_type,
+                zone,
+                capacity_type,
+                price,
+                created,
+                last_change,
+                moving,
+                ready,
+                blocked,
+            })
+        })
+        .collect()
+}
+
+/// Whether `consolidateAfter` has passed for the candidate at `now`; the reason when not.
+pub fn consolidatable(c: &Candidate<'_>, now: SystemTime) -> Result<(), Blocked> {
+    let Some(pool) = c.pool else {
+        return Err(Blocked::new(BlockKind::NotManaged, "no NodePool"));
+    };
+    match pool.spec.disruption.consolidate_after {
+        NillableDuration::Never => Err(Blocked::new(
+            BlockKind::Policy,
+            format!("NodePool {} has consolidateAfter: Never", pool.name()),
+        )),
+        NillableDuration::After(after) => {
+            let since = c.last_change.unwrap_or(SystemTime::UNIX_EPOCH);
+            let quiet = now.duration_since(since).unwrap_or(Duration::ZERO);
+            if quiet >= after {
+                Ok(())
+            } else {
+                Err(Blocked::new(
+                    BlockKind::ConsolidateAfter,
+                    format!(
+                        "last change {}s ago, consolidateAfter is {}s",
+                        quiet.as_secs(),
+                        after.as_secs()
+                    ),
+                ))
+            }
+        }
+    }
+}

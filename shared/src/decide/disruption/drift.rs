@@ -1,0 +1,97 @@
+//! Drift: a node launched from a NodePool template or EC2NodeClass that has changed since,
+//! or from an AMI its EC2NodeClass no longer resolves, is replaced, one at a time, within
+//! the pools' `Drifted` budgets (Karpenter's `drift.go`; `NodePool.Hash` and the
+//! `karpenter.sh/nodepool-hash` annotation, and `isAMIDrifted` in the AWS provider).
+//!
+//! Carpool records on the node, at launch:
+//! - [`HASH_KEY`]: [`template_hash`] of its NodePool's template with its EC2NodeClass's
+//!   spec (Karpenter hashes the template alone and the class apart; one hash is enough to
+//!   say "changed");
+//! - [`IMAGE_KEY`]: the AMI it booted.
+//!
+//! A node without them (launched before, or by Karpenter) is not drifted: Karpenter too
+//! ignores a NodeClaim without its hash annotation.
+
+use super::Ctx;
+use super::candidate::{BlockKind, Blocked, Candidate};
+use super::command::{DisruptionCommand, Method};
+use crate::decide::ami_requirements::images_from_status;
+use crate::model::content_hash::content_hash;
+use crate::model::{EC2NodeClass, NodePool};
+
+/// The node label (or annotation) with the hash of the template it was launched from.
+pub const HASH_KEY: &str = "carpool.sh/nodepool-hash";
+/// The node label (or annotation) with the AMI it booted.
+pub const IMAGE_KEY: &str = "carpool.sh/image-id";
+
+/// The drift hash of a NodePool's template with its EC2NodeClass's spec.
+pub fn template_hash(pool: &NodePool, class: Option<&EC2NodeClass>) -> String {
+    content_hash(&(&pool.spec.template, class.map(|c| &c.spec)))
+}
+
+fn recorded<'a>(c: &'a Candidate<'_>, key: &str) -> Option<&'a str> {
+    let m = &c.node.metadata;
+    m.labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .or_else(|| m.annotations.as_ref().and_then(|a| a.get(key)))
+        .map(String::as_str)
+}
+
+/// Why a candidate is drifted, if it is.
+pub fn drifted(c: &Candidate<'_>, classes: &[EC2NodeClass]) -> Option<String> {
+    let pool = c.pool?;
+    let class = classes
+        .iter()
+        .find(|k| k.name() == pool.spec.template.spec.node_class_ref.name);
+    if let Some(hash) = recorded(c, HASH_KEY) {
+        let now = template_hash(pool, class);
+        if hash != now {
+            return Some(format!(
+                "NodePool {} or its EC2NodeClass changed since launch (hash {hash}, now {now})",
+                pool.name()
+            ));
+        }
+    }
+    let image = recorded(c, IMAGE_KEY)?;
+    let images = images_from_status(class?)?;
+    (!images.is_empty() && !images.iter().any(|i| i.id == image)).then(|| {
+        format!(
+            "its AMI {image} is no longer among its EC2NodeClass's ({})",
+            images.iter().map(|i| i.id.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// Finds the drifted node to replace now.
+pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
+    let classes = &ctx.snapshot.nodeclasses;
+    let drifted_nodes: std::collections::BTreeSet<String> = ctx
+        .candidates
+        .iter()
+        .filter(|c| drifted(c, classes).is_some())
+        .map(|c| c.name.clone())
+        .collect();
+    if drifted_nodes.is_empty() {
+        return None;
+    }
+    for i in ctx.ordered(Method::Drift, |c| drifted_nodes.contains(&c.name)).0 {
+        let pools = ctx.pools();
+        match ctx.place(&[i], pools, usize::MAX)? {
+            Err(misfit) => ctx.decline(i, Blocked::new(BlockKind::NoFit, format!("drifted, but {misfit}"))),
+            Ok(p) => {
+                let c = &ctx.candidates[i];
+                let new_cost: f64 = p.new_nodes.iter().map(|n| n.price_per_hour).sum();
+                return Some(DisruptionCommand {
+                    method: Method::Drift,
+                    nodes: vec![c.name.clone()],
+                    replacements: p.new_nodes,
+                    moves: p.moves,
+                    removed_per_hour: c.price,
+                    savings_per_hour: c.price - new_cost,
+                });
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,57 @@
+//! Emptiness: nodes whose pods would all stay (DaemonSet, mirror and finished pods) are
+//! deleted, past `consolidateAfter`, as many as the pools' `Empty` budgets allow
+//! (Karpenter's `emptiness.go`).
+
+use super::Ctx;
+use super::candidate::{BlockKind, Blocked};
+use super::command::{DisruptionCommand, Method};
+
+/// Finds the empty nodes to delete now.
+pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
+    let (ordered, mut allowance) = ctx.ordered(Method::Emptiness, |c| c.moving.is_empty());
+    let mut empty = Vec::new();
+    for i in ordered {
+        let pool = ctx.candidates[i].pool_name.clone();
+        if allowance.take(&pool) {
+            empty.push(i);
+        } else {
+            ctx.decline(
+                i,
+                Blocked::new(
+                    BlockKind::Budget,
+                    format!("NodePool {pool}'s disruption budget for Empty allows no more nodes now"),
+                ),
+            );
+        }
+    }
+    if empty.is_empty() {
+        return None;
+    }
+    let removed: f64 = empty.iter().map(|&i| ctx.candidates[i].price).sum();
+    let min = empty
+        .iter()
+        .filter_map(|&i| ctx.candidates[i].pool)
+        .filter_map(|p| p.savings_threshold().ok())
+        .map(|t| t.per_hour)
+        .fold(0.0, f64::max);
+    if removed < min {
+        for i in empty {
+            ctx.decline(
+                i,
+                Blocked::new(
+                    BlockKind::BelowThreshold,
+                    format!("deleting saves ${removed:.4}/h, less than ${min:.4}/h"),
+                ),
+            );
+        }
+        return None;
+    }
+    Some(DisruptionCommand {
+        method: Method::Emptiness,
+        nodes: empty.iter().map(|&i| ctx.candidates[i].name.clone()).collect(),
+        replacements: Vec::new(),
+        moves: Vec::new(),
+        removed_per_hour: removed,
+        savings_per_hour: removed,
+    })
+}

@@ -1,0 +1,391 @@
+//! Disruption: which nodes to remove or replace now, as a [`DisruptionCommand`] (a value),
+//! and why every other node is kept ([`CandidateReport`]).
+//!
+//! Karpenter's disruption controller is an ordered list of methods
+//! (`pkg/controllers/disruption/controller.go`: emptiness, drift, multi-node and
+//! single-node consolidation). Carpool tries these methods, in order, and the first that
+//! finds a command acts; one command per run:
+//!
+//! 1. [`emptiness`]: nodes with no pod that moves (only DaemonSet, mirror and finished
+//!    pods), past `consolidateAfter`;
+//! 2. [`repair`]: a node whose Ready condition has been False or Unknown too long;
+//! 3. [`expiration`]: a node past its NodePool's `expireAfter`;
+//! 4. [`drift`]: a node launched from another NodePool template, EC2NodeClass or AMI;
+//! 5. [`multi_node`]: several nodes removed, with at most one cheaper replacement;
+//! 6. [`single_node`]: one node deleted, or replaced by a cheaper one;
+//! 7. [`split`]: one node replaced by two that cost less in total;
+//! 8. [`spot`]: spot-to-spot, and on-demand back to spot.
+//!
+//! Every method moves pods only where the provisioner's own simulation puts them
+//! ([`simulate`]). Consolidation (methods 1 and 5–8) waits while pods are pending (they
+//! may need exactly the room it would remove: Karpenter's flapping, #1019), touches only
+//! nodes past `consolidateAfter`, honours the NodePools' [`budgets`], and must save at
+//! least the pool's threshold ([`savings`]). No method touches a node that is not
+//! managed, is being disrupted, or is blocked by `do-not-disrupt`, a PodDisruptionBudget
+//! or a bare pod ([`candidate`]); repair alone acts on a broken node whatever its pods
+//! say.
+
+pub mod budgets;
+pub mod candidate;
+pub mod command;
+pub mod cost;
+pub mod drift;
+pub mod emptiness;
+pub mod expiration;
+pub mod multi_node;
+pub mod repair;
+pub mod savings;
+pub mod simulate;
+pub mod single_node;
+pub mod split;
+pub mod spot;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use self::budgets::Allowance;
+pub use self::candidate::{BlockKind, Blocked, Candidate};
+use self::candidate::{DISRUPTED_TAINT, candidates, consolidatable};
+pub use self::command::{DisruptionCommand, Method, Move};
+use self::simulate::{Misfit, Placement, Pricer, place};
+use crate::catalog::RegionCatalog;
+use crate::decide::in_flight::EPHEMERAL_TAINTS;
+use crate::decide::pod::is_provisionable;
+use crate::model::{ConsolidationPolicy, DisruptionReason, NodePool};
+use crate::snapshot::Snapshot;
+
+/// Settings of the disruption decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DisruptionSettings {
+    /// How long a node's Ready condition must have been False or Unknown before it is
+    /// repaired (Karpenter's AWS provider: 30 minutes).
+    pub repair_after: Duration,
+    /// Repair stops while more than this share of a pool's nodes, in percent, is unhealthy
+    /// (Karpenter's node health controller: 20%): a fault of the whole pool is not
+    /// repaired node by node.
+    pub repair_max_unhealthy_percent: u32,
+    /// At most this many scheduling simulations per decision: the search stops there
+    /// with the best command found (Karpenter bounds its searches by time instead).
+    pub max_simulations: usize,
+    /// Multi-node consolidation considers at most this many candidates (Karpenter: 100).
+    pub multi_node_max_candidates: usize,
+    /// A spot-to-spot replacement needs at least this many cheaper spot types, so that
+    /// spot's price-capacity-optimized choice is not a race to the cheapest, most
+    /// interrupted pool (Karpenter's `MinInstanceTypesForSpotToSpotConsolidation`: 15).
+    pub spot_to_spot_min_types: usize,
+}
+
+impl Default for DisruptionSettings {
+    fn default() -> Self {
+        DisruptionSettings {
+            repair_after: Duration::from_secs(30 * 60),
+            repair_max_unhealthy_percent: 20,
+            max_simulations: 100,
+            multi_node_max_candidates: 100,
+            spot_to_spot_min_types: 15,
+        }
+    }
+}
+
+/// What the decision reads.
+pub struct DisruptionInput<'a> {
+    /// The cluster.
+    pub snapshot: &'a Snapshot,
+    /// The region's catalog and prices.
+    pub region: &'a RegionCatalog<'a>,
+    /// Now.
+    pub now: SystemTime,
+    /// Nodes with a disruption in progress (`DISRUPT#` records), by name.
+    pub in_progress: BTreeSet<String>,
+    /// The settings.
+    pub settings: DisruptionSettings,
+}
+
+/// One node as the decision saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CandidateReport {
+    /// The node's name.
+    pub node: String,
+    /// Its NodePool (empty when none).
+    pub nodepool: String,
+    /// USD per hour.
+    pub price_per_hour: f64,
+    /// Whether a method may disrupt it now.
+    pub disruptable: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<Blocked>,
+}
+
+/// The decision: a command or none, and every node with why it is kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionDecision {
+    /// What to do now, if anything.
+    pub command: Option<DisruptionCommand>,
+    /// Every node, by name.
+    pub candidates: Vec<CandidateReport>,
+    /// The scheduling simulations run.
+    pub simulations: usize,
+}
+
+/// The state of one decision, shared by the methods.
+pub struct Ctx<'a> {
+    /// The cluster.
+    pub snapshot: &'a Snapshot,
+    /// The region.
+    pub region: &'a RegionCatalog<'a>,
+    /// Prices by type.
+    pub pricer: Pricer<'a>,
+    /// Now.
+    pub now: SystemTime,
+    /// Settings.
+    pub settings: DisruptionSettings,
+    /// Every node.
+    pub candidates: Vec<Candidate<'a>>,
+    /// Per candidate (index), why a method declined it; a static block is never replaced.
+    pub verdicts: BTreeMap<usize, Blocked>,
+    /// Simulations run.
+    pub simulations: usize,
+    /// Pods waiting for the provisioner.
+    pub pending: usize,
+    /// Per pool: its nodes, and those disrupting now.
+    pub pool_nodes: BTreeMap<String, (usize, usize)>,
+}
+
+impl<'a> Ctx<'a> {
+    /// Builds the candidates of `input`.
+    pub fn new(input: &DisruptionInput<'a>) -> Self {
+        let snapshot = input.snapshot;
+        let candidates = candidates(
+            &snapshot.nodes,
+            &snapshot.pods,
+            &snapshot.pdbs,
+            &snapshot.nodepools,
+            input.region,
+            &input.in_progress,
+            input.now,
+        );
+        let mut pool_nodes: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for c in candidates.iter().filter(|c| c.pool.is_some()) {
+            let e = pool_nodes.entry(c.pool_name.clone()).or_default();
+            e.0 += 1;
+            if c.blocked.as_ref().is_some_and(|b| b.kind == BlockKind::Disrupting) {
+                e.1 += 1;
+            }
+        }
+        Ctx {
+            snapshot,
+            region: input.region,
+            pricer: Pricer::new(input.region),
+            now: input.now,
+            settings: input.settings.clone(),
+            verdicts: BTreeMap::new(),
+            simulations: 0,
+            pending: snapshot.pods.iter().filter(|p| is_provisionable(p)).count(),
+            pool_nodes,
+            candidates,
+        }
+    }
+
+    /// Records why a method declined candidate `i` (a static block stays).
+    pub fn decline(&mut self, i: usize, why: Blocked) {
+        if self.candidates[i].blocked.is_none() {
+            self.verdicts.insert(i, why);
+        }
+    }
+
+    /// What each pool may still disrupt for `reason` now.
+    pub fn allowance(&self, reason: Option<DisruptionReason>) -> Allowance {
+        match reason {
+            Some(r) => Allowance::new(&self.snapshot.nodepools, &self.pool_nodes, r, self.now),
+            None => Allowance::unlimited(),
+        }
+    }
+
+    /// Whether `method` may act on candidate `i` (budgets aside): its static blocks
+    /// (except for repair), and for consolidation no pending pods, the pool's policy, a
+    /// node done starting and `consolidateAfter`.
+    pub fn eligible(&self, i: usize, method: Method) -> Result<(), Blocked> {
+        let c = &self.candidates[i];
+        if let Some(b) = &c.blocked
+            && (method != Method::Repair || matches!(b.kind, BlockKind::NotManaged | BlockKind::Disrupting))
+        {
+            return Err(b.clone());
+        }
+        if !method.consolidates() {
+            return Ok(());
+        }
+        if self.pending > 0 {
+            return Err(Blocked::new(
+                BlockKind::PendingPods,
+                format!(
+                    "{} pod(s) pending: consolidation waits for the provisioner",
+                    self.pending
+                ),
+            ));
+        }
+        let Some(pool) = c.pool else {
+            return Err(Blocked::new(BlockKind::NotManaged, "no NodePool"));
+        };
+        if method != Method::Emptiness && pool.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty {
+            return Err(Blocked::new(
+                BlockKind::Policy,
+                format!(
+                    "NodePool {} consolidates WhenEmpty and {} pod(s) would move",
+                    pool.name(),
+                    c.moving.len()
+                ),
+            ));
+        }
+        if let Some(why) = starting(c, pool) {
+            return Err(Blocked::new(BlockKind::ConsolidateAfter, why));
+        }
+        consolidatable(c, self.now)
+    }
+
+    /// Runs one simulation; `None` once the decision's budget of simulations is spent.
+    pub fn place(
+        &mut self,
+        removed: &[usize],
+        pools: &[NodePool],
+        max_new: usize,
+    ) -> Option<Result<Placement, Misfit>> {
+        if self.simulations >= self.settings.max_simulations {
+            return None;
+        }
+        self.simulations += 1;
+        let names: BTreeSet<String> = removed.iter().map(|&i| self.candidates[i].name.clone()).collect();
+        Some(place(self.snapshot, self.region, pools, &names, max_new))
+    }
+
+    /// The candidates `method` may act on, cheapest to disrupt first, in pools whose
+    /// budget for it allows at least one more node; the others are declined with the
+    /// reason. A method removing several nodes takes them from the returned allowance.
+    pub fn ordered(&mut self, method: Method, filter: impl Fn(&Candidate<'_>) -> bool) -> (Vec<usize>, Allowance) {
+        let allowance = self.allowance(method.budget_reason());
+        let mut order: Vec<usize> = (0..self.candidates.len())
+            .filter(|&i| filter(&self.candidates[i]))
+            .collect();
+        order.sort_by(|&a, &b| {
+            let (ca, cb) = (&self.candidates[a], &self.candidates[b]);
+            ca.disruption_cost
+                .total_cmp(&cb.disruption_cost)
+                .then(cb.price.total_cmp(&ca.price))
+                .then(ca.name.cmp(&cb.name))
+        });
+        let mut out = Vec::new();
+        for i in order {
+            if let Err(b) = self.eligible(i, method) {
+                self.decline(i, b);
+                continue;
+            }
+            let pool = self.candidates[i].pool_name.clone();
+            if !allowance.allows(&pool) {
+                self.decline(
+                    i,
+                    Blocked::new(
+                        BlockKind::Budget,
+                        format!(
+                            "NodePool {pool}'s disruption budget for {} allows no more nodes now",
+                            method.budget_reason().map_or("this", reason_name)
+                        ),
+                    ),
+                );
+                continue;
+            }
+            out.push(i);
+        }
+        (out, allowance)
+    }
+
+    /// The pool of candidate `i`'s NodePool list with every pool as it is.
+    pub fn pools(&self) -> &'a [NodePool] {
+        &self.snapshot.nodepools
+    }
+}
+
+fn reason_name(r: DisruptionReason) -> &'static str {
+    match r {
+        DisruptionReason::Underutilized => "Underutilized",
+        DisruptionReason::Empty => "Empty",
+        DisruptionReason::Drifted => "Drifted",
+    }
+}
+
+/// Why a node still counts as starting: not Ready, or carrying a startup taint (its
+/// NodePool's, or one of Carpool's own, such as the launch wave's). Karpenter considers only
+/// initialized nodes.
+fn starting(c: &Candidate<'_>, pool: &NodePool) -> Option<String> {
+    if !c.ready.0 {
+        return Some("the node is not Ready".into());
+    }
+    let taints = c.node.spec.as_ref().and_then(|s| s.taints.as_ref())?;
+    taints
+        .iter()
+        .find(|t| {
+            t.key != DISRUPTED_TAINT
+                && (EPHEMERAL_TAINTS.contains(&t.key.as_str())
+                    || pool
+                        .spec
+                        .template
+                        .spec
+                        .startup_taints
+                        .iter()
+                        .any(|s| s.key == t.key && s.effect == t.effect))
+        })
+        .map(|t| format!("the node still carries the startup taint {}", t.key))
+}
+
+/// Decides what to disrupt now.
+pub fn decide(input: &DisruptionInput<'_>) -> DisruptionDecision {
+    let mut ctx = Ctx::new(input);
+    let mut command = None;
+    for method in Method::ORDER {
+        let found = match method {
+            Method::Emptiness => emptiness::find(&mut ctx),
+            Method::Repair => repair::find(&mut ctx),
+            Method::Expiration => expiration::find(&mut ctx),
+            Method::Drift => drift::find(&mut ctx),
+            Method::MultiNode => multi_node::find(&mut ctx),
+            Method::SingleNode => single_node::find(&mut ctx),
+            Method::Split => split::find(&mut ctx),
+            Method::SpotToSpot => spot::find_spot_to_spot(&mut ctx),
+            Method::ReturnToSpot => spot::find_return_to_spot(&mut ctx),
+        };
+        if found.is_some() {
+            command = found;
+            break;
+        }
+    }
+    let chosen: BTreeSet<&str> = command
+        .as_ref()
+        .map(|c: &DisruptionCommand| c.nodes.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let mut candidates: Vec<CandidateReport> = ctx
+        .candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let blocked_by = if chosen.contains(c.name.as_str()) {
+                None
+            } else {
+                c.blocked.clone().or_else(|| ctx.verdicts.get(&i).cloned())
+            };
+            CandidateReport {
+                node: c.name.clone(),
+                nodepool: c.pool_name.clone(),
+                price_per_hour: c.price,
+                disruptable: blocked_by.is_none(),
+                blocked_by,
+            }
+        })
+        .collect();
+    candidates.sort_by(|a, b| a.node.cmp(&b.node));
+    DisruptionDecision {
+        command,
+        candidates,
+        simulations: ctx.simulations,
+    }
+}
