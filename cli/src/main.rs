@@ -7,6 +7,7 @@
 
 mod bench;
 mod catalog_cmd;
+mod disrupt_cmd;
 mod event_cmd;
 mod output;
 mod plan_cmd;
@@ -33,6 +34,8 @@ enum Command {
     Catalog(catalog_cmd::CatalogArgs),
     /// Plan new nodes for the pending pods of a cluster dump.
     Plan(plan_cmd::PlanArgs),
+    /// What the consolidator would do now with a cluster dump, and why every other node is kept.
+    Disrupt(disrupt_cmd::DisruptArgs),
     /// What Carpool would do with interruption events (EventBridge, SQS or a Lambda SQS batch), touching nothing.
     Event(event_cmd::EventArgs),
     /// Measure the planner: Karpenter's scheduling benchmark, and the packing suite.
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Catalog(args) => catalog_cmd::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Event(args) => event_cmd::run(&args),
+        Command::Disrupt(args) => disrupt_cmd::run(&args),
         Command::Bench(args) => bench::run(&args),
     };
     match result {

@@ -2,10 +2,13 @@
 //!
 //! - `schedule` reproduces Karpenter's scheduling benchmark (its pod mix, 400 instance
 //!   types) and reports the planning time.
+//! - `consolidate` times one consolidation decision over a generated cluster
+//!   ([`consolidate`]).
 //! - `packing` runs a suite of scenarios and compares Carpool's plan with a Karpenter-style
 //!   first-fit-decreasing baseline ([`ffd`]) and with the LP lower bound. Every plan, the
 //!   baseline's too, must pass the independent checker.
 
+mod consolidate;
 mod ffd;
 mod provision;
 mod scenarios;
@@ -56,6 +59,18 @@ enum BenchCommand {
         /// Instance types in the NodePool.
         #[arg(long, default_value_t = 400)]
         instance_types: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One consolidation decision over a generated cluster of running pods.
+    Consolidate {
+        /// Nodes.
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        /// Running pods.
+        #[arg(long, default_value_t = 20000)]
+        pods: usize,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -190,6 +205,27 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     r.plan_ms,
                     r.run_ms,
                     r.cost_per_hour,
+                    r.peak_rss_mib.unwrap_or(0.0)
+                );
+            }
+        }
+        BenchCommand::Consolidate { nodes, pods, json } => {
+            if *nodes == 0 {
+                return Err(UsageError("--nodes must be at least 1".into()).into());
+            }
+            let r = consolidate::run(&region, *nodes, *pods)?;
+            if *json {
+                say!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                say!(
+                    "nodes {}  pods {}  elapsed {:.0} ms  method {}  removed {}  saves ${:.4}/h  simulations {}  peak RSS {:.0} MiB",
+                    r.nodes,
+                    r.pods,
+                    r.elapsed_ms,
+                    r.method.as_deref().unwrap_or("none"),
+                    r.removed,
+                    r.savings_per_hour,
+                    r.simulations,
                     r.peak_rss_mib.unwrap_or(0.0)
                 );
             }
