@@ -641,3 +641,27 @@ fn when_empty_pools_only_delete_empty_nodes() {
     assert!(d.command.is_none(), "{d:#?}");
     assert_eq!(blocked(&d, "a"), Some(BlockKind::Policy));
 }
+
+// aws/karpenter-provider-aws #5304: Karpenter replaces a node by one node at most; two
+// smaller nodes of other shapes can cost less.
+#[test]
+fn a_node_whose_pods_are_cheaper_on_two_nodes_is_split() {
+    let mut p = on_demand_m5("default");
+    p["spec"]["template"]["spec"]["requirements"][1]["values"] = json!(["m5", "c5", "r5"]);
+    let s = snapshot(vec![
+        p,
+        node("big", "default", "m5.4xlarge", "on-demand"),
+        pod_on("cpu-0", "big", "1400m", "512Mi").build(),
+        pod_on("cpu-1", "big", "1400m", "512Mi").build(),
+        pod_on("mem-0", "big", "100m", "6Gi").build(),
+    ]);
+    let cmd = decide_at(&s, NOW).command.expect("a split");
+    assert_eq!(cmd.method, Method::Split);
+    assert_eq!(cmd.replacements.len(), 2);
+    let total: f64 = cmd.replacements.iter().map(|r| r.price_per_hour).sum();
+    let removed = price("m5.4xlarge", CapacityType::OnDemand);
+    assert!(total <= removed * 0.9, "{total} vs {removed}");
+    assert!((cmd.savings_per_hour - (removed - total)).abs() < 1e-9);
+    let to: std::collections::BTreeSet<&str> = cmd.moves.iter().map(|m| m.to.as_str()).collect();
+    assert_eq!(to, ["replacement-0", "replacement-1"].into_iter().collect());
+}
