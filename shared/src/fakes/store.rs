@@ -27,6 +27,10 @@ pub struct FakeStore {
     items: Mutex<BTreeMap<String, Item>>,
     calls: Mutex<Vec<String>>,
     fail_next: Mutex<Vec<StoreErrorKind>>,
+    /// The call (a prefix of `method key`) at which the store dies, as a crashed run sees
+    /// it: that call and every later one fail, until [`FakeStore::revive`].
+    crash_at: Mutex<Option<String>>,
+    dead: Mutex<bool>,
 }
 
 /// An error to inject.
@@ -61,6 +65,20 @@ impl FakeStore {
         lock(&self.calls).clone()
     }
 
+    /// Dies at the first call starting with `call` (e.g. `"create LAUNCH#"`): that call and
+    /// every later one fail, so the run stops there with its state as far as it got, as a
+    /// crash or a Lambda timeout leaves it. [`FakeStore::revive`] brings it back (the next
+    /// run).
+    pub fn crash_at(&self, call: &str) {
+        *lock(&self.crash_at) = Some(call.to_string());
+    }
+
+    /// Ends a crash: calls succeed again, and no crash is armed.
+    pub fn revive(&self) {
+        *lock(&self.dead) = false;
+        *lock(&self.crash_at) = None;
+    }
+
     /// Makes the next call fail with `kind` (several queue up).
     pub fn fail_next(&self, kind: StoreErrorKind) {
         lock(&self.fail_next).push(kind);
@@ -68,6 +86,19 @@ impl FakeStore {
 
     fn enter(&self, call: String) -> Result<MutexGuard<'_, BTreeMap<String, Item>>, StoreError> {
         lock(&self.calls).push(call.clone());
+        {
+            let mut dead = lock(&self.dead);
+            if lock(&self.crash_at)
+                .as_ref()
+                .is_some_and(|c| call.starts_with(c.as_str()))
+            {
+                *dead = true;
+                *lock(&self.crash_at) = None;
+            }
+            if *dead {
+                return Err(StoreError::Api(format!("crashed before {call}").into()));
+            }
+        }
         let mut failures = lock(&self.fail_next);
         if !failures.is_empty() {
             return Err(match failures.remove(0) {

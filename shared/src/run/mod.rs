@@ -12,6 +12,7 @@
 //! - [`price_refresh`]: a region's catalog with live prices and offerings, read again
 //!   when stale; every function that plans keeps one across invocations.
 
+pub mod consolidate;
 pub mod drain;
 pub mod interruption;
 pub mod price_refresh;

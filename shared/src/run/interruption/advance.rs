@@ -91,7 +91,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'_, C, K, S, T> 
     /// Advances a disruption as far as it goes by `until`; see the module doc. A
     /// disruption another invocation took over or finished meanwhile ends this one's work
     /// on it, without error.
-    pub(super) async fn advance(
+    pub(crate) async fn advance(
         &self,
         region: &RegionCatalog<'_>,
         record: DisruptionRecord,

@@ -229,9 +229,14 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
         region: &RegionCatalog<'_>,
         until: SystemTime,
     ) -> Result<Vec<EventReport>, InterruptionError> {
+        // A consolidation's disruptions are the consolidator's to advance (it rolls them
+        // back when their replacement fails or their drain stalls).
         let records = self.store.list_disruptions().await?;
         let mut reports = Vec::new();
-        for record in records {
+        for record in records
+            .into_iter()
+            .filter(|r| !crate::run::consolidate::is_consolidation(r))
+        {
             let report = EventReport::new(
                 &record.event_id,
                 crate::decide::interruption::EventKind::Scheduled,
@@ -351,6 +356,27 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
             return Ok(report);
         }
         let record = match existing {
+            // A node being consolidated is interrupted: the interruption's deadline wins,
+            // and the record is the interruption function's from now on.
+            Some(mut record) if crate::run::consolidate::is_consolidation(&record) => {
+                if let Action::Disrupt {
+                    cause: Cause::SpotInterruption | Cause::StateChange(_),
+                } = event.action
+                {
+                    let event_at = event.time.unwrap_or_else(|| epoch_millis(start));
+                    let deadline_ms = i64::try_from(self.settings.drain_deadline.as_millis()).unwrap_or(i64::MAX);
+                    record.hard_deadline = true;
+                    record.wait_for_replacement = false;
+                    record.drain_deadline = event_at.saturating_add(deadline_ms);
+                }
+                record.event_id.clone_from(&event.id);
+                record.reason = reason_of(&event.action).to_string();
+                match self.store.update_disruption(&record).await {
+                    Ok(r) => r,
+                    Err(StoreError::Conflict { .. }) => return Ok(report),
+                    Err(e) => return Err(e.into()),
+                }
+            }
             Some(record) => record,
             None => {
                 let event_at = event.time.unwrap_or_else(|| epoch_millis(start));

@@ -1,0 +1,301 @@
+//! Carrying a consolidation out: start it, resume it, roll it back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use super::report::{ConsolidationReport, RolledBack};
+use super::{ConsolidationError, Consolidator, GROUP_PREFIX, REASON_PREFIX, is_consolidation};
+use crate::catalog::RegionCatalog;
+use crate::decide::disruption::DisruptionCommand;
+use crate::decide::interruption::EventKind;
+use crate::decide::replacement::moving_pods;
+use crate::decide::reservation::reservation_for;
+use crate::model::node::instance_id_from_provider_id;
+use crate::model::well_known as wk;
+use crate::ports::{
+    Cloud, Cluster, ClusterError, DisruptionRecord, DisruptionStep, LaunchState, StateStore, StoreError, Timer,
+    epoch_millis,
+};
+use crate::run::interruption::advance::{disrupted_taint, replacement_prefix};
+use crate::run::interruption::{EventReport, Interrupter, InterruptionSettings, Outcome};
+use crate::run::provision::launch::LaunchOutcome;
+use crate::snapshot::Snapshot;
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T> {
+    /// Starts a command: records, taints, launches the replacements, then advances.
+    pub(super) async fn start(
+        &self,
+        region: &RegionCatalog<'_>,
+        snapshot: &Snapshot,
+        command: &DisruptionCommand,
+        until: SystemTime,
+        report: &mut ConsolidationReport,
+    ) -> Result<(), ConsolidationError> {
+        let mut targets = Vec::new();
+        for name in &command.nodes {
+            let node = snapshot.nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name));
+            let instance = node
+                .and_then(|n| n.spec.as_ref()?.provider_id.as_deref())
+                .and_then(instance_id_from_provider_id);
+            let Some(instance) = instance else {
+                report.abandoned = Some(format!("node {name} has no EC2 instance in its providerID"));
+                return Ok(());
+            };
+            let pool = node
+                .and_then(|n| n.metadata.labels.as_ref()?.get(wk::NODEPOOL).cloned())
+                .filter(|p| !p.is_empty());
+            targets.push((name.clone(), instance.to_string(), pool));
+        }
+        let Some(group) = targets.first().map(|t| t.1.clone()) else {
+            return Ok(());
+        };
+        let now = self.clock.now();
+        let mut records = Vec::new();
+        for (node, instance, pool) in &targets {
+            let record = DisruptionRecord {
+                instance_id: instance.clone(),
+                node: node.clone(),
+                reason: format!("{REASON_PREFIX}{}", command.method),
+                step: DisruptionStep::Tainted,
+                replacements: Vec::new(),
+                started_at: epoch_millis(now),
+                updated_at: epoch_millis(now),
+                event_id: format!("{GROUP_PREFIX}{group}"),
+                nodepool: pool.clone(),
+                drain_deadline: epoch_millis(now).saturating_add(ms(self.settings.drain_limit)),
+                hard_deadline: false,
+                wait_for_replacement: true,
+                evicted: Vec::new(),
+                held_by: None,
+                held_until: 0,
+                version: 0,
+            };
+            match self.store.create_disruption(&record).await {
+                Ok(r) => records.push(r),
+                Err(StoreError::Conflict { .. }) => {
+                    let why = format!("a disruption of {node} started meanwhile");
+                    self.roll_back(&records, &why, report).await?;
+                    report.abandoned = Some(why);
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for r in &records {
+            match self.cluster.taint(&r.node, &disrupted_taint()).await {
+                Ok(()) | Err(ClusterError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut launch_ids = Vec::new();
+        if !command.replacements.is_empty() && !self.settings.provision.dry_run {
+            let moving: Vec<_> = command.nodes.iter().flat_map(|n| moving_pods(snapshot, n)).collect();
+            let reservation = reservation_for(&group, &moving);
+            let provisioner = self.provisioner(&replacement_prefix(&group));
+            let outcomes = provisioner
+                .launch_all(
+                    &command.replacements,
+                    snapshot,
+                    region,
+                    self.clock.now(),
+                    &BTreeMap::new(),
+                    Some(&reservation),
+                    None,
+                )
+                .await;
+            let mut failed = None;
+            for outcome in outcomes {
+                match outcome {
+                    Ok(LaunchOutcome::Launched(l)) => launch_ids.push(l.1.id),
+                    Ok(LaunchOutcome::Unknown(u)) => launch_ids.push(u.1.id),
+                    Ok(LaunchOutcome::OutOfCapacity(offerings, f)) => {
+                        for o in offerings {
+                            self.store.mark_unavailable(&o).await?;
+                        }
+                        failed = Some(format!(
+                            "{} in {} ({}): {}",
+                            f.instance_type, f.zone, f.capacity_type, f.error
+                        ));
+                    }
+                    Ok(LaunchOutcome::Failed(f)) => {
+                        failed = Some(format!(
+                            "{} in {} ({}): {}",
+                            f.instance_type, f.zone, f.capacity_type, f.error
+                        ));
+                    }
+                    // The store failed around the launch: not the replacement's failure. The
+                    // run stops; the next one resumes from the records.
+                    Err(e) => return Err(ConsolidationError::Launch(e)),
+                }
+            }
+            if let Some(why) = failed {
+                self.roll_back(&records, &format!("the replacement launch failed: {why}"), report)
+                    .await?;
+                return Ok(());
+            }
+        }
+        for r in &mut records {
+            r.step = DisruptionStep::ReplacementLaunched;
+            r.replacements.clone_from(&launch_ids);
+            *r = self.store.update_disruption(r).await?;
+        }
+        report.started = records.iter().map(|r| r.node.clone()).collect();
+        tracing::info!(method = %command.method, nodes = ?command.nodes, replacements = ?launch_ids,
+            savings_per_hour = command.savings_per_hour, "consolidation started");
+        self.advance_group(region, records, until, report).await?;
+        Ok(())
+    }
+
+    /// Resumes the consolidation in progress, if any; `true` when one is still going (no
+    /// other may start).
+    pub(super) async fn resume(
+        &self,
+        region: &RegionCatalog<'_>,
+        until: SystemTime,
+        report: &mut ConsolidationReport,
+    ) -> Result<bool, ConsolidationError> {
+        let mut groups: BTreeMap<String, Vec<DisruptionRecord>> = BTreeMap::new();
+        for r in self
+            .store
+            .list_disruptions()
+            .await?
+            .into_iter()
+            .filter(is_consolidation)
+        {
+            groups.entry(r.event_id.clone()).or_default().push(r);
+        }
+        let mut going = false;
+        for (group, mut records) in groups {
+            let first = group.trim_start_matches(GROUP_PREFIX).to_string();
+            let prefix = format!("{}-", replacement_prefix(&first));
+            let launches: Vec<_> = self
+                .store
+                .list_launches()
+                .await?
+                .into_iter()
+                .filter(|l| l.id.starts_with(&prefix))
+                .collect();
+            let now = self.clock.now();
+            // Crashed between its records and its launch: nothing was launched.
+            if records.iter().any(|r| r.step == DisruptionStep::Tainted) {
+                let needs_launch = records.iter().any(|r| r.reason != format!("{REASON_PREFIX}emptiness"));
+                if needs_launch && launches.is_empty() {
+                    self.roll_back(
+                        &records,
+                        "the run that started it ended before its replacement was launched",
+                        report,
+                    )
+                    .await?;
+                    continue;
+                }
+                for r in &mut records {
+                    r.step = DisruptionStep::ReplacementLaunched;
+                    r.replacements = launches.iter().map(|l| l.id.clone()).collect();
+                    *r = self.store.update_disruption(r).await?;
+                }
+            }
+            let failed = records
+                .iter()
+                .flat_map(|r| r.replacements.iter())
+                .filter(|id| {
+                    launches
+                        .iter()
+                        .any(|l| &l.id == *id && matches!(l.state, LaunchState::Failed { .. }))
+                })
+                .count();
+            let before_drain = records.iter().all(|r| r.step < DisruptionStep::Draining);
+            if failed > 0 && before_drain {
+                self.roll_back(&records, "its replacement failed to come up", report)
+                    .await?;
+                continue;
+            }
+            let stalled = records.iter().all(|r| r.step < DisruptionStep::Terminated)
+                && records.iter().any(|r| epoch_millis(now) >= r.drain_deadline);
+            if stalled {
+                let why = format!(
+                    "its drain did not finish within {} s (pods blocked by PDBs or not leaving)",
+                    self.settings.drain_limit.as_secs()
+                );
+                self.roll_back(&records, &why, report).await?;
+                continue;
+            }
+            going |= self.advance_group(region, records, until, report).await?;
+        }
+        Ok(going)
+    }
+
+    /// Advances each record of a group with the interruption function's machinery;
+    /// `true` while any is not finished.
+    async fn advance_group(
+        &self,
+        region: &RegionCatalog<'_>,
+        records: Vec<DisruptionRecord>,
+        until: SystemTime,
+        report: &mut ConsolidationReport,
+    ) -> Result<bool, ConsolidationError> {
+        let interrupter = Interrupter::new(
+            self.cloud,
+            self.cluster,
+            self.store,
+            self.clock,
+            InterruptionSettings {
+                provision: self.settings.provision.clone(),
+                drain_deadline: self.settings.drain_slice,
+                ..InterruptionSettings::default()
+            },
+            &self.owner,
+        );
+        let mut going = false;
+        for record in records {
+            let start = EventReport::new(
+                &record.event_id,
+                EventKind::Scheduled,
+                "consolidate",
+                Some(&record.instance_id),
+                Outcome::Draining,
+            );
+            let done = interrupter
+                .advance(region, record.clone(), None, None, until, start)
+                .await?;
+            report.evicted += done.evicted;
+            report.blocked.extend(done.blocked.iter().cloned());
+            if done.outcome == Outcome::CleanedUp || done.outcome == Outcome::Terminating {
+                if record.step < DisruptionStep::Terminated {
+                    report.nodes_consolidated += 1;
+                }
+            } else {
+                going = true;
+            }
+            report.steps.push((record.node.clone(), format!("{:?}", done.outcome)));
+        }
+        Ok(going)
+    }
+
+    /// Undoes a consolidation that cannot finish: untaints its nodes and deletes its
+    /// records (its replacements, if any came up, are capacity like any other).
+    async fn roll_back(
+        &self,
+        records: &[DisruptionRecord],
+        why: &str,
+        report: &mut ConsolidationReport,
+    ) -> Result<(), ConsolidationError> {
+        let nodes: BTreeSet<String> = records.iter().map(|r| r.node.clone()).collect();
+        for r in records {
+            match self.cluster.untaint(&r.node, &disrupted_taint()).await {
+                Ok(()) | Err(ClusterError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.store.delete_disruption(&r.instance_id).await?;
+        }
+        tracing::warn!(nodes = ?nodes, reason = %why, "consolidation rolled back");
+        report.rolled_back.push(RolledBack {
+            nodes: nodes.into_iter().collect(),
+            reason: why.to_string(),
+        });
+        Ok(())
+    }
+}

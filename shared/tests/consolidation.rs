@@ -1,0 +1,333 @@
+//! The consolidator's run over the in-memory ports: an empty node is deleted; three
+//! under-used nodes give way to one cheaper replacement once it is Ready; crashes after
+//! the taint and after the replacement's launch are resumed (or rolled back) by the next
+//! run without launching twice; a failed replacement is rolled back; and a cluster left
+//! alone for 30 minutes after consolidating is not disrupted again.
+
+use std::time::{Duration, SystemTime};
+
+use carpool::catalog::Catalog;
+use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
+use carpool::fixtures::{EC2NodeClassBuilder, PodBuilder};
+use carpool::model::CapacityType;
+use carpool::ports::{Clock, DisruptionStep, Instance, InstanceState, StateStore};
+use carpool::run::consolidate::{ConsolidationReport, ConsolidationSettings, Consolidator};
+use carpool::run::provision::Settings;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use pollster::block_on;
+use serde_json::json;
+
+const START: u64 = 1_790_000_000;
+const DEPLOYMENT: &str = "carpool-test";
+
+fn start() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(START)
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t).unwrap().to_string()
+}
+
+struct World {
+    cloud: FakeCloud,
+    cluster: FakeCluster,
+    store: FakeStore,
+    clock: FakeClock,
+}
+
+fn settings() -> ConsolidationSettings {
+    ConsolidationSettings {
+        provision: Settings {
+            deployment: DEPLOYMENT.into(),
+            ..Settings::default()
+        },
+        ..ConsolidationSettings::default()
+    }
+}
+
+impl World {
+    /// An on-demand m5 NodePool whose budget allows every node, and no node yet.
+    fn new() -> Self {
+        let w = World {
+            cloud: FakeCloud::new(),
+            cluster: FakeCluster::new(),
+            store: FakeStore::new(),
+            clock: FakeClock::at(start()),
+        };
+        w.cloud.set_now(START as i64 * 1000);
+        w.cluster
+            .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "general"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
+                "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}}}));
+        w.cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
+        w
+    }
+
+    /// A Ready m5.xlarge node `name`, its instance `i-<name>`, launched an hour ago.
+    fn node(&self, name: &str) {
+        let id = format!("i-{name}");
+        self.cloud.add_instance(Instance {
+            id: id.clone(),
+            instance_type: "m5.xlarge".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::OnDemand,
+            nodepool: "general".into(),
+            launch_id: format!("run-{name}"),
+            deployment: Some(DEPLOYMENT.into()),
+            state: InstanceState::Running,
+            launched_at: Some(START as i64 * 1000 - 3_600_000),
+        });
+        self.add_node(name, &format!("aws:///us-east-1a/{id}"), "m5.xlarge");
+    }
+
+    fn add_node(&self, name: &str, provider_id: &str, instance_type: &str) {
+        let ago = rfc3339(start() - Duration::from_secs(3600));
+        let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "creationTimestamp": ago, "labels": {
+                "kubernetes.io/hostname": name, "karpenter.sh/nodepool": "general", "carpool.sh/managed": "true",
+                "node.kubernetes.io/instance-type": instance_type, "topology.kubernetes.io/zone": "us-east-1a",
+                "karpenter.sh/capacity-type": "on-demand", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}},
+            "spec": {"providerID": provider_id},
+            "status": {"allocatable": {"cpu": "3920m", "memory": "14Gi", "pods": "58"},
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ago}]}}))
+        .unwrap();
+        self.cluster.add_node(node);
+    }
+
+    /// A running `web` pod of 1 CPU on `node`.
+    fn pod(&self, name: &str, node: &str) {
+        let pod: Pod = PodBuilder::new(name)
+            .namespace("shop")
+            .uid(name)
+            .label("app", "web")
+            .requests("1", "2Gi")
+            .owner("apps/v1", "ReplicaSet", "web-rs")
+            .spec("nodeName", json!(node))
+            .created(&rfc3339(start() - Duration::from_secs(3600)))
+            .running()
+            .pod()
+            .unwrap();
+        self.cluster.add_pod(pod);
+    }
+
+    fn daemon_pod(&self, name: &str, node: &str) {
+        let pod: Pod = PodBuilder::new(name)
+            .namespace("kube-system")
+            .requests("100m", "128Mi")
+            .owner("apps/v1", "DaemonSet", "aws-node")
+            .spec("nodeName", json!(node))
+            .running()
+            .pod()
+            .unwrap();
+        self.cluster.add_pod(pod);
+    }
+
+    fn run(&self, owner: &str) -> Result<ConsolidationReport, String> {
+        let catalog = Catalog::embedded().unwrap();
+        let region = catalog.region("us-east-1").unwrap();
+        let c = Consolidator::new(&self.cloud, &self.cluster, &self.store, &self.clock, settings(), owner);
+        let until = self.clock.now() + Duration::from_secs(240);
+        block_on(c.run(&region, until)).map_err(|e| carpool::error_chain::Chain(&e).to_string())
+    }
+
+    /// Instances launched by Carpool's consolidations (their launch ids say so).
+    fn replacements(&self) -> Vec<Instance> {
+        self.cloud
+            .instances()
+            .into_iter()
+            .filter(|i| i.launch_id.starts_with("disrupt-"))
+            .collect()
+    }
+
+    /// Registers every replacement as a Ready Node.
+    fn register_replacements(&self) {
+        for i in self.replacements() {
+            let name = format!("node-{}", i.id);
+            if self.cluster.node(&name).is_none() {
+                self.add_node(&name, &i.provider_id(), &i.instance_type);
+            }
+        }
+    }
+
+    fn terminated(&self, id: &str) -> bool {
+        self.cloud
+            .instances()
+            .iter()
+            .any(|i| i.id == id && i.state == InstanceState::Terminated)
+    }
+
+    fn tainted(&self, node: &str) -> bool {
+        self.cluster.node(node).is_some_and(|n| {
+            n.spec
+                .and_then(|s| s.taints)
+                .is_some_and(|ts| ts.iter().any(|t| t.key == "carpool.sh/disrupted"))
+        })
+    }
+
+    fn disruptions(&self) -> Vec<carpool::ports::DisruptionRecord> {
+        block_on(self.store.list_disruptions()).unwrap()
+    }
+
+    /// The next run after a crash: the store answers again, and the crashed run's lease
+    /// has lapsed.
+    fn after_crash(&self) {
+        self.store.revive();
+        self.clock.advance(Duration::from_secs(600));
+    }
+}
+
+fn three_underused() -> World {
+    let w = World::new();
+    for n in ["a", "b", "c"] {
+        w.node(n);
+        w.pod(&format!("web-{n}"), n);
+        w.daemon_pod(&format!("aws-node-{n}"), n);
+    }
+    w
+}
+
+#[test]
+fn an_empty_node_is_drained_terminated_and_deleted_in_one_run() {
+    let w = World::new();
+    w.node("empty");
+    w.daemon_pod("aws-node-1", "empty");
+    w.node("busy");
+    w.pod("web-1", "busy");
+    w.pod("web-2", "busy");
+    w.pod("web-3", "busy");
+    let r = w.run("run-1").unwrap();
+    assert_eq!(r.command.as_ref().unwrap().nodes, vec!["empty".to_string()], "{r:#?}");
+    assert!(w.terminated("i-empty"));
+    assert!(w.cluster.node("empty").is_none(), "the Node is deleted");
+    assert!(w.disruptions().is_empty(), "and its record");
+    assert_eq!(r.nodes_consolidated, 1);
+    assert!(!w.terminated("i-busy"));
+}
+
+#[test]
+fn three_underused_nodes_move_onto_one_cheaper_replacement_once_it_is_ready() {
+    let w = three_underused();
+    let r = w.run("run-1").unwrap();
+    let cmd = r.command.clone().expect("a command");
+    assert_eq!(cmd.nodes.len(), 3, "{r:#?}");
+    assert_eq!(w.replacements().len(), 1);
+    for n in ["a", "b", "c"] {
+        assert!(w.tainted(n));
+    }
+    assert_eq!(r.evicted, 0, "nothing is evicted before the replacement is Ready");
+    assert!(
+        w.disruptions()
+            .iter()
+            .all(|d| d.step == DisruptionStep::ReplacementLaunched)
+    );
+
+    // Not Ready yet: the next run waits, and starts nothing else.
+    w.clock.advance(Duration::from_secs(300));
+    let r = w.run("run-2").unwrap();
+    assert!(r.command.is_none() && r.evicted == 0, "{r:#?}");
+
+    w.register_replacements();
+    w.clock.advance(Duration::from_secs(300));
+    let r = w.run("run-3").unwrap();
+    assert_eq!(r.evicted, 3, "{r:#?}");
+    for n in ["a", "b", "c"] {
+        assert!(w.terminated(&format!("i-{n}")));
+        assert!(w.cluster.node(n).is_none());
+    }
+    assert!(w.disruptions().is_empty());
+    assert_eq!(w.replacements().len(), 1, "launched once");
+}
+
+#[test]
+fn a_crash_after_the_taint_is_rolled_back_and_the_next_run_starts_afresh() {
+    let w = three_underused();
+    w.store.crash_at("create LAUNCH#");
+    assert!(w.run("run-1").is_err(), "the run died at the launch record");
+    w.after_crash();
+    assert!(w.tainted("a"), "it had tainted its nodes");
+    assert!(w.replacements().is_empty(), "and launched nothing");
+
+    let r = w.run("run-2").unwrap();
+    assert_eq!(r.rolled_back.len(), 1, "{r:#?}");
+    assert!(r.rolled_back[0].reason.contains("before its replacement was launched"));
+    // Then it decided again and started the same consolidation, launching once.
+    assert_eq!(w.replacements().len(), 1);
+    assert_eq!(w.disruptions().len(), 3);
+}
+
+#[test]
+fn a_crash_after_the_replacement_launch_is_resumed_without_launching_twice() {
+    let w = three_underused();
+    w.store.crash_at("update DISRUPT#");
+    assert!(w.run("run-1").is_err());
+    w.after_crash();
+    assert_eq!(w.replacements().len(), 1, "the replacement was launched");
+    assert!(w.disruptions().iter().all(|d| d.step == DisruptionStep::Tainted));
+
+    w.register_replacements();
+    let r = w.run("run-2").unwrap();
+    assert!(r.rolled_back.is_empty(), "{r:#?}");
+    assert_eq!(r.evicted, 3, "{r:#?}");
+    assert_eq!(w.replacements().len(), 1, "never launched twice");
+    assert!(w.disruptions().is_empty());
+}
+
+#[test]
+fn a_replacement_that_cannot_launch_is_rolled_back_and_the_nodes_untainted() {
+    let w = three_underused();
+    // EC2 has no m5 on-demand capacity in the zone (the catalog does not know it yet).
+    for t in [
+        "m5.large",
+        "m5.xlarge",
+        "m5.2xlarge",
+        "m5.4xlarge",
+        "m5.8xlarge",
+        "m5.12xlarge",
+        "m5.16xlarge",
+        "m5.24xlarge",
+        "m5.metal",
+    ] {
+        for z in ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1f"] {
+            w.cloud.exhaust(carpool::ports::OfferingKey {
+                instance_type: t.into(),
+                zone: z.into(),
+                capacity_type: CapacityType::OnDemand,
+            });
+        }
+    }
+    let r = w.run("run-1").unwrap();
+    assert_eq!(r.rolled_back.len(), 1, "{r:#?}");
+    assert!(r.rolled_back[0].reason.contains("replacement launch failed"));
+    for n in ["a", "b", "c"] {
+        assert!(!w.tainted(n), "{n} untainted");
+        assert!(!w.terminated(&format!("i-{n}")));
+    }
+    assert!(w.disruptions().is_empty());
+}
+
+#[test]
+fn thirty_quiet_minutes_after_consolidating_disrupt_nothing_more() {
+    let w = three_underused();
+    w.run("run-1").unwrap();
+    w.register_replacements();
+    w.clock.advance(Duration::from_secs(300));
+    w.run("run-2").unwrap();
+    assert!(w.disruptions().is_empty());
+    // The ReplicaSet's pods come back on the replacement.
+    let node = format!("node-{}", w.replacements()[0].id);
+    for n in ["a", "b", "c"] {
+        w.pod(&format!("web-{n}-r"), &node);
+    }
+    for i in 0..6 {
+        w.clock.advance(Duration::from_secs(300));
+        let r = w.run(&format!("steady-{i}")).unwrap();
+        assert!(r.command.is_none(), "minute {}: {r:#?}", (i + 1) * 5);
+    }
+    assert!(!w.tainted(&node));
+    assert_eq!(w.replacements().len(), 1);
+}
