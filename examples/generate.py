@@ -104,57 +104,62 @@ def write(name, items):
         f.write("\n")
 
 
-# A web tier spread across zones, with room left on two existing nodes.
-web = []
-web += [node("ip-10-0-1-10.ec2.internal", "m6i.xlarge", "us-east-1a", 4000, 16384, 58),
-        node("ip-10-0-2-11.ec2.internal", "m6i.xlarge", "us-east-1b", 4000, 16384, 58)]
-web += [pod("shop", f"cart-5c8b-{i}", "cart", "500m", "1Gi", node="ip-10-0-1-10.ec2.internal") for i in range(2)]
-anti_pref = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-    {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}}]}}
-web += deployment("shop", "web", 30, "500m", "1Gi", extra_spec={"topologySpreadConstraints": [zone_spread("web")], "affinity": anti_pref})
-web += deployment("shop", "api", 12, "1", "2Gi", extra_spec={"topologySpreadConstraints": [zone_spread("api")],
-                  "containers": [{"name": "api", "image": "example.com/api:2.1", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}},
-                                 ]})
-web += deployment("shop", "search", 6, "2", "4Gi", extra_spec={
-    "initContainers": [{"name": "envoy", "image": "envoyproxy/envoy", "restartPolicy": "Always",
-                        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}],
-    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "search"}}}]}}})
-web += SYSTEM_DAEMONSETS
-web += [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web", "namespace": "shop"},
-         "spec": {"minAvailable": "80%", "selector": {"matchLabels": {"app": "web"}}}}]
-web += [nodepool("default", GENERAL, limits={"cpu": "200"}), NODECLASS]
-write("web-zone-spread.json", web)
+def main():
+    # A web tier spread across zones, with room left on two existing nodes.
+    web = []
+    web += [node("ip-10-0-1-10.ec2.internal", "m6i.xlarge", "us-east-1a", 4000, 16384, 58),
+            node("ip-10-0-2-11.ec2.internal", "m6i.xlarge", "us-east-1b", 4000, 16384, 58)]
+    web += [pod("shop", f"cart-5c8b-{i}", "cart", "500m", "1Gi", node="ip-10-0-1-10.ec2.internal") for i in range(2)]
+    anti_pref = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}}]}}
+    web += deployment("shop", "web", 30, "500m", "1Gi", extra_spec={"topologySpreadConstraints": [zone_spread("web")], "affinity": anti_pref})
+    web += deployment("shop", "api", 12, "1", "2Gi", extra_spec={"topologySpreadConstraints": [zone_spread("api")],
+                      "containers": [{"name": "api", "image": "example.com/api:2.1", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}},
+                                     ]})
+    web += deployment("shop", "search", 6, "2", "4Gi", extra_spec={
+        "initContainers": [{"name": "envoy", "image": "envoyproxy/envoy", "restartPolicy": "Always",
+                            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}],
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "search"}}}]}}})
+    web += SYSTEM_DAEMONSETS
+    web += [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web", "namespace": "shop"},
+             "spec": {"minAvailable": "80%", "selector": {"matchLabels": {"app": "web"}}}}]
+    web += [nodepool("default", GENERAL, limits={"cpu": "200"}), NODECLASS]
+    write("web-zone-spread.json", web)
 
-# Batch jobs with big memory: a spot memory pool by weight, the default pool behind it.
-batch = deployment("batch", "etl", 20, "2", "28Gi") + deployment("batch", "train-features", 8, "8", "120Gi")
-batch += deployment("batch", "reporter", 10, "500m", "2Gi")
-batch += SYSTEM_DAEMONSETS
-batch += [nodepool("memory-spot", [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
-                                   {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["r", "x"]},
-                                   {"key": "karpenter.k8s.aws/instance-family", "operator": "Exists", "minValues": 3}],
-                   weight=50, limits={"memory": "4Ti"}),
-          nodepool("default", GENERAL), NODECLASS]
-write("batch-big-memory.json", batch)
+    # Batch jobs with big memory: a spot memory pool by weight, the default pool behind it.
+    batch = deployment("batch", "etl", 20, "2", "28Gi") + deployment("batch", "train-features", 8, "8", "120Gi")
+    batch += deployment("batch", "reporter", 10, "500m", "2Gi")
+    batch += SYSTEM_DAEMONSETS
+    batch += [nodepool("memory-spot", [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                                       {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["r", "x"]},
+                                       {"key": "karpenter.k8s.aws/instance-family", "operator": "Exists", "minValues": 3}],
+                       weight=50, limits={"memory": "4Ti"}),
+              nodepool("default", GENERAL), NODECLASS]
+    write("batch-big-memory.json", batch)
 
-# GPU inference: a tainted GPU pool for the model servers; the web front end elsewhere.
-gpu_tol = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-gpu = deployment("ml", "llm-server", 6, "6", "24Gi", extra_limits={"nvidia.com/gpu": "1"},
-                 extra_spec={"tolerations": gpu_tol, "topologySpreadConstraints": [zone_spread("llm-server", skew=2)]})
-gpu += deployment("ml", "embedder", 4, "3", "12Gi", extra_limits={"nvidia.com/gpu": "1"},
-                  extra_spec={"tolerations": gpu_tol, "nodeSelector": {"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"}})
-gpu += deployment("ml", "gateway", 10, "500m", "512Mi")
-gpu += SYSTEM_DAEMONSETS + [daemonset("nvidia-device-plugin", "50m", "100Mi")]
-gpu += [nodepool("gpu", [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g5", "g6", "g6e"]},
-                         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-                 weight=10, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
-                 labels={"workload": "gpu"}),
-        nodepool("default", GENERAL), NODECLASS]
-write("gpu-inference.json", gpu)
+    # GPU inference: a tainted GPU pool for the model servers; the web front end elsewhere.
+    gpu_tol = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    gpu = deployment("ml", "llm-server", 6, "6", "24Gi", extra_limits={"nvidia.com/gpu": "1"},
+                     extra_spec={"tolerations": gpu_tol, "topologySpreadConstraints": [zone_spread("llm-server", skew=2)]})
+    gpu += deployment("ml", "embedder", 4, "3", "12Gi", extra_limits={"nvidia.com/gpu": "1"},
+                      extra_spec={"tolerations": gpu_tol, "nodeSelector": {"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"}})
+    gpu += deployment("ml", "gateway", 10, "500m", "512Mi")
+    gpu += SYSTEM_DAEMONSETS + [daemonset("nvidia-device-plugin", "50m", "100Mi")]
+    gpu += [nodepool("gpu", [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g5", "g6", "g6e"]},
+                             {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                     weight=10, taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+                     labels={"workload": "gpu"}),
+            nodepool("default", GENERAL), NODECLASS]
+    write("gpu-inference.json", gpu)
 
-# Mixed shapes and no NodePool: the documented default pool applies.
-mixed = deployment("apps", "encoder", 40, "4", "2Gi") + deployment("apps", "cache", 40, "500m", "16Gi")
-mixed += deployment("apps", "frontend", 100, "250m", "512Mi")
-mixed += deployment("apps", "worker", 16, "2", "8Gi", extra_spec={"nodeSelector": {"kubernetes.io/arch": "arm64"}})
-mixed += SYSTEM_DAEMONSETS
-write("mixed.json", mixed)
+    # Mixed shapes and no NodePool: the documented default pool applies.
+    mixed = deployment("apps", "encoder", 40, "4", "2Gi") + deployment("apps", "cache", 40, "500m", "16Gi")
+    mixed += deployment("apps", "frontend", 100, "250m", "512Mi")
+    mixed += deployment("apps", "worker", 16, "2", "8Gi", extra_spec={"nodeSelector": {"kubernetes.io/arch": "arm64"}})
+    mixed += SYSTEM_DAEMONSETS
+    write("mixed.json", mixed)
+
+
+if __name__ == "__main__":
+    main()

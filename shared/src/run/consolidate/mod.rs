@@ -66,6 +66,26 @@ pub struct ConsolidationSettings {
     pub drain_slice: Duration,
 }
 
+impl ConsolidationSettings {
+    /// The settings of a configuration.
+    pub fn from_config(config: &crate::run::provision::ProvisionerConfig) -> Self {
+        let mut disruption = DisruptionSettings::default();
+        if config.repair_after.is_zero() {
+            // Repair off: no node is unhealthy for that long.
+            disruption.repair_after = Duration::MAX;
+        } else {
+            disruption.repair_after = config.repair_after;
+        }
+        ConsolidationSettings {
+            provision: Settings::from_config(config, config.watch),
+            disruption,
+            recheck_delay: config.consolidation_recheck,
+            drain_limit: config.consolidation_drain_limit,
+            ..ConsolidationSettings::default()
+        }
+    }
+}
+
 impl Default for ConsolidationSettings {
     fn default() -> Self {
         ConsolidationSettings {

@@ -84,6 +84,15 @@ pub struct ProvisionerConfig {
     /// (`CARPOOL_DRAIN_DEADLINE_SECONDS`, default 90, below 120: the spot notice is 2
     /// minutes).
     pub drain_deadline: Duration,
+    /// The consolidator's wait before re-checking a command on a fresh snapshot
+    /// (`CARPOOL_CONSOLIDATION_RECHECK_SECONDS`, default 15).
+    pub consolidation_recheck: Duration,
+    /// How long a consolidation's drain may stay blocked before it is rolled back
+    /// (`CARPOOL_CONSOLIDATION_DRAIN_LIMIT_SECONDS`, default 900).
+    pub consolidation_drain_limit: Duration,
+    /// How long a node's Ready condition must be False or Unknown before the consolidator
+    /// repairs it (`CARPOOL_REPAIR_AFTER_SECONDS`, default 1800; 0 turns repair off).
+    pub repair_after: Duration,
 }
 
 /// The root of AWS's public SSM parameters.
@@ -209,6 +218,9 @@ impl ProvisionerConfig {
             cluster_ca_file: optional(&get, "CARPOOL_CLUSTER_CA_FILE"),
             service_cidr: optional(&get, "CARPOOL_SERVICE_CIDR"),
             drain_deadline: seconds(&get, "CARPOOL_DRAIN_DEADLINE_SECONDS", 90.0)?,
+            consolidation_recheck: seconds(&get, "CARPOOL_CONSOLIDATION_RECHECK_SECONDS", 15.0)?,
+            consolidation_drain_limit: seconds(&get, "CARPOOL_CONSOLIDATION_DRAIN_LIMIT_SECONDS", 900.0)?,
+            repair_after: seconds(&get, "CARPOOL_REPAIR_AFTER_SECONDS", 1800.0)?,
         };
         if config.drain_deadline >= Duration::from_secs(120) {
             return Err(ConfigError {
