@@ -59,7 +59,12 @@ fn newest_timestamp(s: &Snapshot) -> Option<SystemTime> {
         times.extend(p.metadata.creation_timestamp.as_ref());
         if let Some(st) = &p.status {
             times.extend(st.start_time.as_ref());
-            times.extend(st.conditions.iter().flatten().filter_map(|c| c.last_transition_time.as_ref()));
+            times.extend(
+                st.conditions
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| c.last_transition_time.as_ref()),
+            );
         }
     }
     times.into_iter().map(|t| SystemTime::from(t.0)).max()
@@ -91,7 +96,9 @@ pub fn run(args: &DisruptArgs) -> Result<()> {
         settings: DisruptionSettings::default(),
     });
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
-    let at = jiff::Timestamp::try_from(now).map(|t| t.to_string()).unwrap_or_default();
+    let at = jiff::Timestamp::try_from(now)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
     if args.json {
         say!(
             "{}",
@@ -143,7 +150,16 @@ pub fn run(args: &DisruptArgs) -> Result<()> {
                 if c.disruptable { "yes" } else { "no" }.to_string(),
                 c.blocked_by
                     .as_ref()
-                    .map(|b| format!("{}: {}", serde_json::to_value(b.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(), b.message))
+                    .map(|b| {
+                        format!(
+                            "{}: {}",
+                            serde_json::to_value(b.kind)
+                                .ok()
+                                .and_then(|v| v.as_str().map(String::from))
+                                .unwrap_or_default(),
+                            b.message
+                        )
+                    })
                     .unwrap_or_default(),
             ]
         })
@@ -152,6 +168,9 @@ pub fn run(args: &DisruptArgs) -> Result<()> {
         "{}",
         table::render(&["NODE", "NODEPOOL", "PRICE/H", "DISRUPTABLE", "WHY NOT"], &rows)
     );
-    say!("\ndecided at {at} in {elapsed_ms:.1} ms ({} simulation(s))", decision.simulations);
+    say!(
+        "\ndecided at {at} in {elapsed_ms:.1} ms ({} simulation(s))",
+        decision.simulations
+    );
     Ok(())
 }

@@ -665,3 +665,16 @@ fn a_node_whose_pods_are_cheaper_on_two_nodes_is_split() {
     let to: std::collections::BTreeSet<&str> = cmd.moves.iter().map(|m| m.to.as_str()).collect();
     assert_eq!(to, ["replacement-0", "replacement-1"].into_iter().collect());
 }
+
+// Karpenter `drift.go` `areRequirementsDrifted`: a node label the NodePool no longer allows.
+#[test]
+fn a_node_whose_labels_its_nodepool_no_longer_allows_is_drifted() {
+    let s = snapshot(vec![
+        on_demand_m5("default"),
+        node("spot", "default", "m5.large", "spot"),
+        pod_on("web-a", "spot", "1500m", "5Gi").build(),
+    ]);
+    let cmd = decide_at(&s, NOW).command.expect("drift");
+    assert_eq!(cmd.method, Method::Drift);
+    assert_eq!(cmd.replacements[0].capacity_type, CapacityType::OnDemand);
+}

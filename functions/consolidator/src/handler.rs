@@ -72,7 +72,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         match run.run(&region, until).await {
             Ok(report) => {
                 // EMF goes to stdout as a raw line; CloudWatch turns it into metrics.
-                println!("{}", report.metrics(&self.config.cluster, epoch_millis(self.clock.now())));
+                println!(
+                    "{}",
+                    report.metrics(&self.config.cluster, epoch_millis(self.clock.now()))
+                );
                 Ok(report)
             }
             Err(e) => {

@@ -4,10 +4,13 @@
 //! `karpenter.sh/nodepool-hash` annotation, and `isAMIDrifted` in the AWS provider).
 //!
 //! Carpool records on the node, at launch:
-//! - [`HASH_KEY`]: [`template_hash`] of its NodePool's template with its EC2NodeClass's
-//!   spec (Karpenter hashes the template alone and the class apart; one hash is enough to
-//!   say "changed");
-//! - [`IMAGE_KEY`]: the AMI it booted.
+//! - [`HASH_KEY`] (a label): [`template_hash`] of its NodePool's template with its
+//!   EC2NodeClass's spec (Karpenter hashes the template alone and the class apart; one
+//!   hash is enough to say "changed");
+//! - [`IMAGE_KEY`] (when known): the AMI it booted.
+//!
+//! A node whose labels its NodePool's requirements no longer allow is drifted too
+//! (Karpenter's `areRequirementsDrifted`).
 //!
 //! A node without them (launched before, or by Karpenter) is not drifted: Karpenter too
 //! ignores a NodeClaim without its hash annotation.
@@ -24,9 +27,14 @@ pub const HASH_KEY: &str = "carpool.sh/nodepool-hash";
 /// The node label (or annotation) with the AMI it booted.
 pub const IMAGE_KEY: &str = "carpool.sh/image-id";
 
-/// The drift hash of a NodePool's template with its EC2NodeClass's spec.
+/// The drift hash of a NodePool's template with its EC2NodeClass's spec. The template's
+/// requirements are left out, as Karpenter's `NodePool.Hash` leaves them out
+/// (`hash:"ignore"`): they drift by the node's labels instead ([`drifted`]), and Carpool
+/// narrows them before launching (zones of the class's subnets, types its AMIs boot).
 pub fn template_hash(pool: &NodePool, class: Option<&EC2NodeClass>) -> String {
-    content_hash(&(&pool.spec.template, class.map(|c| &c.spec)))
+    let mut template = pool.spec.template.clone();
+    template.spec.requirements.clear();
+    content_hash(&(&template, class.map(|c| &c.spec)))
 }
 
 fn recorded<'a>(c: &'a Candidate<'_>, key: &str) -> Option<&'a str> {
@@ -51,6 +59,22 @@ pub fn drifted(c: &Candidate<'_>, classes: &[EC2NodeClass]) -> Option<String> {
                 "NodePool {} or its EC2NodeClass changed since launch (hash {hash}, now {now})",
                 pool.name()
             ));
+        }
+    }
+    // Karpenter's `areRequirementsDrifted`: a label the node has that the NodePool's
+    // requirements no longer allow (a label it lacks is no drift).
+    if let Ok(requirements) = pool.requirements() {
+        let labels = c.node.metadata.labels.as_ref();
+        for r in requirements.iter() {
+            if let Some(v) = labels.and_then(|l| l.get(r.key()))
+                && !r.has(v)
+            {
+                return Some(format!(
+                    "its label {}={v} is no longer allowed by NodePool {}'s requirements",
+                    r.key(),
+                    pool.name()
+                ));
+            }
         }
     }
     let image = recorded(c, IMAGE_KEY)?;

@@ -14,6 +14,7 @@ use super::report::{LaunchFailure, Launched};
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::PlannedNode;
+use crate::decide::disruption::drift::{HASH_KEY, template_hash};
 use crate::decide::templates::pool_labels;
 use crate::decide::wave::wave_taint;
 use crate::model::well_known as wk;
@@ -72,6 +73,10 @@ fn request(
     let node_class = class_name
         .and_then(|name| snapshot.nodeclasses.iter().find(|c| c.name() == name).cloned())
         .unwrap_or_else(|| EC2NodeClass::named("default"));
+    // What the consolidator's drift compares with the NodePool and class as they are later.
+    if let Some(p) = pool {
+        labels.insert(HASH_KEY.into(), template_hash(p, Some(&node_class)));
+    }
     LaunchRequest {
         launch_id: launch_id.to_string(),
         deployment: deployment.to_string(),

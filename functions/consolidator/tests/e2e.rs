@@ -1,0 +1,427 @@
+//! End to end on the local stack: a Deployment scaled from 40 pods down to 8 is
+//! consolidated by the consolidator's runs, against the real apiserver, kube-scheduler,
+//! disruption controller and Eviction API, moto's EC2 and DynamoDB, with the harness
+//! playing the kubelet. The PDB's status is watched throughout; a pod annotated
+//! `karpenter.sh/do-not-disrupt` keeps its node.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result, bail, ensure};
+use carpool::catalog::Catalog;
+use carpool::decide::disruption::DisruptionCommand;
+use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
+use carpool::ports::{Cloud, StateStore};
+use carpool::run::consolidate::{ConsolidationSettings, Consolidator};
+use carpool::run::provision::{Provisioner, ProvisionerConfig, RunReport, Settings};
+use carpool_adapters::clock::TokioClock;
+use carpool_adapters::cluster_info::ClusterInfo;
+use carpool_adapters::dynamodb::DynamoStore;
+use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
+use carpool_adapters::kube_cluster::KubeCluster;
+use carpool_tests::harness::Config as HarnessConfig;
+use carpool_tests::{Harness, Stack, exclusive, unique, wait};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(240);
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+struct Scene {
+    stack: Stack,
+    kube: kube::Client,
+    name: String,
+    table: String,
+}
+
+impl Scene {
+    async fn new(prefix: &str) -> Result<Self> {
+        let stack = Stack::load()?;
+        let kube = stack.kube_client().await?;
+        let name = unique(prefix);
+        let scene = Scene {
+            table: format!("{name}-state"),
+            stack,
+            kube,
+            name,
+        };
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
+        Api::<Namespace>::all(scene.kube.clone())
+            .create(&PostParams::default(), &serde_json::from_value(ns)?)
+            .await?;
+        let mut pool = NodePoolBuilder::new(&scene.name)
+            .node_class(&scene.name)
+            .label("e2e", &scene.name)
+            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+            .requirement("karpenter.k8s.aws/instance-generation", "Gt", &["4"])
+            .requirement("kubernetes.io/arch", "In", &["amd64"])
+            .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
+            .build();
+        pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]});
+        let class = EC2NodeClassBuilder::new(&scene.name)
+            .role("CarpoolNodeRole")
+            .discovery("carpool-local")
+            .al2023()
+            .build();
+        for (r, object) in [
+            (
+                resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
+                class,
+            ),
+            (resource("karpenter.sh", "v1", "NodePool", "nodepools"), pool),
+        ] {
+            Api::<DynamicObject>::all_with(scene.kube.clone(), &r)
+                .create(&PostParams::default(), &serde_json::from_value(object)?)
+                .await?;
+        }
+        Ok(scene)
+    }
+
+    fn config(&self) -> Result<ProvisionerConfig> {
+        let mut config = ProvisionerConfig::from_vars(|k| match k {
+            "CARPOOL_CLUSTER_NAME" => Some(self.name.clone()),
+            "CARPOOL_TABLE_NAME" => Some(self.table.clone()),
+            "AWS_REGION" => Some("us-east-1".into()),
+            _ => None,
+        })?;
+        config.ami_ssm_parameter = self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string();
+        config.live_prices = false;
+        Ok(config)
+    }
+
+    async fn cloud(&self) -> Result<Ec2Cloud> {
+        let sdk = self.stack.aws_config().await?;
+        let info = ClusterInfo::new(
+            &self.name,
+            self.stack.get("CARPOOL_KUBE_APISERVER")?,
+            "Y2E=",
+            "10.100.0.0/16",
+        );
+        Ok(Ec2Cloud::new(
+            Ec2Clients::new(&sdk),
+            info,
+            self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
+        )
+        .with_node_role("CarpoolNodeRole", "CarpoolNodeProfile"))
+    }
+
+    async fn store(&self) -> Result<DynamoStore> {
+        let store = DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name);
+        store.create_table_if_missing().await?;
+        Ok(store)
+    }
+
+    async fn harness(&self) -> Result<Harness> {
+        let mut config = HarnessConfig::from_stack(&self.stack)?;
+        config.cluster = self.name.clone();
+        Harness::start_on(&self.stack, config).await
+    }
+
+    /// A Deployment of `replicas` pods selecting this test's NodePool; `annotations` on
+    /// its pods.
+    async fn deployment(&self, app: &str, replicas: i32, cpu: &str, annotations: serde_json::Value) -> Result<()> {
+        let d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": app, "namespace": self.name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+              "template": {"metadata": {"labels": {"app": app}, "annotations": annotations}, "spec": {
+                "nodeSelector": {"karpenter.sh/nodepool": self.name},
+                "terminationGracePeriodSeconds": 2,
+                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}}]}}}
+        });
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.kube.clone(),
+            &self.name,
+            &resource("apps", "v1", "Deployment", "deployments"),
+        );
+        api.create(&PostParams::default(), &serde_json::from_value(d)?).await?;
+        Ok(())
+    }
+
+    async fn scale(&self, app: &str, replicas: i32) -> Result<()> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.kube.clone(),
+            &self.name,
+            &resource("apps", "v1", "Deployment", "deployments"),
+        );
+        api.patch(
+            app,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn pods(&self) -> Result<Vec<Pod>> {
+        Ok(Api::<Pod>::namespaced(self.kube.clone(), &self.name)
+            .list(&ListParams::default())
+            .await?
+            .items)
+    }
+
+    async fn running(&self) -> Result<Vec<Pod>> {
+        Ok(self
+            .pods()
+            .await?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect())
+    }
+
+    async fn wait_running(&self, n: usize) -> Result<Vec<Pod>> {
+        wait::until(&format!("{n} pods Running"), WAIT, async || {
+            let pods = self.running().await?;
+            if pods.len() == n && self.pods().await?.len() == n {
+                Ok(pods)
+            } else {
+                bail!("{} of {n} Running", pods.len())
+            }
+        })
+        .await
+    }
+
+    /// This test's nodes: name, instance type, capacity type.
+    async fn nodes(&self) -> Result<Vec<(String, String, String)>> {
+        Ok(Api::<Node>::all(self.kube.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|n| {
+                let l = n.metadata.labels?;
+                (l.get("karpenter.sh/nodepool") == Some(&self.name)).then(|| {
+                    (
+                        n.metadata.name.unwrap_or_default(),
+                        l.get("node.kubernetes.io/instance-type").cloned().unwrap_or_default(),
+                        l.get("karpenter.sh/capacity-type").cloned().unwrap_or_default(),
+                    )
+                })
+            })
+            .collect())
+    }
+
+    async fn provision(&self, watch: Duration) -> Result<RunReport> {
+        let cloud = self.cloud().await?;
+        let cluster = KubeCluster::new(self.kube.clone());
+        let store = self.store().await?;
+        let region = Catalog::embedded()?.region("us-east-1")?;
+        let settings = Settings {
+            watch,
+            release_limit: watch + Duration::from_secs(30),
+            ..Settings::from_config(&self.config()?, watch)
+        };
+        let mut p = Provisioner::new(&cloud, &cluster, &store, &TokioClock, settings, &unique("prov"));
+        Ok(p.run(&region).await?)
+    }
+
+    /// One consolidator run, as the Lambda makes it (a short re-check).
+    async fn consolidate(&self, owner: &str) -> Result<carpool::run::consolidate::ConsolidationReport> {
+        let cloud = self.cloud().await?;
+        let cluster = KubeCluster::new(self.kube.clone());
+        let store = self.store().await?;
+        let region = Catalog::embedded()?.region("us-east-1")?;
+        let settings = ConsolidationSettings {
+            recheck_delay: Duration::from_secs(2),
+            drain_slice: Duration::from_secs(30),
+            ..ConsolidationSettings::from_config(&self.config()?)
+        };
+        let c = Consolidator::new(&cloud, &cluster, &store, &TokioClock, settings, owner);
+        Ok(c.run(&region, SystemTime::now() + Duration::from_secs(90)).await?)
+    }
+
+    async fn cleanup(&self) -> Result<()> {
+        let _ = Api::<Namespace>::all(self.kube.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        for r in [
+            resource("karpenter.sh", "v1", "NodePool", "nodepools"),
+            resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
+        ] {
+            let _ = Api::<DynamicObject>::all_with(self.kube.clone(), &r)
+                .delete(&self.name, &DeleteParams::default())
+                .await;
+        }
+        let cloud = self.cloud().await?;
+        for i in cloud.list().await? {
+            cloud.terminate(&i.id).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish<T>(&self, harness: Harness, result: Result<T>) -> Result<T> {
+        let cleaned = self.cleanup().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let _ = harness.stop().await;
+        let value = result?;
+        cleaned?;
+        Ok(value)
+    }
+}
+
+/// Watches the PDB `web` until stopped: the fewest healthy pods seen, and the times it had
+/// fewer healthy pods than it desires.
+fn watch_pdb(
+    scene: &Scene,
+) -> (
+    Arc<AtomicBool>,
+    Arc<AtomicI32>,
+    Arc<AtomicI32>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let fewest = Arc::new(AtomicI32::new(i32::MAX));
+    let violations = Arc::new(AtomicI32::new(0));
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name);
+    let (s, f, v) = (stop.clone(), fewest.clone(), violations.clone());
+    let task = tokio::spawn(async move {
+        while !s.load(Ordering::SeqCst) {
+            if let Ok(pdb) = pdbs.get("web").await
+                && let Some(status) = pdb.status
+            {
+                f.fetch_min(status.current_healthy, Ordering::SeqCst);
+                if status.current_healthy < status.desired_healthy {
+                    v.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (stop, fewest, violations, task)
+}
+
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_deployment_scaled_from_forty_to_eight_is_consolidated_with_its_pdb_held_and_the_do_not_disrupt_pod_kept()
+-> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-cons").await?;
+    let harness = scene.harness().await?;
+    let result = scaled_down(&scene).await;
+    scene.finish(harness, result).await
+}
+
+async fn scaled_down(scene: &Scene) -> Result<()> {
+    scene.deployment("web", 40, "500m", json!({})).await?;
+    scene
+        .deployment("keeper", 1, "100m", json!({"karpenter.sh/do-not-disrupt": "true"}))
+        .await?;
+    let p = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": scene.name},
+        "spec": {"minAvailable": 7, "selector": {"matchLabels": {"app": "web"}}}});
+    Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name)
+        .create(&PostParams::default(), &serde_json::from_value(p)?)
+        .await?;
+    wait::unschedulable(&scene.kube, &scene.name, 41, WAIT).await?;
+    let first = scene.provision(Duration::from_secs(30)).await?;
+    ensure!(first.launched().count() >= 2, "{first:?}");
+    scene.wait_running(41).await?;
+    let before = scene.nodes().await?;
+    eprintln!("before the scale-down: {} nodes {before:?}", before.len());
+
+    scene.scale("web", 8).await?;
+    let running = scene.wait_running(9).await?;
+    let keeper_node = running
+        .iter()
+        .find(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app"))
+                .map(String::as_str)
+                == Some("keeper")
+        })
+        .and_then(|p| p.spec.as_ref()?.node_name.clone())
+        .context("the keeper's node")?;
+
+    let (stop, fewest, violations, watcher) = watch_pdb(scene);
+    let mut commands: Vec<DisruptionCommand> = Vec::new();
+    let mut quiet = 0;
+    for run in 0..16 {
+        let report = scene.consolidate(&format!("cons-{run}")).await?;
+        eprintln!(
+            "run {run}: command {:?} steps {:?} rolled back {:?} evicted {} abandoned {:?}",
+            report
+                .command
+                .as_ref()
+                .map(|c| (c.method, c.nodes.clone(), c.savings_per_hour)),
+            report.steps,
+            report.rolled_back,
+            report.evicted,
+            report.abandoned
+        );
+        ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
+        commands.extend(report.command.clone());
+        let idle = report.command.is_none() && report.steps.is_empty();
+        quiet = if idle { quiet + 1 } else { 0 };
+        if quiet == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    ensure!(quiet == 2, "the consolidator did not settle: {commands:?}");
+    scene.wait_running(9).await?;
+    stop.store(true, Ordering::SeqCst);
+    watcher.await?;
+    ensure!(
+        violations.load(Ordering::SeqCst) == 0,
+        "the PDB had fewer healthy pods than desired"
+    );
+    eprintln!(
+        "fewest healthy web pods during consolidation: {}",
+        fewest.load(Ordering::SeqCst)
+    );
+
+    let after = scene.nodes().await?;
+    eprintln!(
+        "after: {} nodes {after:?}; commands: {:?}",
+        after.len(),
+        commands
+            .iter()
+            .map(|c| (c.method, c.nodes.len(), c.savings_per_hour))
+            .collect::<Vec<_>>()
+    );
+    ensure!(!commands.is_empty(), "nothing was consolidated");
+    ensure!(
+        after.len() < before.len(),
+        "{} nodes before, {} after",
+        before.len(),
+        after.len()
+    );
+    ensure!(
+        after.iter().any(|(n, _, _)| n == &keeper_node),
+        "the do-not-disrupt pod's node {keeper_node} was removed"
+    );
+    for c in &commands {
+        ensure!(
+            !c.nodes.contains(&keeper_node),
+            "a command touched the do-not-disrupt node: {c:?}"
+        );
+        if c.nodes.len() == 1 {
+            let removed = before
+                .iter()
+                .find(|(n, _, _)| n == &c.nodes[0])
+                .map(|(_, t, _)| t.clone());
+            for r in &c.replacements {
+                ensure!(
+                    removed.as_ref().is_none_or(|t| !r.instance_types.contains(t)),
+                    "{} replaced by its own type: {c:?}",
+                    c.nodes[0]
+                );
+            }
+        }
+    }
+    ensure!(scene.store().await?.list_disruptions().await?.is_empty());
+    Ok(())
+}
