@@ -16,7 +16,7 @@
 //! ignores a NodeClaim without its hash annotation.
 
 use super::Ctx;
-use super::candidate::{BlockKind, Blocked, Candidate};
+use super::candidate::Candidate;
 use super::command::{DisruptionCommand, Method};
 use crate::decide::ami_requirements::images_from_status;
 use crate::model::content_hash::content_hash;
@@ -100,21 +100,9 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
         return None;
     }
     for i in ctx.ordered(Method::Drift, |c| drifted_nodes.contains(&c.name)).0 {
-        let pools = ctx.pools();
-        match ctx.place(&[i], pools, usize::MAX)? {
-            Err(misfit) => ctx.decline(i, Blocked::new(BlockKind::NoFit, format!("drifted, but {misfit}"))),
-            Ok(p) => {
-                let c = &ctx.candidates[i];
-                let new_cost: f64 = p.new_nodes.iter().map(|n| n.price_per_hour).sum();
-                return Some(DisruptionCommand {
-                    method: Method::Drift,
-                    nodes: vec![c.name.clone()],
-                    replacements: p.new_nodes,
-                    moves: p.moves,
-                    removed_per_hour: c.price,
-                    savings_per_hour: c.price - new_cost,
-                });
-            }
+        match ctx.replace(i, Method::Drift, "drifted")? {
+            Ok(cmd) => return Some(cmd),
+            Err(b) => ctx.decline(i, b),
         }
     }
     None

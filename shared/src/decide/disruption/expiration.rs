@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use super::Ctx;
-use super::candidate::{BlockKind, Blocked};
 use super::command::{DisruptionCommand, Method};
 use crate::model::NillableDuration;
 
@@ -29,21 +28,9 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
             ctx.decline(i, b);
             continue;
         }
-        let pools = ctx.pools();
-        match ctx.place(&[i], pools, usize::MAX)? {
-            Err(misfit) => ctx.decline(i, Blocked::new(BlockKind::NoFit, format!("expired, but {misfit}"))),
-            Ok(p) => {
-                let c = &ctx.candidates[i];
-                let new_cost: f64 = p.new_nodes.iter().map(|n| n.price_per_hour).sum();
-                return Some(DisruptionCommand {
-                    method: Method::Expiration,
-                    nodes: vec![c.name.clone()],
-                    replacements: p.new_nodes,
-                    moves: p.moves,
-                    removed_per_hour: c.price,
-                    savings_per_hour: c.price - new_cost,
-                });
-            }
+        match ctx.replace(i, Method::Expiration, "expired")? {
+            Ok(cmd) => return Some(cmd),
+            Err(b) => ctx.decline(i, b),
         }
     }
     None

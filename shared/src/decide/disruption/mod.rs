@@ -300,9 +300,32 @@ impl<'a> Ctx<'a> {
         (out, allowance)
     }
 
-    /// The pool of candidate `i`'s NodePool list with every pool as it is.
+    /// Every NodePool, as the snapshot has it.
     pub fn pools(&self) -> &'a [NodePool] {
         &self.snapshot.nodepools
+    }
+
+    /// The command that replaces candidate `i` whatever it costs (repair, expiration,
+    /// drift): its pods placed on the other nodes and as many new nodes as they need.
+    /// `Some(Err)` when they fit nowhere (the reason, starting with `why`); `None` once the
+    /// simulations are spent.
+    pub fn replace(&mut self, i: usize, method: Method, why: &str) -> Option<Result<DisruptionCommand, Blocked>> {
+        let pools = self.pools();
+        Some(match self.place(&[i], pools, usize::MAX)? {
+            Err(misfit) => Err(Blocked::new(BlockKind::NoFit, format!("{why}, but {misfit}"))),
+            Ok(p) => {
+                let c = &self.candidates[i];
+                let new_cost: f64 = p.new_nodes.iter().map(|n| n.price_per_hour).sum();
+                Ok(DisruptionCommand {
+                    method,
+                    nodes: vec![c.name.clone()],
+                    replacements: p.new_nodes,
+                    moves: p.moves,
+                    removed_per_hour: c.price,
+                    savings_per_hour: c.price - new_cost,
+                })
+            }
+        })
     }
 }
 
