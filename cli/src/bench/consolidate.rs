@@ -58,7 +58,7 @@ pub fn cluster(region: &RegionCatalog<'_>, nodes: usize, pods: usize) -> Snapsho
     pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": "10%"}]});
     let mut items: Vec<Value> = vec![pool, carpool::fixtures::EC2NodeClassBuilder::standard().build()];
     // One node in eight a quarter full, the others three quarters: pods shared in proportion.
-    let fill = |n: usize| if n % 8 == 0 { 0.25 } else { 0.75 };
+    let fill = |n: usize| if n.is_multiple_of(8) { 0.25 } else { 0.75 };
     let total_fill: f64 = (0..nodes).map(fill).sum();
     let mut placed = 0;
     for n in 0..nodes {
