@@ -331,3 +331,64 @@ fn thirty_quiet_minutes_after_consolidating_disrupt_nothing_more() {
     assert!(!w.tainted(&node));
     assert_eq!(w.replacements().len(), 1);
 }
+
+/// aws/karpenter-provider-aws #3480 and #7832: a node on-demand only because spot ran out
+/// goes back to spot once the provisioner's `ICE#` records for spot have lapsed.
+#[test]
+fn an_on_demand_fallback_returns_to_spot_once_the_spot_offerings_are_available_again() {
+    let w = World::new();
+    w.cluster
+        .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
+            "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}}}));
+    w.node("od");
+    for k in 0..3 {
+        w.pod(&format!("web-{k}"), "od");
+    }
+    // Spot of every m5 type ran out in every zone a minute ago (what the provisioner records
+    // on a capacity error, for 3 minutes).
+    let until = carpool::ports::epoch_millis(start() + Duration::from_secs(120));
+    for t in [
+        "m5.large",
+        "m5.xlarge",
+        "m5.2xlarge",
+        "m5.4xlarge",
+        "m5.8xlarge",
+        "m5.12xlarge",
+        "m5.16xlarge",
+        "m5.24xlarge",
+        "m5.metal",
+    ] {
+        for z in [
+            "us-east-1a",
+            "us-east-1b",
+            "us-east-1c",
+            "us-east-1d",
+            "us-east-1e",
+            "us-east-1f",
+        ] {
+            block_on(w.store.mark_unavailable(&carpool::ports::UnavailableOffering {
+                instance_type: t.into(),
+                zone: z.into(),
+                capacity_type: CapacityType::Spot,
+                until,
+            }))
+            .unwrap();
+        }
+    }
+    let r = w.run("run-1").unwrap();
+    assert!(r.command.is_none(), "spot is still out of capacity: {r:#?}");
+
+    w.clock.advance(Duration::from_secs(300));
+    let r = w.run("run-2").unwrap();
+    let cmd = r.command.expect("back to spot");
+    assert_eq!(cmd.method, carpool::decide::disruption::Method::ReturnToSpot);
+    let launched = w.replacements();
+    assert_eq!(launched.len(), 1);
+    assert_eq!(launched[0].capacity_type, CapacityType::Spot);
+}
