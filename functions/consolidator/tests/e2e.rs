@@ -423,5 +423,44 @@ async fn scaled_down(scene: &Scene) -> Result<()> {
         }
     }
     ensure!(scene.store().await?.list_disruptions().await?.is_empty());
+
+    // The cheapest valid set: what is left costs no more than planning the same pods
+    // afresh, except for the node the do-not-disrupt pod pins.
+    let region = Catalog::embedded()?.region("us-east-1")?;
+    let price = |t: &str| {
+        region
+            .types()
+            .iter()
+            .find(|it| it.name == t)
+            .and_then(|it| region.prices().on_demand(&it.name))
+            .unwrap_or(0.0)
+    };
+    let left: f64 = after.iter().map(|(_, t, _)| price(t)).sum();
+    let pinned = after
+        .iter()
+        .find(|(n, _, _)| n == &keeper_node)
+        .map_or(0.0, |(_, t, _)| price(t));
+    let mut fresh = carpool::run::provision::observe::read_snapshot(&KubeCluster::new(scene.kube.clone())).await?;
+    fresh.nodes.clear();
+    fresh
+        .pods
+        .retain(|p| p.metadata.namespace.as_deref() == Some(scene.name.as_str()));
+    for p in &mut fresh.pods {
+        if let Some(spec) = p.spec.as_mut() {
+            spec.node_name = None;
+        }
+        p.status = Some(serde_json::from_value(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}))?);
+    }
+    let plan = carpool::decide::provisioning_plan(&fresh, &region);
+    eprintln!(
+        "left ${left:.4}/h (the pinned node ${pinned:.4}/h); the same pods planned afresh ${:.4}/h",
+        plan.cost_per_hour
+    );
+    ensure!(
+        left <= plan.cost_per_hour.max(pinned) * 1.05 + 1e-9,
+        "${left:.4}/h left, ${:.4}/h would do",
+        plan.cost_per_hour
+    );
     Ok(())
 }
