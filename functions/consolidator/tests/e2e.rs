@@ -40,10 +40,32 @@ struct Scene {
     kube: kube::Client,
     name: String,
     table: String,
+    /// How far the runs' clock is ahead of the wall clock: a test moves it on after
+    /// killing a run, as the next scheduled run comes once the dead run's lease lapsed.
+    ahead: std::sync::Mutex<Duration>,
+}
+
+/// The wall clock, `ahead` of it.
+struct AheadClock(Duration);
+
+impl carpool::ports::Clock for AheadClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now() + self.0
+    }
+}
+
+impl carpool::ports::Timer for AheadClock {
+    fn sleep(&self, duration: Duration) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
 impl Scene {
     async fn new(prefix: &str) -> Result<Self> {
+        Self::with_budget(prefix, "100%").await
+    }
+
+    async fn with_budget(prefix: &str, budget: &str) -> Result<Self> {
         let stack = Stack::load()?;
         let kube = stack.kube_client().await?;
         let name = unique(prefix);
@@ -52,6 +74,7 @@ impl Scene {
             stack,
             kube,
             name,
+            ahead: std::sync::Mutex::new(Duration::ZERO),
         };
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
         Api::<Namespace>::all(scene.kube.clone())
@@ -65,7 +88,7 @@ impl Scene {
             .requirement("kubernetes.io/arch", "In", &["amd64"])
             .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
             .build();
-        pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]});
+        pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": budget}]});
         let class = EC2NodeClassBuilder::new(&scene.name)
             .role("CarpoolNodeRole")
             .discovery("carpool-local")
@@ -228,17 +251,28 @@ impl Scene {
 
     /// One consolidator run, as the Lambda makes it (a short re-check).
     async fn consolidate(&self, owner: &str) -> Result<carpool::run::consolidate::ConsolidationReport> {
+        let store = self.store().await?;
+        self.consolidate_on(&store, owner).await
+    }
+
+    /// One consolidator run on `store`.
+    async fn consolidate_on<S: StateStore>(
+        &self,
+        store: &S,
+        owner: &str,
+    ) -> Result<carpool::run::consolidate::ConsolidationReport> {
         let cloud = self.cloud().await?;
         let cluster = KubeCluster::new(self.kube.clone());
-        let store = self.store().await?;
         let region = Catalog::embedded()?.region("us-east-1")?;
         let settings = ConsolidationSettings {
             recheck_delay: Duration::from_secs(2),
             drain_slice: Duration::from_secs(30),
             ..ConsolidationSettings::from_config(&self.config()?)
         };
-        let c = Consolidator::new(&cloud, &cluster, &store, &TokioClock, settings, owner);
-        Ok(c.run(&region, SystemTime::now() + Duration::from_secs(90)).await?)
+        let clock = AheadClock(*self.ahead.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+        let until = carpool::ports::Clock::now(&clock) + Duration::from_secs(90);
+        let c = Consolidator::new(&cloud, &cluster, store, &clock, settings, owner);
+        Ok(c.run(&region, until).await?)
     }
 
     async fn cleanup(&self) -> Result<()> {
@@ -462,5 +496,161 @@ async fn scaled_down(scene: &Scene) -> Result<()> {
         "${left:.4}/h left, ${:.4}/h would do",
         plan.cost_per_hour
     );
+    Ok(())
+}
+
+/// Counts, while it runs, the most nodes of the scene tainted `carpool.sh/disrupted` at once.
+fn watch_disrupted(scene: &Scene) -> (Arc<AtomicBool>, Arc<AtomicI32>, tokio::task::JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicI32::new(0));
+    let nodes = Api::<Node>::all(scene.kube.clone());
+    let pool = scene.name.clone();
+    let (s, m) = (stop.clone(), most.clone());
+    let task = tokio::spawn(async move {
+        while !s.load(Ordering::SeqCst) {
+            if let Ok(list) = nodes.list(&ListParams::default()).await {
+                let tainted = list
+                    .items
+                    .iter()
+                    .filter(|n| n.metadata.labels.as_ref().and_then(|l| l.get("karpenter.sh/nodepool")) == Some(&pool))
+                    .filter(|n| {
+                        n.spec
+                            .as_ref()
+                            .and_then(|s| s.taints.as_ref())
+                            .is_some_and(|ts| ts.iter().any(|t| t.key == "carpool.sh/disrupted"))
+                    })
+                    .count();
+                m.fetch_max(i32::try_from(tainted).unwrap_or(i32::MAX), Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (stop, most, task)
+}
+
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_budget_of_one_node_and_runs_killed_after_the_taint_and_after_the_launch_each_resume_without_launching_twice()
+-> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::with_budget("e2e-cons-crash", "1").await?;
+    let harness = scene.harness().await?;
+    let result = budget_and_crashes(&scene).await;
+    scene.finish(harness, result).await
+}
+
+/// Runs the consolidator on a store that dies at `call`, dropping the run when it hangs
+/// there (as a Lambda timeout would); `true` when it died.
+async fn killed_at(scene: &Scene, call: &str, owner: &str) -> Result<bool> {
+    let store = scene.store().await?;
+    let dying = carpool::fakes::DyingStore::at(&store, call);
+    let run = tokio::time::timeout(Duration::from_secs(60), scene.consolidate_on(&dying, owner)).await;
+    match run {
+        Err(_) if dying.is_dead() => {
+            // The next scheduled run comes once the dead run's lease has lapsed.
+            *scene.ahead.lock().map_err(|_| anyhow::anyhow!("poisoned"))? += Duration::from_secs(300);
+            Ok(true)
+        }
+        Err(_) => bail!("the run hung without the store dying"),
+        Ok(report) => {
+            let report = report?;
+            eprintln!(
+                "{owner}: not killed: {:?}",
+                report.command.as_ref().map(|c| (c.method, c.nodes.clone()))
+            );
+            Ok(false)
+        }
+    }
+}
+
+async fn budget_and_crashes(scene: &Scene) -> Result<()> {
+    scene.deployment("web", 30, "500m", json!({})).await?;
+    wait::unschedulable(&scene.kube, &scene.name, 30, WAIT).await?;
+    scene.provision(Duration::from_secs(30)).await?;
+    scene.wait_running(30).await?;
+    scene.scale("web", 3).await?;
+    scene.wait_running(3).await?;
+    let before = scene.nodes().await?;
+    eprintln!("before: {before:?}");
+    let (stop, most, watcher) = watch_disrupted(scene);
+    let cloud = scene.cloud().await?;
+    let launched = async || -> Result<usize> {
+        Ok(cloud
+            .list()
+            .await?
+            .iter()
+            .filter(|i| i.launch_id.starts_with("disrupt-"))
+            .count())
+    };
+
+    // Killed between the taint and the replacement's launch record (the runs before it,
+    // whose commands launch nothing, go through).
+    let mut killed_after_taint = false;
+    for k in 0..6 {
+        if killed_at(scene, "create_launch", &format!("kill-taint-{k}")).await? {
+            killed_after_taint = true;
+            break;
+        }
+    }
+    ensure!(killed_after_taint, "no run launched a replacement");
+    ensure!(launched().await? == 0, "nothing was launched before the kill");
+
+    // The next run rolls it back and starts it afresh; it is killed right after the
+    // replacement's launch, at its records' first update.
+    let store = scene.store().await?;
+    let dying = carpool::fakes::DyingStore::at(&store, "update_disruption");
+    let run = tokio::time::timeout(Duration::from_secs(60), scene.consolidate_on(&dying, "after-kill-1")).await;
+    ensure!(
+        run.is_err() && dying.is_dead(),
+        "the second run was not killed: {run:?}"
+    );
+    *scene.ahead.lock().map_err(|_| anyhow::anyhow!("poisoned"))? += Duration::from_secs(300);
+    let with_kill = launched().await?;
+    ensure!(with_kill == 1, "{with_kill} replacements launched");
+
+    // The next runs resume it and launch nothing more.
+    let report = scene.consolidate("after-kill-2").await?;
+    eprintln!(
+        "after the second kill: steps {:?}, rolled back {:?}",
+        report.steps, report.rolled_back
+    );
+    ensure!(report.rolled_back.is_empty(), "{report:?}");
+    let killed_after_launch = true;
+
+    let mut quiet = 0;
+    for run in 0..16 {
+        let report = scene.consolidate(&format!("cons-{run}")).await?;
+        ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
+        if let Some(c) = &report.command {
+            ensure!(
+                c.nodes.len() == 1,
+                "a budget of one node, and a command on {:?}",
+                c.nodes
+            );
+        }
+        quiet = if report.command.is_none() && report.steps.is_empty() {
+            quiet + 1
+        } else {
+            0
+        };
+        if quiet == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    watcher.await?;
+    ensure!(quiet == 2, "the consolidator did not settle");
+    scene.wait_running(3).await?;
+    let after = scene.nodes().await?;
+    eprintln!(
+        "after: {after:?}; killed after the taint: {killed_after_taint}, after the launch: {killed_after_launch}; \
+         most nodes disrupted at once: {}",
+        most.load(Ordering::SeqCst)
+    );
+    ensure!(most.load(Ordering::SeqCst) <= 1, "more than one node disrupted at once");
+    ensure!(after.len() < before.len(), "nothing consolidated");
+    ensure!(launched().await? == with_kill, "a replacement was launched twice");
+    ensure!(scene.store().await?.list_disruptions().await?.is_empty());
     Ok(())
 }

@@ -54,6 +54,16 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
             return Ok(());
         };
         let now = self.clock.now();
+        // The launch ids the replacements will get (the launch path numbers a run's
+        // launches after its owner, here the group's prefix): recorded before launching,
+        // so a run that dies in between is told from a command that launches nothing.
+        let expected: Vec<String> = if self.settings.provision.dry_run {
+            Vec::new()
+        } else {
+            (0..command.replacements.len())
+                .map(|n| format!("{}-{n}", replacement_prefix(&group)))
+                .collect()
+        };
         let mut records = Vec::new();
         for (node, instance, pool) in &targets {
             let record = DisruptionRecord {
@@ -61,7 +71,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 node: node.clone(),
                 reason: format!("{REASON_PREFIX}{}", command.method),
                 step: DisruptionStep::Tainted,
-                replacements: Vec::new(),
+                replacements: expected.clone(),
                 started_at: epoch_millis(now),
                 updated_at: epoch_millis(now),
                 event_id: format!("{GROUP_PREFIX}{group}"),
@@ -180,10 +190,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 .filter(|l| l.id.starts_with(&prefix))
                 .collect();
             let now = self.clock.now();
-            // Crashed between its records and its launch: nothing was launched.
+            // The run that started it died before its records said the replacements were
+            // launched: resumed when they were (or none was needed), else rolled back.
             if records.iter().any(|r| r.step == DisruptionStep::Tainted) {
-                let needs_launch = records.iter().any(|r| r.reason != format!("{REASON_PREFIX}emptiness"));
-                if needs_launch && launches.is_empty() {
+                let expected: BTreeSet<String> = records.iter().flat_map(|r| r.replacements.iter().cloned()).collect();
+                let launched = expected.iter().all(|id| launches.iter().any(|l| &l.id == id));
+                if !launched {
                     self.roll_back(
                         &records,
                         "the run that started it ended before its replacement was launched",
@@ -194,7 +206,6 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 }
                 for r in &mut records {
                     r.step = DisruptionStep::ReplacementLaunched;
-                    r.replacements = launches.iter().map(|l| l.id.clone()).collect();
                     *r = self.store.update_disruption(r).await?;
                 }
             }
