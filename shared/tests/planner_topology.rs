@@ -605,3 +605,108 @@ fn a_spread_on_a_custom_label_alternates_its_values_and_labels_each_node() {
     };
     assert_eq!((on("a"), on("b")), (2, 2), "{p:#?}");
 }
+
+/// A `WaitForFirstConsumer` StorageClass whose volumes can only be in `zone`.
+fn zonal_storage_class(zone: &str) -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "zonal"},
+        "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [{"key": "topology.ebs.csi.aws.com/zone", "values": [zone]}]}]})
+}
+
+fn claim(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"storageClassName": "zonal", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}})
+}
+
+fn volume(claim: &str) -> Value {
+    json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}])
+}
+
+// kube-scheduler: podtopologyspread `calPreFilterState` counts every node that passes
+// `matchNodeInclusionPolicies` (nodeAffinityPolicy: Honor reads only the pod's node
+// selector and required node affinity, `nodeaffinity.GetRequiredNodeAffinity`, not its
+// volumes) with its matching pods, 0 when none, and `Filter` takes the global minimum over
+// them; Karpenter's `TopologyGroup.domainMinCount` takes new domains only where the pod
+// could go (`podDomains`, with its volume's zones). A node launched afterwards for other
+// pods, in a zone the spread's pods cannot use, is then a domain with none of them: it
+// drops their minimum to 0. That node must go to a zone that is already a domain
+// (the planner_properties seeds 8f7e3827 and ea2abb2f).
+#[test]
+fn a_node_opened_for_other_pods_adds_no_empty_zone_to_a_spread_placed_before() {
+    let general = NodePoolBuilder::new("general")
+        .weight(10)
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .build();
+    let batch_pool = NodePoolBuilder::new("batch")
+        .label("pool", "batch")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .build();
+    let mut items = vec![general, batch_pool, zonal_storage_class("us-east-1a")];
+    for i in 0..2 {
+        items.push(claim(&format!("data-web-{i}")));
+        items.push(
+            pending(&format!("web-{i}"), "web")
+                .requests("1", "512Mi")
+                .spec("topologySpreadConstraints", spread(ZONE, "web", json!({})))
+                .spec("volumes", volume(&format!("data-web-{i}")))
+                .build(),
+        );
+    }
+    // Placed after the web pods (smaller), on a node of its own pool, which allows every
+    // zone: at the same price, the planner spreads new nodes over the zones.
+    items.push(
+        pending("batch-0", "batch")
+            .requests("500m", "512Mi")
+            .node_selector("pool", "batch")
+            .build(),
+    );
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    assert_eq!(zones_of(&p, &["web-0", "web-1"]), ["us-east-1a", "us-east-1a"]);
+    assert_eq!(node_of(&p, "batch-0").zone, "us-east-1a", "{p:#?}");
+}
+
+// The same with nodeAffinityPolicy: Honor and a node selector: podtopologyspread
+// `matchNodeInclusionPolicies` counts the nodes the selector accepts, so a planned node
+// of the right architecture in a zone the pod's volume rules out is still a domain of its
+// spread, and a pod its selector matches may not join it where that takes it past maxSkew
+// (the planner_properties seed 49e539d8).
+#[test]
+fn a_planned_node_the_spreads_node_selector_accepts_is_a_domain_for_later_pods() {
+    let general = NodePoolBuilder::new("general")
+        .weight(10)
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .build();
+    let batch_pool = NodePoolBuilder::new("batch")
+        .label("pool", "batch")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .build();
+    let amd64 = |p: PodBuilder| p.node_selector("kubernetes.io/arch", "amd64");
+    let items = vec![
+        general,
+        batch_pool,
+        zonal_storage_class("us-east-1a"),
+        claim("data-web-0"),
+        // Zone a (its volume), alone in its domains: the minimum is its own count.
+        amd64(pending("web-0", "web"))
+            .requests("2", "512Mi")
+            .spec("topologySpreadConstraints", spread(ZONE, "web", json!({})))
+            .spec("volumes", volume("data-web-0"))
+            .build(),
+        // An amd64 node of its own, in zone b: a web domain with no web pod.
+        amd64(pending("batch-0", "batch"))
+            .requests("1", "512Mi")
+            .node_selector("pool", "batch")
+            .build(),
+        // Matches web-0's selector, without a spread of its own: next to web-0 it would
+        // make zone a 2 against zone b's 0.
+        amd64(pending("web-extra", "web")).requests("100m", "128Mi").build(),
+    ];
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let (web, batch) = (node_of(&p, "web-0"), node_of(&p, "batch-0"));
+    assert_eq!(web.zone, "us-east-1a");
+    if batch.zone != web.zone {
+        assert_ne!(node_of(&p, "web-extra").zone, web.zone, "{p:#?}");
+    }
+}

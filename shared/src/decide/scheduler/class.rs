@@ -21,6 +21,8 @@ use crate::model::{Requirements, Resources};
 /// A hard zonal spread on a topology group, as a class that owns it has it.
 #[derive(Clone, Debug)]
 pub(super) struct SpreadOwner {
+    /// The class that owns it.
+    pub(super) class: ClassId,
     /// The spread's maxSkew.
     pub(super) max_skew: i32,
     /// The owner's zones for that spread's global minimum.
@@ -84,6 +86,8 @@ pub(super) struct Classes {
     pub(super) progress: IdVec<ClassId, ClassState>,
     /// Each pod's class.
     pub(super) class_of: IdVec<PodId, ClassId>,
+    /// The hard zonal spreads, by topology group, with the classes that own them.
+    pub(super) zonal_owners: Vec<(usize, Vec<SpreadOwner>)>,
 }
 
 /// Sorts the pods into classes and precomputes each class. The topology must have every
@@ -161,13 +165,14 @@ pub(super) fn classes(
 
     // Owners of hard spreads over bounded domains (not hostname), by group.
     let mut owners: HashMap<usize, Vec<SpreadOwner>> = HashMap::new();
-    for class in classes.iter() {
+    for (id, class) in classes.enumerate() {
         for (i, sp) in pods[class.rep].spreads.iter().enumerate() {
             if sp.hard
                 && sp.key != wk::HOSTNAME
                 && let Some(g) = Topology::spread_group(&class.groups, i)
             {
                 owners.entry(g).or_default().push(SpreadOwner {
+                    class: id,
                     max_skew: sp.max_skew,
                     domains: class.spread_domains.get(i).cloned().flatten(),
                     min_domains: sp.min_domains,
@@ -188,10 +193,16 @@ pub(super) fn classes(
             })
             .collect();
     }
+    let mut zonal_owners: Vec<(usize, Vec<SpreadOwner>)> = owners
+        .into_iter()
+        .filter(|(g, _)| topology.group_key(*g) == wk::ZONE)
+        .collect();
+    zonal_owners.sort_by_key(|(g, _)| *g);
     Classes {
         classes,
         progress,
         class_of,
+        zonal_owners,
     }
 }
 

@@ -153,6 +153,11 @@ pub struct Scheduler {
     new_nodes: IdVec<NewNodeId, NewNode>,
     /// Planned nodes per zone, in the order they were opened.
     zone_nodes: BTreeMap<String, Vec<NewNodeId>>,
+    /// The hard zonal spreads, by topology group, with the classes that own them.
+    zonal_owners: Vec<(usize, Vec<class::SpreadOwner>)>,
+    /// Per hard zonal spread group that narrows its nodes by node affinity: the zones of
+    /// the planned nodes it counts.
+    counted_zones: HashMap<usize, BTreeSet<String>>,
     topology: Topology,
     /// The topology keys whose value on a new node its instance type decides (the
     /// architecture, the type, its family...): a new node's types are narrowed to those
@@ -273,6 +278,7 @@ impl Scheduler {
             classes,
             progress,
             class_of,
+            zonal_owners,
         } = class::classes(&pods, &templates, &existing_zones, &node_views, &topology);
         let prices = resource_prices(&templates, &pods);
         let type_keys = type_decided(&topology, &templates);
@@ -290,6 +296,8 @@ impl Scheduler {
             existing,
             new_nodes: IdVec::new(),
             zone_nodes: BTreeMap::new(),
+            zonal_owners,
+            counted_zones: HashMap::new(),
             topology,
             type_keys,
             offer_cache: HashMap::new(),

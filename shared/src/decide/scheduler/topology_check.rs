@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use super::Scheduler;
 use super::class::SpreadOwner;
-use super::index::{ClassId, PodId};
-use crate::decide::topology::{Domains, Rejection};
+use super::index::{ClassId, NewNodeId, PodId, Types};
+use super::labels::Split;
+use crate::decide::topology::{Domains, Rejection, Topology};
 use crate::model::well_known as wk;
 
 impl Scheduler {
@@ -35,18 +36,55 @@ impl Scheduler {
         self.zone_nodes.iter().filter(|(_, n)| !n.is_empty()).map(|(z, _)| z)
     }
 
-    /// The pod's spread domains with the zones of planned nodes added to its zonal spreads
-    /// that count every node, when that adds any; `None` when the class's own do.
+    /// The zones of the planned nodes that spread group `g` counts: every planned node's
+    /// when it counts every node, else those its node affinity admits (kube-scheduler's
+    /// podtopologyspread `matchNodeInclusionPolicies`).
+    fn planned_zones_of(&self, g: Option<usize>, counts_every_node: bool) -> impl Iterator<Item = &String> {
+        let all = counts_every_node.then(|| self.planned_zones()).into_iter().flatten();
+        let counted = g
+            .filter(|_| !counts_every_node)
+            .and_then(|g| self.counted_zones.get(&g))
+            .into_iter()
+            .flatten();
+        all.chain(counted)
+    }
+
+    /// Records the zone of planned node `n`, just opened, for the hard zonal spreads that
+    /// narrow their nodes by node affinity and count it.
+    pub(super) fn record_counted_zone(&mut self, n: NewNodeId) {
+        let node = &self.new_nodes[n];
+        let t = &self.templates[node.template];
+        let split = Split {
+            node: &node.labels,
+            instance: &t.ty(node.target).labels,
+            custom: &node.custom,
+        };
+        let counting: Vec<usize> = self
+            .zonal_owners
+            .iter()
+            .filter(|(g, owners)| owners.iter().any(|o| !o.counts_every_node) && self.topology.counts_on(*g, &split))
+            .map(|(g, _)| *g)
+            .collect();
+        let zone = node.zone.clone();
+        for g in counting {
+            self.counted_zones.entry(g).or_default().insert(zone.clone());
+        }
+    }
+
+    /// The pod's spread domains with the zones of the planned nodes its zonal spreads
+    /// count added, when that adds any; `None` when the class's own do.
     fn with_planned_zones(&self, pod: PodId) -> Option<Vec<Option<Vec<String>>>> {
         let c = &self.classes[self.class_of[pod]];
         let p = &self.pods[pod];
-        let adds = |i: usize| {
+        let planned = |i: usize| {
             let s = &p.spreads[i];
-            s.key == wk::ZONE
-                && s.inclusion.affinity.is_none()
-                && c.spread_domains[i]
-                    .as_ref()
-                    .is_some_and(|ds| self.planned_zones().any(|z| !ds.contains(z)))
+            let g = Topology::spread_group(&c.groups, i).filter(|_| s.key == wk::ZONE);
+            self.planned_zones_of(g, s.key == wk::ZONE && s.inclusion.affinity.is_none())
+        };
+        let adds = |i: usize| {
+            c.spread_domains[i]
+                .as_ref()
+                .is_some_and(|ds| planned(i).any(|z| !ds.contains(z)))
         };
         if !(0..p.spreads.len()).any(adds) {
             return None;
@@ -55,10 +93,8 @@ impl Scheduler {
             (0..p.spreads.len())
                 .map(|i| {
                     let mut d = c.spread_domains[i].clone();
-                    if adds(i)
-                        && let Some(ds) = d.as_mut()
-                    {
-                        for z in self.planned_zones() {
+                    if let Some(ds) = d.as_mut() {
+                        for z in planned(i) {
                             if !ds.contains(z) {
                                 ds.push(z.clone());
                             }
@@ -68,6 +104,71 @@ impl Scheduler {
                 })
                 .collect(),
         )
+    }
+
+    /// Whether opening a node in `node`'s zone for `pod` would take a hard zonal spread
+    /// past maxSkew for a pod of it placed earlier. kube-scheduler's podtopologyspread
+    /// `calPreFilterState` counts every node that passes the spread's inclusion policies,
+    /// whoever it was launched for, with its matching pods (0 when none), and `Filter`
+    /// takes the global minimum over them: a zone that none of the spread's domains has
+    /// yet is a new domain holding only this pod if it matches, which can lower the
+    /// minimum under which the owner's placed pods were admitted (their later pods see
+    /// the zone through [`Self::with_planned_zones`]).
+    pub(super) fn lowers_a_placed_spread(&self, pod: PodId, node: &impl Domains) -> bool {
+        let Some(zone) = node.domain(wk::ZONE) else {
+            return false;
+        };
+        let class = &self.classes[self.class_of[pod]];
+        self.zonal_owners.iter().any(|(g, owners)| {
+            if !self.topology.counts_on(*g, node) {
+                return false;
+            }
+            let counted = class.counted_in_spreads.iter().any(|(cg, _, _)| cg == g);
+            let in_new = self.topology.count_of(*g, zone) + i32::from(counted);
+            owners.iter().any(|owner| {
+                let Some(own) = &owner.domains else {
+                    return false;
+                };
+                let mut eligible = own.clone();
+                for z in self.planned_zones_of(Some(*g), owner.counts_every_node) {
+                    if !eligible.contains(z) {
+                        eligible.push(z.clone());
+                    }
+                }
+                if eligible.iter().any(|z| z == zone) {
+                    return false;
+                }
+                let min_over = |n: usize, m: Option<i32>| {
+                    if (n as i32) < owner.min_domains.unwrap_or(1) {
+                        0
+                    } else {
+                        m.unwrap_or(0)
+                    }
+                };
+                let least = eligible.iter().map(|z| self.topology.count_of(*g, z)).min();
+                let before = min_over(eligible.len(), least);
+                let after = min_over(eligible.len() + 1, Some(least.map_or(in_new, |l| l.min(in_new))));
+                after < before
+                    && self
+                        .placed_zones(owner.class)
+                        .any(|d| self.topology.count_of(*g, d) - after > owner.max_skew)
+            })
+        })
+    }
+
+    /// The zones of the nodes the plan has placed pods of `class` on.
+    fn placed_zones(&self, class: ClassId) -> impl Iterator<Item = &str> {
+        let planned = self
+            .new_nodes
+            .iter()
+            .filter(move |n| n.class_count.get(&class).is_some_and(|&c| c > 0))
+            .map(|n| n.zone.as_str());
+        let existing = self
+            .existing
+            .iter()
+            .filter(move |n| n.placed.iter().any(|&p| self.class_of[p] == class))
+            .filter_map(|n| n.labels.get(wk::ZONE).map(String::as_str));
+        planned.chain(existing)
     }
 
     /// Whether the pod's zonal constraints allow a node in `zone`.
@@ -104,8 +205,8 @@ impl Scheduler {
                     return true;
                 };
                 let mut eligible = own.clone();
-                if key == wk::ZONE && owner.counts_every_node {
-                    for z in self.planned_zones() {
+                if key == wk::ZONE {
+                    for z in self.planned_zones_of(Some(g), owner.counts_every_node) {
                         if !eligible.contains(z) {
                             eligible.push(z.clone());
                         }
