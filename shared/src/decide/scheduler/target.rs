@@ -169,7 +169,7 @@ impl Scheduler {
             remaining: share(class).max(1),
             per_node_cap: self.classes[class].per_node_cap,
         };
-        let rep = self.pods[self.classes[class].rep].clone();
+        let rep = &self.pods[self.classes[class].rep];
         let tmpl = &self.templates[ti];
         // The values the NodePool's custom keys keep once the opening pod is on the node.
         let custom = if tmpl.custom.is_empty() {

@@ -129,13 +129,13 @@ impl Scheduler {
                 let Some(own) = &owner.domains else {
                     return false;
                 };
-                let mut eligible = own.clone();
-                for z in self.planned_zones_of(Some(*g), owner.counts_every_node) {
-                    if !eligible.contains(z) {
-                        eligible.push(z.clone());
-                    }
-                }
-                if eligible.iter().any(|z| z == zone) {
+                // The owner's domains and the planned zones it counts, without building
+                // the union (this runs for every offer of every node opened).
+                let planned = || {
+                    self.planned_zones_of(Some(*g), owner.counts_every_node)
+                        .filter(|z| !own.contains(z))
+                };
+                if own.iter().any(|z| z == zone) || planned().any(|z| z == zone) {
                     return false;
                 }
                 let min_over = |n: usize, m: Option<i32>| {
@@ -145,9 +145,15 @@ impl Scheduler {
                         m.unwrap_or(0)
                     }
                 };
-                let least = eligible.iter().map(|z| self.topology.count_of(*g, z)).min();
-                let before = min_over(eligible.len(), least);
-                let after = min_over(eligible.len() + 1, Some(least.map_or(in_new, |l| l.min(in_new))));
+                let mut domains = own.len();
+                let mut least = own.iter().map(|z| self.topology.count_of(*g, z)).min();
+                for z in planned() {
+                    domains += 1;
+                    let c = self.topology.count_of(*g, z);
+                    least = Some(least.map_or(c, |l| l.min(c)));
+                }
+                let before = min_over(domains, least);
+                let after = min_over(domains + 1, Some(least.map_or(in_new, |l| l.min(in_new))));
                 after < before
                     && self
                         .placed_zones(owner.class)
