@@ -94,6 +94,7 @@ pub fn run(args: &DisruptArgs) -> Result<()> {
         now,
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
+        images: Default::default(),
     });
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
     let at = jiff::Timestamp::try_from(now)

@@ -130,6 +130,7 @@ fn decide_with(s: &Snapshot, now: &str, tune: impl FnOnce(&mut RegionCatalog<'st
         now: at(now),
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
+        images: Default::default(),
     })
 }
 
@@ -677,4 +678,41 @@ fn a_node_whose_labels_its_nodepool_no_longer_allows_is_drifted() {
     let cmd = decide_at(&s, NOW).command.expect("drift");
     assert_eq!(cmd.method, Method::Drift);
     assert_eq!(cmd.replacements[0].capacity_type, CapacityType::OnDemand);
+}
+
+// Karpenter AWS provider `isAMIDrifted`: a node whose AMI its EC2NodeClass no longer
+// resolves is drifted.
+#[test]
+fn a_node_on_an_ami_its_class_no_longer_resolves_is_drifted() {
+    use carpool::decide::disruption::drift::IMAGE_KEY;
+    use carpool::ports::ResolvedImage;
+    let with_image = |name: &str, ami: &str| {
+        let mut n = node(name, "default", "m5.large", "on-demand");
+        n["metadata"]["labels"][IMAGE_KEY] = json!(ami);
+        n
+    };
+    let s = snapshot(vec![
+        on_demand_m5("default"),
+        with_image("current", "ami-new"),
+        pod_on("web-a", "current", "1500m", "5Gi").build(),
+        with_image("old", "ami-old"),
+        pod_on("web-b", "old", "1500m", "5Gi").build(),
+    ]);
+    let region = region();
+    let d = decide(&DisruptionInput {
+        snapshot: &s,
+        region: &region,
+        now: at(NOW),
+        in_progress: Default::default(),
+        settings: DisruptionSettings::default(),
+        images: [(
+            "default".to_string(),
+            vec![ResolvedImage::new("ami-new", carpool::model::Arch::Amd64, &[])],
+        )]
+        .into_iter()
+        .collect(),
+    });
+    let cmd = d.command.expect("drift");
+    assert_eq!(cmd.method, Method::Drift);
+    assert_eq!(cmd.nodes, vec!["old".to_string()]);
 }

@@ -276,6 +276,7 @@ proptest! {
             now,
             in_progress: Default::default(),
             settings: DisruptionSettings::default(),
+            images: Default::default(),
         });
         let Some(cmd) = d.command else { return Ok(()) };
         for n in &cmd.nodes {

@@ -302,22 +302,25 @@ impl Ec2Cloud {
             });
         }
         let taints: Vec<_> = request.taints.iter().chain(&request.startup_taints).cloned().collect();
+        // The node records the AMI it boots: the consolidator's drift compares it with the
+        // images its class resolves later.
+        let mut labels = request.labels.clone();
+        labels.insert(
+            carpool::decide::disruption::drift::IMAGE_KEY.to_string(),
+            image_id.clone(),
+        );
         let document = if al2 {
-            al2_bootstrap::user_data(
-                &self.cluster,
-                &request.labels,
-                &taints,
-                node_class.spec.user_data.as_deref(),
-            )
-            .map_err(|e| CloudError::NodeClass {
-                node_class: node_class.name().to_string(),
-                reason: NodeClassReason::UserData,
-                source: Some(Box::new(e)),
-            })?
+            al2_bootstrap::user_data(&self.cluster, &labels, &taints, node_class.spec.user_data.as_deref()).map_err(
+                |e| CloudError::NodeClass {
+                    node_class: node_class.name().to_string(),
+                    reason: NodeClassReason::UserData,
+                    source: Some(Box::new(e)),
+                },
+            )?
         } else if bottlerocket {
             bottlerocket::settings(
                 &self.cluster,
-                &request.labels,
+                &labels,
                 &taints,
                 node_class.spec.kubelet.as_ref(),
                 node_class.spec.user_data.as_deref(),
@@ -328,21 +331,17 @@ impl Ec2Cloud {
                 source: Some(Box::new(e)),
             })?
         } else {
-            user_data::user_data(
-                &self.cluster,
-                &request.labels,
-                &taints,
-                node_class.spec.user_data.as_deref(),
-            )
-            .map_err(|e| match e {
-                // The class's userData is the class's mistake; writing the NodeConfig is ours.
-                user_data::UserDataError::Mime(_) => CloudError::NodeClass {
-                    node_class: node_class.name().to_string(),
-                    reason: NodeClassReason::UserData,
-                    source: Some(Box::new(e)),
+            user_data::user_data(&self.cluster, &labels, &taints, node_class.spec.user_data.as_deref()).map_err(
+                |e| match e {
+                    // The class's userData is the class's mistake; writing the NodeConfig is ours.
+                    user_data::UserDataError::Mime(_) => CloudError::NodeClass {
+                        node_class: node_class.name().to_string(),
+                        reason: NodeClassReason::UserData,
+                        source: Some(Box::new(e)),
+                    },
+                    user_data::UserDataError::Yaml(_) => CloudError::Api(Box::new(e)),
                 },
-                user_data::UserDataError::Yaml(_) => CloudError::Api(Box::new(e)),
-            })?
+            )?
         };
         let user_data = base64::engine::general_purpose::STANDARD.encode(document);
         Ok(TemplateContent::new(

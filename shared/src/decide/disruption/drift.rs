@@ -21,6 +21,8 @@ use super::command::{DisruptionCommand, Method};
 use crate::decide::ami_requirements::images_from_status;
 use crate::model::content_hash::content_hash;
 use crate::model::{EC2NodeClass, NodePool};
+use crate::ports::ResolvedImage;
+use std::collections::BTreeMap;
 
 /// The node label (or annotation) with the hash of the template it was launched from.
 pub const HASH_KEY: &str = "carpool.sh/nodepool-hash";
@@ -46,8 +48,13 @@ fn recorded<'a>(c: &'a Candidate<'_>, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// Why a candidate is drifted, if it is.
-pub fn drifted(c: &Candidate<'_>, classes: &[EC2NodeClass]) -> Option<String> {
+/// Why a candidate is drifted, if it is. `images` are the AMIs each class resolves now;
+/// a class without them is read from its `status.amis`.
+pub fn drifted(
+    c: &Candidate<'_>,
+    classes: &[EC2NodeClass],
+    images: &BTreeMap<String, Vec<ResolvedImage>>,
+) -> Option<String> {
     let pool = c.pool?;
     let class = classes
         .iter()
@@ -78,7 +85,11 @@ pub fn drifted(c: &Candidate<'_>, classes: &[EC2NodeClass]) -> Option<String> {
         }
     }
     let image = recorded(c, IMAGE_KEY)?;
-    let images = images_from_status(class?)?;
+    let class = class?;
+    let images = match images.get(class.name()) {
+        Some(now) => now.clone(),
+        None => images_from_status(class)?,
+    };
     (!images.is_empty() && !images.iter().any(|i| i.id == image)).then(|| {
         format!(
             "its AMI {image} is no longer among its EC2NodeClass's ({})",
@@ -93,7 +104,7 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
     let drifted_nodes: std::collections::BTreeSet<String> = ctx
         .candidates
         .iter()
-        .filter(|c| drifted(c, classes).is_some())
+        .filter(|c| drifted(c, classes, &ctx.images).is_some())
         .map(|c| c.name.clone())
         .collect();
     if drifted_nodes.is_empty() {

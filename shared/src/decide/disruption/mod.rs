@@ -54,6 +54,7 @@ use crate::catalog::RegionCatalog;
 use crate::decide::in_flight::EPHEMERAL_TAINTS;
 use crate::decide::pod::is_provisionable;
 use crate::model::{ConsolidationPolicy, DisruptionReason, NodePool};
+use crate::ports::ResolvedImage;
 use crate::snapshot::Snapshot;
 
 /// Settings of the disruption decision.
@@ -101,6 +102,9 @@ pub struct DisruptionInput<'a> {
     pub in_progress: BTreeSet<String>,
     /// The settings.
     pub settings: DisruptionSettings,
+    /// The AMIs each EC2NodeClass resolves now, by class name (for drift); a class not
+    /// here is read from its `status.amis`, as Karpenter writes it.
+    pub images: BTreeMap<String, Vec<ResolvedImage>>,
 }
 
 /// One node as the decision saw it.
@@ -152,6 +156,8 @@ pub struct Ctx<'a> {
     pub pending: usize,
     /// Per pool: its nodes, and those disrupting now.
     pub pool_nodes: BTreeMap<String, (usize, usize)>,
+    /// The AMIs each class resolves now.
+    pub images: BTreeMap<String, Vec<ResolvedImage>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -186,6 +192,7 @@ impl<'a> Ctx<'a> {
             pending: snapshot.pods.iter().filter(|p| is_provisionable(p)).count(),
             pool_nodes,
             candidates,
+            images: input.images.clone(),
         }
     }
 

@@ -24,7 +24,7 @@
 mod execute;
 pub mod report;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 pub use report::{ConsolidationReport, RolledBack};
@@ -193,26 +193,28 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         if self.resume(region, until, report).await? {
             return Ok(());
         }
-        let (snapshot, region_now, in_progress) = self.observe(region).await?;
+        let (snapshot, region_now, in_progress, images) = self.observe(region).await?;
         let decision = decide(&DisruptionInput {
             snapshot: &snapshot,
             region: &region_now,
             now: self.clock.now(),
             in_progress: in_progress.clone(),
             settings: self.settings.disruption.clone(),
+            images,
         });
         report.record_decision(&decision);
         let Some(command) = decision.command else {
             return Ok(());
         };
         self.clock.sleep(self.settings.recheck_delay).await;
-        let (snapshot, region_now, in_progress) = self.observe(region).await?;
+        let (snapshot, region_now, in_progress, images) = self.observe(region).await?;
         let again = decide(&DisruptionInput {
             snapshot: &snapshot,
             region: &region_now,
             now: self.clock.now(),
             in_progress,
             settings: self.settings.disruption.clone(),
+            images,
         });
         let Some(fresh) = again.command.filter(|c| same_command(c, &command)) else {
             let why = "the cluster changed during the re-check: the command no longer holds".to_string();
@@ -225,16 +227,25 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
     }
 
     /// The snapshot the decision reads, the region with the offerings out of capacity left
-    /// out, and the nodes of every disruption in progress.
+    /// out, the nodes of every disruption in progress, and the AMIs each class resolves.
+    #[allow(clippy::type_complexity)] // the four things a decision reads, unpacked at once
     async fn observe<'r>(
         &self,
         region: &RegionCatalog<'r>,
-    ) -> Result<(Snapshot, RegionCatalog<'r>, BTreeSet<String>), ConsolidationError> {
+    ) -> Result<
+        (
+            Snapshot,
+            RegionCatalog<'r>,
+            BTreeSet<String>,
+            BTreeMap<String, Vec<crate::ports::ResolvedImage>>,
+        ),
+        ConsolidationError,
+    > {
         let mut snapshot = crate::run::provision::observe::read_snapshot(self.cluster).await?;
         nodepools::keep_managed(&mut snapshot, &self.settings.provision.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
         let provisioner = self.provisioner("consolidator-observe");
-        provisioner
+        let images = provisioner
             .narrow_pools(&mut snapshot, region)
             .await
             .map_err(ConsolidationError::Prepare)?;
@@ -249,7 +260,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             .into_iter()
             .map(|d| d.node)
             .collect();
-        Ok((snapshot, region, in_progress))
+        Ok((snapshot, region, in_progress, images))
     }
 
     fn provisioner(&self, owner: &str) -> Provisioner<'a, C, K, S, T> {

@@ -276,11 +276,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     /// Narrows each NodePool of the snapshot to the zones its EC2NodeClass has subnets in
     /// and the instance types its AMIs boot (a class whose AMIs cannot be resolved
     /// launches nothing; the others still do).
+    /// Narrows the snapshot's NodePools to the zones of their classes' subnets and the
+    /// types their AMIs boot; returns the images resolved, by class.
     pub(crate) async fn narrow_pools(
         &self,
         snapshot: &mut Snapshot,
         base: &RegionCatalog<'_>,
-    ) -> Result<(), ProvisionError> {
+    ) -> Result<BTreeMap<String, Vec<crate::ports::ResolvedImage>>, ProvisionError> {
         let mut zones_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
             zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
@@ -299,7 +301,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             images_by_class.insert(class.name().to_string(), images);
         }
         narrow_to_images(&mut snapshot.nodepools, &images_by_class, base.types());
-        Ok(())
+        Ok(images_by_class)
     }
 
     fn log_dry_run(&self, nodes: &[PlannedNode]) {
