@@ -110,9 +110,4 @@ impl Allowance {
             _ => true,
         }
     }
-
-    /// What is left for `pool` (`None`: no limit).
-    pub fn left(&self, pool: &str) -> Option<u32> {
-        self.left.get(pool).copied().flatten()
-    }
 }

@@ -118,17 +118,6 @@ pub struct Candidate<'a> {
     pub blocked: Option<Blocked>,
 }
 
-impl Candidate<'_> {
-    /// Whether the node is managed and not being disrupted: the methods that are not
-    /// voluntary (repair) may act on it.
-    pub fn is_managed_and_idle(&self) -> bool {
-        !matches!(
-            self.blocked.as_ref().map(|b| b.kind),
-            Some(BlockKind::NotManaged | BlockKind::Disrupting)
-        )
-    }
-}
-
 fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> SystemTime {
     SystemTime::from(t.0)
 }
