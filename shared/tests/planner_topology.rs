@@ -710,3 +710,55 @@ fn a_planned_node_the_spreads_node_selector_accepts_is_a_domain_for_later_pods()
         assert_ne!(node_of(&p, "web-extra").zone, web.zone, "{p:#?}");
     }
 }
+
+// kube-scheduler: podtopologyspread `calPreFilterState` counts, for a pod placed on an
+// existing node in zone a (its volume's only zone), every node that passes
+// `matchNodeInclusionPolicies` (nodeAffinityPolicy: Honor reads its node selector, not its
+// volume) and `Filter` takes the global minimum over them. A node opened afterwards in zone
+// b for a pod of another app (whose own spread rules zone a out, Karpenter's `podDomains`
+// counting the pool's empty zones) is such a node with none of its pods: zone a's 2 against
+// b's 0. With no zone left that keeps the placed spread within maxSkew, that pod is
+// unschedulable rather than breaking the pod placed before it (the planner_properties seed
+// 949915db).
+#[test]
+fn a_node_that_would_break_a_placed_spread_is_not_opened_even_when_no_other_zone_will_do() {
+    let amd64 = |p: PodBuilder| p.node_selector("kubernetes.io/arch", "amd64");
+    let existing = NodeBuilder::new("existing-0")
+        .zone("us-east-1a")
+        .label("topology.ebs.csi.aws.com/zone", "us-east-1a")
+        .label("kubernetes.io/arch", "amd64")
+        .label("kubernetes.io/os", "linux")
+        .label("karpenter.sh/capacity-type", "on-demand")
+        .instance_type("m5.large")
+        .provider_id("aws:///us-east-1a/i-00")
+        .allocatable("cpu", "1930m")
+        .allocatable("memory", "7Gi")
+        .allocatable("pods", "29")
+        .ready(true)
+        .build();
+    let items = vec![
+        pool(&["us-east-1a", "us-east-1b", "us-east-1c"]),
+        zonal_storage_class("us-east-1a"),
+        existing,
+        bound("running-0", "app0", "existing-0").build(),
+        bound("running-1", "app1", "existing-0").build(),
+        claim("data-p1"),
+        amd64(pending("p0", "app1"))
+            .requests("100m", "128Mi")
+            .spec("topologySpreadConstraints", spread(ZONE, "app1", json!({})))
+            .build(),
+        amd64(pending("p1", "app0"))
+            .requests("100m", "512Mi")
+            .spec("topologySpreadConstraints", spread(ZONE, "app0", json!({})))
+            .spec("volumes", volume("data-p1"))
+            .build(),
+    ];
+    // The checker (in `plan`) holds every placed pod to its spread in the final state.
+    let p = plan(items);
+    assert!(p.nodes.is_empty(), "{p:#?}");
+    assert_eq!(p.existing.len(), 1, "{p:#?}");
+    assert_eq!(p.existing[0].pods, ["default/p1"]);
+    assert_eq!(p.unschedulable.len(), 1, "{p:#?}");
+    assert_eq!(p.unschedulable[0].pod, "default/p0");
+    assert!(p.unschedulable[0].has(Kind::Topology), "{p:#?}");
+}

@@ -378,7 +378,7 @@ impl Scheduler {
             // Pick zone and capacity type: balanced spreads first, then price.
             let hostname = format!("carpool-planned-{}", self.new_nodes.len());
             let custom = self.custom_domains(pod, li, ti);
-            let mut choices: Vec<(bool, i64, f64, i64, usize, OfferKeyId)> = Vec::new();
+            let mut choices: Vec<(i64, f64, i64, usize, OfferKeyId)> = Vec::new();
             let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             let mut topo_err = None;
             for (&k, all_types) in by_offer {
@@ -404,6 +404,13 @@ impl Scheduler {
                     topo_err = Some(e);
                     continue;
                 }
+                // A zone that would take a spread placed earlier past its maxSkew breaks
+                // the final state for that spread's placed pods: never (kube-scheduler's
+                // podtopologyspread `Filter` counts the node once it exists).
+                if self.lowers_a_placed_spread(pod, &split) {
+                    topo_err = Some(crate::decide::topology::Rejection::Spread(wk::ZONE.to_string()));
+                    continue;
+                }
                 let groups = &self.classes[class].groups;
                 let spread_count: i64 = self.pods[pod]
                     .spreads
@@ -424,23 +431,19 @@ impl Scheduler {
                 let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
                 // At the same price, the zone and capacity type the pod prefers.
                 let preferred = -self.preference_weight_at(pod, ti, k, types, price);
-                // A zone that would take a spread placed earlier past its maxSkew only
-                // when no other will do.
-                let lowers = self.lowers_a_placed_spread(pod, &split);
-                choices.push((lowers, spread_count, price, preferred, in_zone, k));
+                choices.push((spread_count, price, preferred, in_zone, k));
                 if let Some(list) = by_topology {
                     narrowed.insert(k, list);
                 }
             }
             choices.sort_by(|a, b| {
                 a.0.cmp(&b.0)
-                    .then(a.1.cmp(&b.1))
-                    .then(a.2.total_cmp(&b.2))
+                    .then(a.1.total_cmp(&b.1))
+                    .then(a.2.cmp(&b.2))
                     .then(a.3.cmp(&b.3))
                     .then(a.4.cmp(&b.4))
-                    .then(a.5.cmp(&b.5))
             });
-            let Some(&(_, _, _, _, _, k)) = choices.first() else {
+            let Some(&(_, _, _, _, k)) = choices.first() else {
                 if let Some(rejection) = topo_err {
                     why.add(Reason::Topology { rejection });
                 }
