@@ -4,7 +4,9 @@
 //! no command ever touches a node that is blocked (not managed, `do-not-disrupt` on it or
 //! on a pod, a PDB allowing nothing, a bare pod).
 //!
-//! The number of cases is `CARPOOL_PROPTEST_CASES` (default 32).
+//! The number of cases is `CARPOOL_PROPTEST_CASES` (default 32). As in
+//! `planner_properties.rs`, CI's cases come from a fixed seed unless
+//! `CARPOOL_PROPTEST_SEED` (a number, or `random`) or `CARPOOL_PROPTEST_CASES` is set.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -29,6 +31,16 @@ const TYPES: [&str; 6] = [
     "m6a.xlarge",
 ];
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+
+fn rng_seed() -> proptest::test_runner::RngSeed {
+    use proptest::test_runner::RngSeed;
+    match std::env::var("CARPOOL_PROPTEST_SEED").ok().as_deref() {
+        Some("random") => RngSeed::Random,
+        Some(n) => n.parse().map_or(RngSeed::Random, RngSeed::Fixed),
+        None if std::env::var("CARPOOL_PROPTEST_CASES").is_ok() => RngSeed::Random,
+        None => RngSeed::Fixed(20_261_202),
+    }
+}
 
 fn cases() -> u32 {
     std::env::var("CARPOOL_PROPTEST_CASES")
@@ -263,7 +275,7 @@ fn after(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig { cases: cases(), rng_seed: rng_seed(), ..ProptestConfig::default() })]
 
     #[test]
     fn every_command_fits_by_the_checker_and_spares_blocked_nodes(w in arb_world()) {
