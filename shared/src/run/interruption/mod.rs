@@ -53,8 +53,8 @@ use crate::run::provision::{ProvisionError, Settings};
 /// The NodePool annotation that opts a pool in to acting on rebalance recommendations.
 pub const REBALANCE_ANNOTATION: &str = "carpool.sh/rebalance";
 
-/// The taint of a node being disrupted.
-pub const DISRUPTED_TAINT: &str = "carpool.sh/disrupted";
+/// The taint of a node being disrupted (the disruption decisions skip such nodes).
+pub use crate::decide::disruption::candidate::DISRUPTED_TAINT;
 
 /// The settings of the interruption function's run.
 #[derive(Clone, Debug, PartialEq)]
