@@ -392,3 +392,62 @@ fn an_on_demand_fallback_returns_to_spot_once_the_spot_offerings_are_available_a
     assert_eq!(launched.len(), 1);
     assert_eq!(launched[0].capacity_type, CapacityType::Spot);
 }
+
+/// The provisioner's housekeeping marks a launch failed when its instance is gone or never
+/// registers: a consolidation waiting on it is rolled back, and the run decides afresh,
+/// launching under new ids (never colliding with the failed attempt's records).
+#[test]
+fn a_replacement_that_fails_to_come_up_is_rolled_back_and_started_afresh() {
+    let w = three_underused();
+    w.run("run-1").unwrap();
+    assert_eq!(w.disruptions().len(), 3);
+    for mut launch in block_on(w.store.list_launches()).unwrap() {
+        if launch.id.starts_with("disrupt-") {
+            launch.state = carpool::ports::LaunchState::Failed {
+                reason: "the instance never registered".into(),
+            };
+            block_on(w.store.update_launch(&launch)).unwrap();
+        }
+    }
+    w.clock.advance(Duration::from_secs(300));
+    let r = w.run("run-2").unwrap();
+    assert_eq!(r.rolled_back.len(), 1, "{r:#?}");
+    assert!(r.rolled_back[0].reason.contains("failed to come up"));
+    assert!(r.command.is_some(), "decided afresh: {r:#?}");
+    assert_eq!(w.replacements().len(), 2, "a second replacement, under new ids");
+    for n in ["a", "b", "c"] {
+        assert!(!w.terminated(&format!("i-{n}")));
+    }
+}
+
+/// A drain a PDB keeps blocked is rolled back once it has lasted the drain limit, and the
+/// nodes are kept, untainted.
+#[test]
+fn a_drain_blocked_past_the_limit_is_rolled_back() {
+    let w = three_underused();
+    w.run("run-1").unwrap();
+    // After the decision, a PDB that allows no pod of web to go.
+    w.cluster.add_pdb(
+        carpool::fixtures::pdb(
+            "shop",
+            "web",
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"minAvailable": 3}),
+        )
+        .unwrap(),
+    );
+    w.register_replacements();
+    w.clock.advance(Duration::from_secs(60));
+    let r = w.run("run-2").unwrap();
+    assert!(r.rolled_back.is_empty() && r.evicted == 0, "{r:#?}");
+    assert!(!r.blocked.is_empty(), "the drain says what blocks it: {r:#?}");
+    w.clock.advance(Duration::from_secs(16 * 60));
+    let r = w.run("run-3").unwrap();
+    assert_eq!(r.rolled_back.len(), 1, "{r:#?}");
+    assert!(r.rolled_back[0].reason.contains("did not finish"));
+    for n in ["a", "b", "c"] {
+        assert!(!w.tainted(n), "{n} untainted");
+        assert!(w.cluster.node(n).is_some());
+    }
+    assert!(w.disruptions().is_empty());
+}

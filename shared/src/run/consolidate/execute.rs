@@ -50,10 +50,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 .filter(|p| !p.is_empty());
             targets.push((name.clone(), instance.to_string(), pool));
         }
-        let Some(group) = targets.first().map(|t| t.1.clone()) else {
+        let now = self.clock.now();
+        // The group: the first node's instance and the start, so that a command started again
+        // after a rollback never reuses the launch ids of the attempt rolled back.
+        let Some(group) = targets.first().map(|t| format!("{}-{}", t.1, epoch_millis(now))) else {
             return Ok(());
         };
-        let now = self.clock.now();
         // The launch ids the replacements will get (the launch path numbers a run's
         // launches after its owner, here the group's prefix): recorded before launching,
         // so a run that dies in between is told from a command that launches nothing.

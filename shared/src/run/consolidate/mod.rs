@@ -4,7 +4,7 @@
 //! Each run, under the `consolidator` lease:
 //!
 //! 1. **Resume** the consolidation in progress (its `DISRUPT#` records, one per node,
-//!    grouped by the command's first instance): advance each step by step with the
+//!    grouped by the command's first instance and start time): advance each step by step with the
 //!    interruption function's machinery ([`crate::run::interruption`]): taint, wait for the
 //!    replacement to be Ready, drain by eviction (PDBs hold), terminate, clean up. It is
 //!    **rolled back** (untainted, records deleted, the reason logged) when it crashed
