@@ -8,7 +8,7 @@ use carpool::catalog::RegionCatalog;
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::price_refresh::LiveCatalog;
-use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics};
+use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics, run_metrics};
 use carpool::run::provision::report::quantile;
 use carpool::run::provision::{
     ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings, SharedRecentEvents,
@@ -88,6 +88,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             "{}",
             housekeeping_metrics(&self.config.cluster, now, &report.housekeeping)
         );
+        println!("{}", run_metrics(&self.config.cluster, now, &report));
         let summary = summary(&report);
         tracing::info!(summary = %summary, "run");
         Ok(report)

@@ -163,8 +163,9 @@ async fn a_launch_on_moto_makes_a_tagged_instance_in_the_zone_with_a_nodeconfig(
     assert_eq!(ebs.encrypted(), Some(true));
     assert_eq!(
         config["spec"]["kubelet"]["flags"],
+        // The adapter adds the AMI it resolved, for the consolidator's drift check.
         serde_json::json!([
-            "--node-labels=karpenter.sh/nodepool=general",
+            "--node-labels=carpool.sh/image-id=ami-ekslinux,karpenter.sh/nodepool=general",
             "--register-with-taints=dedicated=batch:NoSchedule"
         ])
     );

@@ -1,11 +1,11 @@
-//! CloudWatch metrics in Embedded Metric Format: one JSON object per batch, and one per
-//! run for its housekeeping, each printed on its own line to stdout, which Lambda forwards to CloudWatch Logs, where CloudWatch turns it
+//! CloudWatch metrics in Embedded Metric Format: one JSON object per batch, one per run
+//! for its housekeeping and one for its transient errors, each printed on its own line to stdout, which Lambda forwards to CloudWatch Logs, where CloudWatch turns it
 //! into metrics. Written by hand: EMF is a small documented JSON shape, and the crates
 //! that emit it are not maintained.
 
 use serde_json::{Value, json};
 
-use super::report::{BatchReport, HousekeepingReport};
+use super::report::{BatchReport, HousekeepingReport, RunReport};
 use crate::ports::EpochMillis;
 
 /// The metrics namespace.
@@ -88,6 +88,23 @@ pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, rounds: &[Hou
             ("LaunchBackoffs", "Count", sum(|r| r.backoffs_set.len())),
         ],
     )
+}
+
+/// The EMF object for the steps one run of `cluster` went on past (`TransientErrors`: a
+/// failed poll, housekeeping round or batch, each after the adapters' retries), at
+/// `timestamp`.
+pub fn run_metrics(cluster: &str, timestamp: EpochMillis, report: &RunReport) -> Value {
+    emf(
+        cluster,
+        timestamp,
+        &[("TransientErrors", "Count", json!(report.transient_errors.len()))],
+    )
+}
+
+/// The EMF object for items of `cluster`'s state table that do not read (`PoisonItems`),
+/// skipped by the store, at `timestamp`.
+pub fn poison_item_metrics(cluster: &str, timestamp: EpochMillis, items: usize) -> Value {
+    emf(cluster, timestamp, &[("PoisonItems", "Count", json!(items))])
 }
 
 #[cfg(test)]

@@ -281,7 +281,8 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         lease: &mut Lease,
         report: &mut RunReport,
     ) -> Result<(), ProvisionError> {
-        report.housekeeping.push(self.housekeeping(region).await?);
+        let mut faults = Faults::default();
+        self.housekeep(region, report, &mut faults).await?;
         let deadline = start + self.settings.watch;
         let mut batcher = Batcher::new(self.settings.batch_idle, self.settings.batch_max);
         // Pods a batch of this run already handled, and when: they open another batch only
@@ -304,10 +305,24 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 continue;
             }
             first = false;
-            let pending: Vec<String> = self
-                .cluster
-                .pending_pods()
-                .await?
+            let polled = match self.cluster.pending_pods().await {
+                Ok(pods) => {
+                    faults.polls = 0;
+                    pods
+                }
+                Err(e) => {
+                    // The adapter retried already; the next poll tries again, unless
+                    // the apiserver has been failing for a while.
+                    faults.polls += 1;
+                    faults.note(report, "poll of pending pods", &e);
+                    if faults.polls >= MAX_FAILED_POLLS {
+                        return Err(e.into());
+                    }
+                    self.clock.sleep(self.settings.poll).await;
+                    continue;
+                }
+            };
+            let pending: Vec<String> = polled
                 .iter()
                 .filter(|p| is_provisionable(p))
                 .map(pod_key)
@@ -317,13 +332,24 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             batcher.observe(now, pending);
             if batcher.is_due(now) || (now >= deadline && batcher.is_open()) {
                 let pods = batcher.take();
-                let batch = self.batch(region).await?;
-                self.log_batch(&batch);
-                let at = self.clock.now();
-                handled.extend(pods.into_iter().map(|p| (p, at)));
-                report.batches.push(batch);
-                let housekeeping = self.housekeeping(region).await?;
-                report.housekeeping.push(housekeeping);
+                match self.batch(region).await {
+                    Ok(batch) => {
+                        faults.batches = 0;
+                        self.log_batch(&batch);
+                        let at = self.clock.now();
+                        handled.extend(pods.into_iter().map(|p| (p, at)));
+                        report.batches.push(batch);
+                    }
+                    // A batch that failed launched only what its records count as in
+                    // flight: its pods are batched again at the next poll, and planned
+                    // with that capacity counted, so nothing is launched twice.
+                    Err(e) if e.is_retryable() && faults.batches + 1 < MAX_FAILED_BATCHES => {
+                        faults.batches += 1;
+                        faults.note(report, "batch", &e);
+                    }
+                    Err(e) => return Err(e),
+                }
+                self.housekeep(region, report, &mut faults).await?;
             }
             if !self.waves.is_empty() {
                 self.release_waves(report).await;
@@ -335,6 +361,36 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             self.clock.sleep(self.settings.poll).await;
         }
         Ok(())
+    }
+
+    /// One housekeeping round. A round that fails is logged and counted, and the watch
+    /// goes on: provisioning does not need it to be safe. The capacity in flight that a
+    /// batch counts comes from the batch's own read of the launch records (a batch that
+    /// cannot read them fails, and launches nothing); housekeeping only follows launches
+    /// up, terminates what never registered and releases waves, which the next round or
+    /// run does as well. Only a run whose every round fails ends, with the error, after
+    /// [`MAX_FAILED_HOUSEKEEPING`] in a row.
+    async fn housekeep(
+        &self,
+        region: &RegionCatalog<'_>,
+        report: &mut RunReport,
+        faults: &mut Faults,
+    ) -> Result<(), ProvisionError> {
+        match self.housekeeping(region).await {
+            Ok(round) => {
+                faults.housekeeping = 0;
+                report.housekeeping.push(round);
+                Ok(())
+            }
+            Err(e) => {
+                faults.housekeeping += 1;
+                faults.note(report, "housekeeping", &e);
+                if faults.housekeeping >= MAX_FAILED_HOUSEKEEPING {
+                    return Err(e);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Whether kube-scheduler has had its chance at a pod since the launch wave planned
@@ -382,6 +438,32 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             batch = %summary,
             "batch"
         );
+    }
+}
+
+/// Polls of pending pods that may fail in a row (each after the adapter's own retries)
+/// before the run gives up: at the default poll of 250 ms, a few seconds of an apiserver
+/// that answers nothing but errors.
+pub const MAX_FAILED_POLLS: u32 = 20;
+/// Batches that may fail in a row with a retryable error before the run gives up.
+pub const MAX_FAILED_BATCHES: u32 = 3;
+/// Housekeeping rounds that may fail in a row before the run gives up.
+pub const MAX_FAILED_HOUSEKEEPING: u32 = 3;
+
+/// The steps of a watch that failed in a row, by kind.
+#[derive(Debug, Default)]
+struct Faults {
+    polls: u32,
+    batches: u32,
+    housekeeping: u32,
+}
+
+impl Faults {
+    /// Logs a failed step and records it in the run's report.
+    fn note(&self, report: &mut RunReport, step: &str, error: &(dyn std::error::Error + 'static)) {
+        let chain = crate::error_chain::Chain(error).to_string();
+        tracing::warn!(step, error = %chain, "a step of the watch failed; the watch goes on");
+        report.transient_errors.push(format!("{step}: {chain}"));
     }
 }
 

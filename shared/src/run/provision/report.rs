@@ -145,6 +145,10 @@ pub struct RunReport {
     /// are in its reports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub released: Vec<crate::decide::wave::Untaint>,
+    /// Steps that failed and that the watch went on past (a poll of pending pods, a
+    /// housekeeping round, a batch), as `step: error` (the `TransientErrors` metric).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transient_errors: Vec<String>,
 }
 
 impl BatchReport {
