@@ -6,11 +6,11 @@ use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
 use carpool::decide::unschedulable::Kind;
-use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
+use carpool::fakes::{ClusterErrorKind, FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKind};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
-use carpool::ports::{Cloud, LaunchState, OfferingKey, StateStore};
-use carpool::run::provision::{Provisioner, RunReport, Settings};
+use carpool::ports::{Clock as _, Cloud, ClusterError, LaunchState, OfferingKey, StateStore};
+use carpool::run::provision::{MAX_FAILED_POLLS, ProvisionError, Provisioner, RunReport, Settings};
 use k8s_openapi::api::core::v1::Pod;
 use pollster::block_on;
 use serde_json::json;
@@ -428,5 +428,76 @@ fn the_default_settings_are_those_of_a_configuration_that_sets_nothing_optional(
     assert_eq!(
         Settings::from_config(&config, Duration::from_secs(60)),
         Settings::default()
+    );
+}
+
+// Transient faults. The apiserver's 429 and 5xx are retried inside the adapter first
+// (carpool-adapters' tests/kube_read_retry.rs); what reaches the run is what is left when
+// those retries ran out, and the watch must go on past it.
+
+#[test]
+fn a_poll_of_pending_pods_that_fails_mid_watch_does_not_end_the_watch() {
+    let w = World::new(30);
+    w.cluster.fail_on("pending_pods", ClusterErrorKind::Throttled);
+    w.cluster.fail_on("pending_pods", ClusterErrorKind::Api);
+    let report = w.run("run-1");
+    assert_eq!(report.transient_errors.len(), 2, "{:?}", report.transient_errors);
+    assert!(report.transient_errors[0].starts_with("poll of pending pods"));
+    assert_eq!(report.launched().map(|l| l.pods).sum::<usize>(), 30);
+}
+
+#[test]
+fn a_housekeeping_round_that_fails_is_logged_and_provisioning_goes_on() {
+    let w = World::new(30);
+    // Housekeeping's first read: the nodes.
+    w.cluster.fail_on("nodes", ClusterErrorKind::Api);
+    let report = w.run("run-1");
+    assert!(
+        report.transient_errors.iter().any(|e| e.starts_with("housekeeping")),
+        "{:?}",
+        report.transient_errors
+    );
+    assert_eq!(report.launched().map(|l| l.pods).sum::<usize>(), 30);
+}
+
+#[test]
+fn a_batch_that_is_throttled_is_batched_again_and_launches_once() {
+    let w = World::new(30);
+    // Throttled at the batch's read of the offerings out of capacity (its first read of
+    // the store; housekeeping does not read them).
+    w.store.fail_on("list ICE#", StoreErrorKind::Throttled);
+    let report = w.run("run-1");
+    assert!(
+        report.transient_errors.iter().any(|e| e.starts_with("batch")),
+        "{:?}",
+        report.transient_errors
+    );
+    assert_eq!(report.launched().map(|l| l.pods).sum::<usize>(), 30);
+    let instances = block_on(w.cloud.list()).unwrap();
+    assert_eq!(instances.len(), report.launched().count(), "nothing launched twice");
+}
+
+#[test]
+fn an_apiserver_that_keeps_failing_ends_the_run_with_its_error_and_launches_nothing() {
+    let w = World::new(30);
+    for _ in 0..MAX_FAILED_POLLS + 5 {
+        w.cluster.fail_on("pending_pods", ClusterErrorKind::Throttled);
+    }
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let mut p = Provisioner::new(&w.cloud, &w.cluster, &w.store, &w.clock, settings(), "run-1");
+    let outcome = block_on(p.run(&region));
+    assert!(
+        matches!(outcome, Err(ProvisionError::Cluster(ClusterError::Throttled { .. }))),
+        "{outcome:?}"
+    );
+    assert!(block_on(w.cloud.list()).unwrap().is_empty());
+    // The lease was released for the next run.
+    assert!(
+        block_on(
+            w.store
+                .acquire_lease("provisioner", "run-2", w.clock.now(), Duration::from_secs(60))
+        )
+        .is_ok()
     );
 }

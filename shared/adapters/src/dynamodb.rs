@@ -9,6 +9,8 @@
 //! `StoreError::Throttled` when retries run out.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
@@ -18,6 +20,7 @@ use carpool::ports::{
     Backoff, DisruptionRecord, LaunchRecord, Lease, NodeRecord, StateStore, StoreError, UnavailableOffering,
     epoch_millis, sort_key,
 };
+use carpool::run::provision::metrics::poison_item_metrics;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -30,6 +33,8 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     cluster: String,
+    /// Items skipped because they do not read, since the store was built.
+    poison: Arc<AtomicU64>,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -93,7 +98,49 @@ impl DynamoStore {
             client,
             table: table.into(),
             cluster: cluster.into(),
+            poison: Arc::default(),
         }
+    }
+
+    /// Items that lists skipped because they do not read (poison items), since the store
+    /// was built.
+    pub fn poison_items_skipped(&self) -> u64 {
+        self.poison.load(Ordering::Relaxed)
+    }
+
+    /// The records of `items` that read. An item that does not (a hand edit, a record
+    /// written by a newer version, a truncated write) is skipped, with an error log naming
+    /// its key and the `PoisonItems` metric, so that one bad item does not stop every run
+    /// until someone deletes it. What skipping costs: a launch record skipped is not
+    /// counted in flight, so its pods may be launched for once more; its instance is
+    /// followed up by its tags as any other.
+    fn readable<T: DeserializeOwned>(&self, items: &[HashMap<String, AttributeValue>]) -> Vec<T> {
+        let mut out = Vec::with_capacity(items.len());
+        let mut skipped = 0;
+        for item in items {
+            match from_item(item) {
+                Ok(record) => out.push(record),
+                Err(e) => {
+                    skipped += 1;
+                    let key = item.get("sk").and_then(|v| v.as_s().ok()).map_or("?", String::as_str);
+                    tracing::error!(
+                        cluster = %self.cluster,
+                        key,
+                        error = %carpool::error_chain::Chain(&e),
+                        "a state item does not read; skipped (delete or fix it)"
+                    );
+                }
+            }
+        }
+        if skipped > 0 {
+            self.poison.fetch_add(skipped as u64, Ordering::Relaxed);
+            // EMF goes to stdout as a raw line; CloudWatch turns it into the metric.
+            println!(
+                "{}",
+                poison_item_metrics(&self.cluster, epoch_millis(SystemTime::now()), skipped)
+            );
+        }
+        out
     }
 
     /// Creates the table with its TTL, if it does not exist (for tests and local runs; the
@@ -221,7 +268,7 @@ impl DynamoStore {
     }
 
     async fn list<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>, StoreError> {
-        self.query(prefix).await?.iter().map(from_item).collect()
+        Ok(self.readable(&self.query(prefix).await?))
     }
 
     async fn delete(&self, sk: String) -> Result<(), StoreError> {
@@ -371,17 +418,18 @@ impl StateStore for DynamoStore {
 
     async fn unavailable_offerings(&self, now: SystemTime) -> Result<Vec<UnavailableOffering>, StoreError> {
         let now_ms = epoch_millis(now);
-        self.query(sort_key::UNAVAILABLE)
+        let live: Vec<_> = self
+            .query(sort_key::UNAVAILABLE)
             .await?
-            .iter()
+            .into_iter()
             .filter(|i| {
                 i.get("expires_ms")
                     .and_then(|v| v.as_n().ok())
                     .and_then(|v| v.parse::<i64>().ok())
                     .is_none_or(|e| e > now_ms)
             })
-            .map(from_item)
-            .collect()
+            .collect();
+        Ok(self.readable(&live))
     }
 
     async fn create_backoff(&self, backoff: &Backoff) -> Result<Backoff, StoreError> {

@@ -2,7 +2,9 @@
 //!
 //! Build the client with `kube::Config::default_retry = false`: kube 5 otherwise retries
 //! every 429 (up to 15 times, backing off towards 1000 s), and a 429 is how the Eviction
-//! API says a PDB blocks, which the caller must see at once.
+//! API says a PDB blocks, which the caller must see at once. Reads are retried here
+//! instead ([`crate::kube_retry`]): a 429, a 5xx or a lost connection, a few times within
+//! a second.
 //!
 //! Events are created with the `events.k8s.io/v1` API (reporting controller `carpool`),
 //! which `kubectl describe pod` shows as it shows core/v1 Events. Not through
@@ -26,6 +28,8 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::{Api, Client};
+
+use crate::kube_retry::ReadRetry;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -41,6 +45,7 @@ const CONFLICT_ATTEMPTS: usize = 3;
 #[derive(Clone)]
 pub struct KubeCluster {
     client: Client,
+    retry: ReadRetry,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -97,15 +102,15 @@ fn pdb_refusal(s: &kube::core::Status) -> bool {
         || (s.code == 500 && s.message.contains("more than one PodDisruptionBudget"))
 }
 
-/// Lists every object, a page at a time.
-async fn list_all<K>(api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+/// Lists every object, a page at a time, each page retried by `retry`.
+async fn list_all<K>(retry: &ReadRetry, api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
     let mut params = params.limit(PAGE);
     let mut items = Vec::new();
     loop {
-        let page = api.list(&params).await?;
+        let page = retry.run("list", || api.list(&params)).await?;
         items.extend(page.items);
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -178,8 +183,19 @@ fn k8s_event(event: &PodEvent, now: Timestamp) -> Event {
 
 impl KubeCluster {
     /// The port on `client` (built with `default_retry = false`, see the module docs).
+    /// Its reads are retried with [`ReadRetry::default`].
     pub fn new(client: Client) -> Self {
-        KubeCluster { client }
+        KubeCluster {
+            client,
+            retry: ReadRetry::default(),
+        }
+    }
+
+    /// The port, its reads retried by `retry` instead.
+    #[must_use]
+    pub fn with_read_retry(mut self, retry: ReadRetry) -> Self {
+        self.retry = retry;
+        self
     }
 
     fn nodes_api(&self) -> Api<Node> {
@@ -191,7 +207,7 @@ impl KubeCluster {
         resource: &ApiResource,
     ) -> Result<Validated<T>, ClusterError> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let objects = list_all(&api, ListParams::default())
+        let objects = list_all(&self.retry, &api, ListParams::default())
             .await
             .map_err(|e| map_err(&resource.plural, e))?;
         let mut out = Validated::default();
@@ -259,6 +275,7 @@ impl Cluster for KubeCluster {
     async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         list_all(
+            &self.retry,
             &api,
             ListParams::default().fields("status.phase=Pending,spec.nodeName="),
         )
@@ -267,7 +284,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
-        list_all(&self.nodes_api(), ListParams::default())
+        list_all(&self.retry, &self.nodes_api(), ListParams::default())
             .await
             .map_err(|e| map_err("nodes", e))
     }
@@ -275,6 +292,7 @@ impl Cluster for KubeCluster {
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         list_all(
+            &self.retry,
             &api,
             ListParams::default().fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
         )
@@ -284,49 +302,53 @@ impl Cluster for KubeCluster {
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
-        list_all(&api, ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await
-            .map_err(|e| map_err(&format!("pods on node {node}"), e))
+        list_all(
+            &self.retry,
+            &api,
+            ListParams::default().fields(&format!("spec.nodeName={node}")),
+        )
+        .await
+        .map_err(|e| map_err(&format!("pods on node {node}"), e))
     }
 
     async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
-        list_all(&Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("daemonsets", e))
     }
 
     async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
-        list_all(&Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("poddisruptionbudgets", e))
     }
 
     async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
-        list_all(&Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("persistentvolumes", e))
     }
 
     async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
-        list_all(&Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("persistentvolumeclaims", e))
     }
 
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
-        list_all(&Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("storageclasses", e))
     }
 
     async fn csinodes(&self) -> Result<Vec<CSINode>, ClusterError> {
-        list_all(&Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("csinodes", e))
     }
 
     async fn namespaces(&self) -> Result<Vec<Namespace>, ClusterError> {
-        list_all(&Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("namespaces", e))
     }

@@ -18,9 +18,12 @@
 //! - [`eks_token`]: the bearer token EKS accepts, as `aws eks get-token` makes it.
 //! - [`kube_cluster`]: the `Cluster` port on the Kubernetes API: reads, cordon and taint
 //!   patches that keep other fields, evictions through the Eviction API.
+//! - [`kube_retry`]: the apiserver's reads retried on 429, 5xx and lost connections, with
+//!   jittered backoff.
 //! - [`logging`]: JSON logs for CloudWatch (`AWS_LAMBDA_LOG_FORMAT` respected).
 //! - [`real_ports`]: every real port and the region's catalog, from a function's
 //!   configuration, built once per cold start.
+//! - [`sdk_timeouts`]: the attempt and operation timeouts of every AWS call.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -31,5 +34,7 @@ pub mod ec2;
 pub mod eks;
 pub mod eks_token;
 pub mod kube_cluster;
+pub mod kube_retry;
 pub mod logging;
 pub mod real_ports;
+pub mod sdk_timeouts;

@@ -46,6 +46,7 @@ pub struct RealPorts {
 pub async fn real_ports(config: &ProvisionerConfig) -> Result<RealPorts, InitError> {
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new(config.region.clone()))
+        .timeout_config(crate::sdk_timeouts::sdk_timeouts())
         .load()
         .await;
     let mut eks = EksAccess::new(&sdk, &config.cluster)?;

@@ -27,6 +27,8 @@ pub struct FakeStore {
     items: Mutex<BTreeMap<String, Item>>,
     calls: Mutex<Vec<String>>,
     fail_next: Mutex<Vec<StoreErrorKind>>,
+    /// Calls to fail once each, by a prefix of `method key`.
+    fail_on: Mutex<Vec<(String, StoreErrorKind)>>,
     /// The call (a prefix of `method key`) at which the store dies, as a crashed run sees
     /// it: that call and every later one fail, until [`FakeStore::revive`].
     crash_at: Mutex<Option<String>>,
@@ -84,6 +86,13 @@ impl FakeStore {
         lock(&self.fail_next).push(kind);
     }
 
+    /// Makes the next call whose `method key` (as [`FakeStore::calls`] lists it) starts
+    /// with `call` fail with `kind`, the other calls unchanged (several queue up; each
+    /// fails once).
+    pub fn fail_on(&self, call: &str, kind: StoreErrorKind) {
+        lock(&self.fail_on).push((call.to_string(), kind));
+    }
+
     fn enter(&self, call: String) -> Result<MutexGuard<'_, BTreeMap<String, Item>>, StoreError> {
         lock(&self.calls).push(call.clone());
         {
@@ -99,9 +108,15 @@ impl FakeStore {
                 return Err(StoreError::Api(format!("crashed before {call}").into()));
             }
         }
+        let targeted = {
+            let mut targeted = lock(&self.fail_on);
+            let at = targeted.iter().position(|(c, _)| call.starts_with(c.as_str()));
+            at.map(|i| targeted.remove(i).1)
+        };
         let mut failures = lock(&self.fail_next);
-        if !failures.is_empty() {
-            return Err(match failures.remove(0) {
+        let failure = targeted.or_else(|| (!failures.is_empty()).then(|| failures.remove(0)));
+        if let Some(kind) = failure {
+            return Err(match kind {
                 StoreErrorKind::Throttled => StoreError::Throttled {
                     what: call,
                     source: Injected::boxed(),
