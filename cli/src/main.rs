@@ -16,6 +16,10 @@ mod usage;
 
 use std::process::ExitCode;
 
+/// The system allocator, counting the heap in use and its peak (for `bench provision`).
+#[global_allocator]
+static HEAP: peak_alloc::PeakAlloc = peak_alloc::PeakAlloc;
+
 use clap::{Parser, Subcommand};
 
 use usage::UsageError;

@@ -10,7 +10,7 @@ use carpool::fakes::{ClusterErrorKind, FakeClock, FakeCloud, FakeCluster, FakeSt
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::ports::{Clock as _, Cloud, ClusterError, LaunchState, OfferingKey, StateStore};
-use carpool::run::provision::{MAX_FAILED_POLLS, ProvisionError, Provisioner, RunReport, Settings};
+use carpool::run::provision::{MAX_FAILED_POLLS, ProvisionError, Provisioner, RunReport, Settings, WatchMode};
 use k8s_openapi::api::core::v1::Pod;
 use pollster::block_on;
 use serde_json::json;
@@ -500,4 +500,52 @@ fn an_apiserver_that_keeps_failing_ends_the_run_with_its_error_and_launches_noth
         )
         .is_ok()
     );
+}
+
+// The adaptive watch: an idle cluster costs one check a minute.
+
+fn adaptive() -> Settings {
+    Settings {
+        watch_mode: WatchMode::Adaptive {
+            quiet_after: Duration::from_secs(600),
+        },
+        ..settings()
+    }
+}
+
+#[test]
+fn an_adaptive_run_in_an_idle_cluster_checks_once_and_exits() {
+    let w = World::new(0);
+    let report = w.run_with("run-1", adaptive());
+    assert!(report.exited_early);
+    assert_eq!(report.watched_ms, 0, "no poll interval was slept");
+    assert_eq!(report.housekeeping.len(), 1, "housekeeping still ran");
+    let polls = w.cluster.calls().iter().filter(|c| *c == "pending_pods").count();
+    assert_eq!(polls, 1);
+}
+
+#[test]
+fn an_adaptive_run_that_finds_pods_watches_and_launches_as_a_continuous_one() {
+    let w = World::new(30);
+    let report = w.run_with("run-1", adaptive());
+    assert!(!report.exited_early);
+    assert_eq!(report.launched().map(|l| l.pods).sum::<usize>(), 30);
+    assert!(report.watched_ms >= 50_000);
+}
+
+#[test]
+fn after_a_recent_launch_an_adaptive_run_keeps_watching_for_the_rest_of_the_burst() {
+    let w = World::new(30);
+    w.run_with("run-1", adaptive());
+    // The pods ran and finished; five minutes later nothing is pending, but the launch
+    // five minutes ago keeps the run watching for the rest of the burst.
+    w.cluster.clear_pods();
+    w.clock.advance(Duration::from_secs(300));
+    let second = w.run_with("run-2", adaptive());
+    assert!(!second.exited_early);
+    assert!(second.watched_ms >= 50_000);
+    // Past the quiet period it exits after one check.
+    w.clock.advance(Duration::from_secs(600));
+    let third = w.run_with("run-3", adaptive());
+    assert!(third.exited_early);
 }

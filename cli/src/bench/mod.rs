@@ -56,6 +56,12 @@ enum BenchCommand {
         /// Pending pods.
         #[arg(long, default_value_t = 5000)]
         pods: usize,
+        /// Nodes already running (with `--running-pods` on them).
+        #[arg(long, default_value_t = 0)]
+        nodes: usize,
+        /// Pods already running on those nodes.
+        #[arg(long, default_value_t = 0)]
+        running_pods: usize,
         /// Instance types in the NodePool.
         #[arg(long, default_value_t = 400)]
         instance_types: usize,
@@ -115,10 +121,41 @@ struct PackingRow {
 
 /// Peak resident memory of this process, from `/proc/self/status` (Linux).
 fn peak_rss_mib() -> Option<f64> {
+    status_mib("VmHWM:")
+}
+
+/// The heap in use now, in MiB.
+fn heap_mib() -> f64 {
+    crate::HEAP.current_usage() as f64 / (1024.0 * 1024.0)
+}
+
+/// The heap's peak since the last [`reset_heap_peak`], in MiB.
+fn heap_peak_mib() -> f64 {
+    crate::HEAP.peak_usage() as f64 / (1024.0 * 1024.0)
+}
+
+/// Starts counting the heap's peak from now.
+fn reset_heap_peak() {
+    crate::HEAP.reset_peak_usage();
+}
+
+/// The resident memory now.
+fn current_rss_mib() -> Option<f64> {
+    status_mib("VmRSS:")
+}
+
+/// A `/proc/self/status` line in KiB, as MiB (Linux only; `None` elsewhere).
+fn status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// Resets the peak resident memory to the current one (Linux: writing 5 to
+/// `/proc/self/clear_refs`); where it cannot, the peak keeps what came before.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -186,26 +223,36 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         BenchCommand::Provision {
             pods,
+            nodes,
+            running_pods,
             instance_types,
             json,
         } => {
             if *pods == 0 || *instance_types == 0 {
                 return Err(UsageError("--pods and --instance-types must be at least 1".into()).into());
             }
-            let r = provision::run(&region, *pods, *instance_types)?;
+            if *running_pods > 0 && *nodes == 0 {
+                return Err(UsageError("--running-pods needs --nodes to run on: give --nodes N".into()).into());
+            }
+            let r = provision::run(&region, *pods, *instance_types, *nodes, *running_pods)?;
             if *json {
                 say!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 say!(
-                    "pods {}  batches {}  nodes {}  unschedulable {}  plan {:.0} ms  run {:.0} ms  cost ${:.4}/h  peak RSS {:.0} MiB",
+                    "pods {}  running {} on {} nodes  batches {}  nodes {}  unschedulable {}  snapshot {:.0} ms  plan {:.0} ms  run {:.0} ms  cost ${:.4}/h  run heap peak {:.0} MiB  peak RSS {:.0} MiB (fakes {:.0} MiB)",
                     r.pods,
+                    r.running_pods,
+                    r.nodes_running,
                     r.batches,
                     r.nodes,
                     r.unschedulable,
+                    r.snapshot_ms,
                     r.plan_ms,
                     r.run_ms,
                     r.cost_per_hour,
-                    r.peak_rss_mib.unwrap_or(0.0)
+                    r.run_heap_peak_mib,
+                    r.peak_rss_mib.unwrap_or(0.0),
+                    r.fakes_rss_mib.unwrap_or(0.0)
                 );
             }
         }

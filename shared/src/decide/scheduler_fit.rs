@@ -62,6 +62,9 @@ pub struct Fitting {
     pub cost_added: f64,
     /// Replays run.
     pub replays: usize,
+    /// Not fitted: one replay would have cost more than [`CHECK_BUDGET`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
 }
 
 /// One way to place a stranded pod.
@@ -175,7 +178,16 @@ pub fn fit(snapshot: &Snapshot, region: &RegionCatalog<'_>, mut plan: Provisioni
     }
     let pods: usize = plan.nodes.iter().map(|n| n.pods.len()).sum::<usize>()
         + plan.existing.iter().map(|e| e.pods.len()).sum::<usize>();
-    let checks = pods.saturating_mul(plan.nodes.len() + snapshot.nodes.len());
+    // A replay checks each pod against every node, and counts each spread over the pods
+    // already placed: in a cluster of many running pods, the latter dominates.
+    let checks = pods.saturating_mul(plan.nodes.len() + snapshot.nodes.len() + snapshot.pods.len());
+    if checks >= CHECK_BUDGET {
+        // One replay alone would spend the budget (thousands of pods in a cluster of
+        // tens of thousands): the plan is launched as planned, and the run's re-check
+        // launches for what kube-scheduler places otherwise.
+        fitting.skipped = true;
+        return (plan, fitting);
+    }
     let orders: &[Order] = if checks > SHUFFLE_BUDGET { &ORDERS[..1] } else { &ORDERS };
     let mut own_nodes: HashMap<String, Option<PlannedNode>> = HashMap::new();
     let mut added_for: HashSet<String> = HashSet::new();
@@ -185,16 +197,27 @@ pub fn fit(snapshot: &Snapshot, region: &RegionCatalog<'_>, mut plan: Provisioni
         if stranded.is_empty() {
             break;
         }
+        // Planning a pod's own node plans the whole snapshot again: it is charged as one
+        // replay, and none is planned once the budget is spent.
+        let mut spent = fitting.replays;
         let mut own = |pod: &str| {
             if added_for.contains(pod) {
                 return None;
             }
+            if let Some(known) = own_nodes.get(pod) {
+                return known.clone();
+            }
+            if spent.saturating_mul(checks) >= CHECK_BUDGET {
+                return None;
+            }
+            spent += 1;
             own_nodes
                 .entry(pod.to_string())
                 .or_insert_with(|| own_node(snapshot, region, pod))
                 .clone()
         };
         let candidates = fixes(snapshot, &stranded, &plan, &mut own);
+        fitting.replays = spent;
         // Each of the cheapest fixes is tried, and the one that leaves the fewest pods
         // stranded wins; on a tie, growing a node before adding one, then the cheaper.
         // The cheapest alone may only move the problem, and an added node is the least

@@ -240,6 +240,11 @@ impl FakeCluster {
         lock(&self.state).pods.insert(k, pod);
     }
 
+    /// Removes every pod (the workload scaled to zero, or finished).
+    pub fn clear_pods(&self) {
+        lock(&self.state).pods.clear();
+    }
+
     /// Adds or replaces a node.
     pub fn add_node(&self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();

@@ -217,6 +217,7 @@ fn spread_views(pod: &Pod, state: &FinalState<'_>) -> Vec<SpreadView> {
     let hard = spread::constraints(pod);
     let keys: Vec<&str> = hard.iter().map(|h| h.c.topology_key.as_str()).collect();
     let ns = namespace(pod);
+    let no_labels = Labels::new();
     hard.iter()
         .map(|h| {
             let (c, sel, honor_affinity, honor_taints) = (h.c, &h.selector, h.honor_affinity, h.honor_taints);
@@ -241,8 +242,8 @@ fn spread_views(pod: &Pod, state: &FinalState<'_>) -> Vec<SpreadView> {
                 if !eligible[q.node] || q.terminating || namespace(q.pod) != ns {
                     continue;
                 }
-                let labels: Labels = q.pod.metadata.labels.clone().unwrap_or_default();
-                if selector::label_selector(sel.as_ref(), &labels)
+                let labels = q.pod.metadata.labels.as_ref().unwrap_or(&no_labels);
+                if selector::label_selector(sel.as_ref(), labels)
                     && let Some(d) = state.nodes[q.node].labels.get(&c.topology_key)
                 {
                     *counts.entry(d.clone()).or_insert(0) += 1;

@@ -84,7 +84,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             dry_run: self.settings.dry_run,
             ..BatchReport::default()
         };
+        let read_start = self.clock.now();
         let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        report.snapshot_ms = elapsed_ms(read_start, self.clock.now());
         // Only the NodePools the deployment's selector picks are Carpool's.
         let unmanaged = nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
         if !unmanaged.is_empty() {
@@ -146,6 +148,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let plan = provisioning_plan(&view, &region);
             let plan = if self.settings.fit_to_scheduler {
                 let (plan, fitting) = fit(&view, &region, plan);
+                if fitting.skipped {
+                    tracing::info!(
+                        "plan not fitted to kube-scheduler's placement: the cluster is too large for a replay within the run's time"
+                    );
+                }
                 if !fitting.grown.is_empty() || !fitting.stranded.is_empty() {
                     tracing::info!(grown = ?fitting.grown, stranded = ?fitting.stranded, cost_added = fitting.cost_added,
                         replays = fitting.replays, "plan fitted to kube-scheduler's placement");

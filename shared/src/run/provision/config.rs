@@ -43,6 +43,11 @@ pub struct ProvisionerConfig {
     pub node_instance_profile: Option<String>,
     /// `CARPOOL_WATCH_SECONDS` (default 50): how long a run watches for pods.
     pub watch: Duration,
+    /// `CARPOOL_WATCH_MODE` (`continuous`, the default, or `adaptive`) and
+    /// `CARPOOL_QUIET_AFTER_SECONDS` (default 600): whether a run with nothing pending,
+    /// in a cluster where nothing was launched for that long, exits after one check
+    /// ([`super::WatchMode`]).
+    pub watch_mode: super::WatchMode,
     /// `CARPOOL_BATCH_IDLE_SECONDS` (default 1): a batch closes after this long without
     /// a new pod.
     pub batch_idle: Duration,
@@ -148,6 +153,22 @@ fn flag(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result
     }
 }
 
+/// `CARPOOL_WATCH_MODE` with `CARPOOL_QUIET_AFTER_SECONDS`.
+fn watch_mode(get: &impl Fn(&str) -> Option<String>) -> Result<super::WatchMode, ConfigError> {
+    let quiet_after = seconds(
+        get,
+        "CARPOOL_QUIET_AFTER_SECONDS",
+        super::watch_mode::QUIET_AFTER.as_secs_f64(),
+    )?;
+    match optional(get, "CARPOOL_WATCH_MODE") {
+        None => Ok(super::WatchMode::Continuous),
+        Some(text) => super::WatchMode::parse(&text, quiet_after).map_err(|e| ConfigError {
+            variable: "CARPOOL_WATCH_MODE",
+            message: e.to_string(),
+        }),
+    }
+}
+
 /// A label selector variable; unset or empty is the selector that picks everything.
 fn selector(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result<Selector, ConfigError> {
     Selector::parse(&optional(get, variable).unwrap_or_default()).map_err(|e| ConfigError {
@@ -204,6 +225,7 @@ impl ProvisionerConfig {
             node_role: optional(&get, "CARPOOL_NODE_ROLE"),
             node_instance_profile: optional(&get, "CARPOOL_NODE_INSTANCE_PROFILE"),
             watch: seconds(&get, "CARPOOL_WATCH_SECONDS", 50.0)?,
+            watch_mode: watch_mode(&get)?,
             batch_idle: seconds(&get, "CARPOOL_BATCH_IDLE_SECONDS", 1.0)?,
             batch_max: seconds(&get, "CARPOOL_BATCH_MAX_SECONDS", 10.0)?,
             registration_ttl: seconds(&get, "CARPOOL_REGISTRATION_TTL_SECONDS", 900.0)?,

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod observe;
 pub mod replace;
 pub mod report;
+pub mod watch_mode;
 pub mod waves;
 
 use std::collections::HashMap;
@@ -52,6 +53,7 @@ use std::time::{Duration, SystemTime};
 pub use config::{ConfigError, ConfigRead, ProvisionerConfig};
 pub use events::SharedRecentEvents;
 pub use report::{BatchReport, HousekeepingReport, RunReport};
+pub use watch_mode::WatchMode;
 
 use self::batcher::Batcher;
 use crate::catalog::RegionCatalog;
@@ -123,6 +125,8 @@ pub struct Settings {
     /// launched (what the function's time allows); a wave left over is released by the
     /// next run.
     pub release_limit: Duration,
+    /// Whether a run with nothing to do exits after one check ([`WatchMode`]).
+    pub watch_mode: WatchMode,
 }
 
 impl Default for Settings {
@@ -144,6 +148,7 @@ impl Default for Settings {
             fit_to_scheduler: true,
             wave_deadline: WAVE_DEADLINE,
             release_limit: Duration::from_secs(60),
+            watch_mode: WatchMode::Continuous,
         }
     }
 }
@@ -172,6 +177,7 @@ impl Settings {
             fit_to_scheduler: config.fit_to_scheduler,
             wave_deadline: WAVE_DEADLINE,
             release_limit: watch_limit,
+            watch_mode: config.watch_mode,
         }
     }
 }
@@ -291,6 +297,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         // capacity in flight is counted, so nothing is launched twice.
         let mut handled: HashMap<String, SystemTime> = HashMap::new();
         let mut first = true;
+        let mut first_poll = true;
         let release_end = start + self.settings.release_limit.max(self.settings.watch);
         loop {
             let now = self.clock.now();
@@ -322,6 +329,14 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                     continue;
                 }
             };
+            if first_poll {
+                first_poll = false;
+                if self.quiet(&polled, now).await {
+                    tracing::info!("nothing pending and nothing launched lately; the adaptive watch exits");
+                    report.exited_early = true;
+                    break;
+                }
+            }
             let pending: Vec<String> = polled
                 .iter()
                 .filter(|p| is_provisionable(p))
@@ -361,6 +376,23 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             self.clock.sleep(self.settings.poll).await;
         }
         Ok(())
+    }
+
+    /// Whether the watch may end after its first poll ([`WatchMode::may_exit_early`]):
+    /// nothing in `polled` to launch for, and no launch within the quiet period. A store
+    /// that cannot say keeps the run watching.
+    async fn quiet(&self, polled: &[k8s_openapi::api::core::v1::Pod], now: SystemTime) -> bool {
+        if self.settings.watch_mode == WatchMode::Continuous {
+            return false;
+        }
+        let pending = polled.iter().filter(|p| is_provisionable(p)).count();
+        if pending > 0 {
+            return false;
+        }
+        match self.store.list_launches().await {
+            Ok(launches) => self.settings.watch_mode.may_exit_early(pending, &launches, now),
+            Err(_) => false,
+        }
     }
 
     /// One housekeeping round. A round that fails is logged and counted, and the watch

@@ -77,6 +77,9 @@ pub struct BatchReport {
     pub cost_per_hour_added: f64,
     /// Planning rounds (1, plus one per round of capacity errors).
     pub rounds: usize,
+    /// Time spent reading the snapshot from the cluster.
+    #[serde(default)]
+    pub snapshot_ms: u64,
     /// Time spent planning, all rounds.
     pub plan_ms: u64,
     /// Time spent launching, all rounds.
@@ -149,6 +152,9 @@ pub struct RunReport {
     /// housekeeping round, a batch), as `step: error` (the `TransientErrors` metric).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transient_errors: Vec<String>,
+    /// The adaptive watch found nothing to do and exited after one check.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exited_early: bool,
 }
 
 impl BatchReport {
