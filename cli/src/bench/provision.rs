@@ -125,7 +125,6 @@ pub fn run(
     let settings = Settings {
         watch: Duration::from_secs(2),
         deployment: "bench".into(),
-        fit_to_scheduler: std::env::var("BENCH_FIT").map_or(true, |v| v != "0"),
         ..Settings::default()
     };
     let fakes_rss_mib = super::current_rss_mib();
