@@ -36,6 +36,40 @@ use serde_json::json;
 /// The Events' reporting controller and instance.
 pub const REPORTING_CONTROLLER: &str = "carpool";
 
+/// What the adapter drops from a listed object ([`crate::slim`]).
+trait Slim {
+    fn slim(&mut self);
+}
+
+impl Slim for Pod {
+    fn slim(&mut self) {
+        crate::slim::pod(self);
+    }
+}
+
+/// Objects whose metadata alone is slimmed.
+macro_rules! slim_metadata {
+    ($($t:ty),*) => {$(
+        impl Slim for $t {
+            fn slim(&mut self) {
+                crate::slim::metadata(&mut self.metadata);
+            }
+        }
+    )*};
+}
+
+slim_metadata!(
+    Node,
+    DaemonSet,
+    PodDisruptionBudget,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+    CSINode,
+    Namespace,
+    DynamicObject
+);
+
 /// Objects per list page.
 const PAGE: u32 = 500;
 /// How often `taint` and `untaint` read again after a concurrent change of the node.
@@ -102,16 +136,20 @@ fn pdb_refusal(s: &kube::core::Status) -> bool {
         || (s.code == 500 && s.message.contains("more than one PodDisruptionBudget"))
 }
 
-/// Lists every object, a page at a time, each page retried by `retry`.
+/// Lists every object, a page at a time, each page retried by `retry`, and slimmed
+/// ([`Slim`]) as it arrives.
 async fn list_all<K>(retry: &ReadRetry, api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Clone + DeserializeOwned + std::fmt::Debug + Slim,
 {
     let mut params = params.limit(PAGE);
     let mut items = Vec::new();
     loop {
         let page = retry.run("list", || api.list(&params)).await?;
-        items.extend(page.items);
+        items.extend(page.items.into_iter().map(|mut o| {
+            o.slim();
+            o
+        }));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => return Ok(items),

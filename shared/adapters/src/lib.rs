@@ -24,6 +24,8 @@
 //! - [`real_ports`]: every real port and the region's catalog, from a function's
 //!   configuration, built once per cold start.
 //! - [`sdk_timeouts`]: the attempt and operation timeouts of every AWS call.
+//! - [`slim`]: what the kube adapter keeps of the objects it lists (no managed fields,
+//!   no container environments or statuses).
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -38,3 +40,4 @@ pub mod kube_retry;
 pub mod logging;
 pub mod real_ports;
 pub mod sdk_timeouts;
+pub mod slim;

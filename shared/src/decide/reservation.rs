@@ -140,7 +140,12 @@ pub fn keep_reserved(view: &mut Snapshot, launches: &[LaunchRecord], now: EpochM
         }
         let spec = pod.spec.get_or_insert_with(Default::default);
         let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
-        tolerations.extend(tolerate.into_iter().map(toleration));
+        // Idempotent: a view kept from an earlier round already has them.
+        for t in tolerate.into_iter().map(toleration) {
+            if !tolerations.contains(&t) {
+                tolerations.push(t);
+            }
+        }
     }
 }
 

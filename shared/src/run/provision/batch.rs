@@ -141,8 +141,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         for round in 0..MAX_ROUNDS {
             report.rounds = round + 1;
             let plan_start = self.clock.now();
+            // The view takes the snapshot's pods and gives them back once planned: a copy
+            // of a large cluster's running pods would double the run's memory.
+            // `keep_reserved`'s tolerations stay on them, which is what every round adds.
+            let pods = std::mem::take(&mut snapshot.pods);
             let mut view = snapshot.clone();
-            view.nodes = capacity_view(&snapshot, &launches, &region, epoch_millis(plan_start), ttl_ms);
+            view.pods = pods;
+            view.nodes = capacity_view(&view, &launches, &region, epoch_millis(plan_start), ttl_ms);
             keep_reserved(&mut view, &launches, epoch_millis(plan_start), ttl_ms);
             // Grown where kube-scheduler's own placement would strand a pod.
             let plan = provisioning_plan(&view, &region);
@@ -164,7 +169,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             };
             report.plan_ms += elapsed_ms(plan_start, self.clock.now());
             if round == 0 {
-                report.pods_seen = snapshot
+                report.pods_seen = view
                     .pods
                     .iter()
                     .filter(|p| crate::decide::pod::is_provisionable(p))
@@ -173,6 +178,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             }
             report.unschedulable = plan.unschedulable.clone();
             backoff::attribute(&view, &held, &mut report.unschedulable, &region);
+            snapshot.pods = std::mem::take(&mut view.pods);
+            drop(view);
             not_launched.clear();
             if plan.nodes.is_empty() {
                 break;
