@@ -393,10 +393,8 @@ impl Scheduler {
                 let t = &self.templates[ti];
                 let by_topology = self.topology_types(pod, li, ti, k, all_types, &hostname, &custom);
                 let types = by_topology.as_deref().unwrap_or(all_types);
-                let Some(&first) = types.first() else {
-                    topo_err = Some(crate::decide::topology::Rejection::AntiAffinity(
-                        self.type_keys.join(","),
-                    ));
+                // When the topology accepts no type, the cheapest one's rejection says why.
+                let Some(&first) = types.first().or(all_types.first()) else {
                     continue;
                 };
                 let split = WithHost {
