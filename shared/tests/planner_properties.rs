@@ -12,7 +12,8 @@
 //! The number of cases is `CARPOOL_PROPTEST_CASES` (default 32). The cases come from a
 //! fixed seed unless `CARPOOL_PROPTEST_SEED` says otherwise (a number, or `random`), or
 //! `CARPOOL_PROPTEST_CASES` is set: CI's run is the same every time, and runs by hand
-//! explore. Seeds that still fail are kept in `planner_properties.open-seeds`.
+//! explore. Seeds that failed once are kept in `planner_properties.proptest-regressions`,
+//! which proptest replays first.
 //!
 //! To find which construct a failure comes from, `CARPOOL_PROPTEST_WITHOUT` leaves some out: a comma-separated list of
 //! `claims`, `preempting`, `teams`, `startup`, `spreads`, `anti`, `existing`.

@@ -762,3 +762,122 @@ fn a_node_that_would_break_a_placed_spread_is_not_opened_even_when_no_other_zone
     assert_eq!(p.unschedulable[0].pod, "default/p0");
     assert!(p.unschedulable[0].has(Kind::Topology), "{p:#?}");
 }
+
+const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+const TEAM: &str = "company.com/team";
+
+/// A NodePool, preferred to `general`, that labels its nodes with a custom key,
+/// `company.com/team` In [a, b].
+fn team_pool() -> Value {
+    NodePoolBuilder::new("teams")
+        .weight(5)
+        .requirement(TEAM, "In", &["a", "b"])
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .build()
+}
+
+/// An on-demand amd64 node that exists and takes pods, with one running pod of `app`.
+fn on_demand_amd64_with(app: &str) -> Vec<Value> {
+    let node = NodeBuilder::new("existing-0")
+        .zone("us-east-1a")
+        .label("kubernetes.io/arch", "amd64")
+        .label("kubernetes.io/os", "linux")
+        .label(CAPACITY_TYPE, "on-demand")
+        .instance_type("m5.large")
+        .provider_id("aws:///us-east-1a/i-00")
+        .allocatable("cpu", "1930m")
+        .allocatable("memory", "7Gi")
+        .allocatable("pods", "29")
+        .ready(true)
+        .build();
+    vec![node, bound("running-0", app, "existing-0").build()]
+}
+
+/// A pending pod of `web` spread on capacity type.
+fn web_on_capacity_type(name: &str, cpu: &str, memory: &str) -> PodBuilder {
+    pending(name, "web")
+        .requests(cpu, memory)
+        .spec("topologySpreadConstraints", spread(CAPACITY_TYPE, "web", json!({})))
+}
+
+// kube-scheduler: podtopologyspread `matchNodeInclusionPolicies` (nodeAffinityPolicy:
+// Honor) reads the node's labels, so a node labelled `company.com/team=a` is not counted
+// by a spread of pods selecting `b`. A new node whose custom label the NodePool leaves
+// open (Karpenter's `TopologyNodeFilter.MatchesRequirements` counts it while compatible)
+// must open with the value it will be labelled with: here the large pod's node is `a`,
+// and the pods asking `b` balance spot and on-demand among the `b` nodes alone.
+#[test]
+fn a_new_node_is_counted_by_a_spread_under_the_custom_label_it_will_have() {
+    let items = vec![
+        pool(&["us-east-1a", "us-east-1b", "us-east-1c"]),
+        team_pool(),
+        web_on_capacity_type("b-0", "100m", "128Mi")
+            .node_selector(TEAM, "b")
+            .build(),
+        web_on_capacity_type("large", "100m", "16Gi").build(),
+        web_on_capacity_type("b-1", "250m", "128Mi")
+            .node_selector(TEAM, "b")
+            .build(),
+    ];
+    // The checker (in `plan`) holds each pod to its spread over the nodes its policy counts.
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let (b0, b1) = (node_of(&p, "b-0"), node_of(&p, "b-1"));
+    assert_eq!(b0.labels.get(TEAM).map(String::as_str), Some("b"), "{p:#?}");
+    assert_ne!(b0.capacity_type, b1.capacity_type, "{p:#?}");
+}
+
+// kube-scheduler: podtopologyspread `matchNodeInclusionPolicies` (nodeAffinityPolicy:
+// Honor): a spread of amd64 pods counts only amd64 nodes. A new node's candidate types
+// must agree on the architecture its pods were counted under (Karpenter narrows a
+// NodeClaim's requirements to what its topology allowed, `Topology.AddRequirements`):
+// a spot node counted as amd64 and launched as arm64 would leave the amd64 pod on the
+// on-demand node at skew 2.
+#[test]
+fn a_new_node_keeps_the_architecture_a_spread_counted_it_under() {
+    let mut items = vec![
+        NodePoolBuilder::new("general")
+            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
+            .build(),
+    ];
+    items.extend(on_demand_amd64_with("web"));
+    items.extend([
+        web_on_capacity_type("p0", "1000m", "128Mi").build(),
+        web_on_capacity_type("p1", "100m", "128Mi").build(),
+        web_on_capacity_type("amd64", "250m", "128Mi")
+            .node_selector("kubernetes.io/arch", "amd64")
+            .build(),
+    ]);
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+    let catalog = Catalog::embedded().unwrap();
+    for n in &p.nodes {
+        let arch = |t: &str| catalog.get(t).map(|t| t.labels().get("kubernetes.io/arch").cloned());
+        let first = arch(&n.instance_type);
+        assert!(n.instance_types.iter().all(|t| arch(t) == first), "{n:#?}");
+    }
+}
+
+// kube-scheduler: podtopologyspread `Filter` with `matchNodeInclusionPolicies`: a pod of
+// `web` on an amd64 on-demand node would take the amd64 pods' spread to skew 2, on an
+// arm64 one it is not counted there. Karpenter's `nextDomainTopologySpread` narrows the
+// NodeClaim to the domains that keep every spread within maxSkew; so the new node takes
+// the types (here the architecture) that do, instead of refusing the pod.
+#[test]
+fn a_new_node_takes_the_types_that_keep_the_spreads_counting_its_pod_balanced() {
+    let mut items = vec![pool(&["us-east-1a", "us-east-1b", "us-east-1c"]), team_pool()];
+    items.extend(on_demand_amd64_with("web"));
+    items.extend([
+        web_on_capacity_type("b", "1000m", "128Mi")
+            .node_selector(TEAM, "b")
+            .build(),
+        web_on_capacity_type("arm64", "2000m", "128Mi")
+            .node_selector("kubernetes.io/arch", "arm64")
+            .build(),
+        web_on_capacity_type("amd64", "250m", "128Mi")
+            .node_selector("kubernetes.io/arch", "amd64")
+            .build(),
+    ]);
+    let p = plan(items);
+    assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
+}

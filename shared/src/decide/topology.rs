@@ -223,6 +223,20 @@ impl Topology {
             .collect()
     }
 
+    /// The label keys that the spread groups' node inclusion reads: the keys of the pods'
+    /// node selectors and required node affinity, under `nodeAffinityPolicy: Honor`
+    /// (kube-scheduler's podtopologyspread `matchNodeInclusionPolicies`). A planned node
+    /// whose value for one of them is not decided yet could be counted where the node
+    /// finally launched is not.
+    pub fn inclusion_keys(&self) -> BTreeSet<String> {
+        self.groups
+            .iter()
+            .filter_map(|g| g.spread.as_ref()?.affinity.as_ref())
+            .flatten()
+            .flat_map(|b| b.iter().map(|r| r.key().to_string()))
+            .collect()
+    }
+
     /// Looks up the groups of a pod's constraints (registered with [`Topology::register`]).
     pub fn groups_of(&self, pod: &PodInfo) -> PodGroups {
         let id = |key: &str, sel: &Selector, ns: Option<&BTreeSet<String>>, spread: Option<&NodeInclusion>| {

@@ -99,13 +99,11 @@ impl Why {
     }
 }
 
-/// The topology keys whose value on a new node comes from its instance type's labels, not
-/// from its offering (zone, capacity type), its NodePool's labels or its hostname.
-fn type_decided(topology: &Topology, templates: &IdVec<TemplateId, Template>) -> Vec<String> {
+/// The keys among `keys` whose value on a new node comes from its instance type's labels,
+/// not from its offering (zone, capacity type), its NodePool's labels or its hostname.
+fn type_decided(keys: BTreeSet<String>, templates: &IdVec<TemplateId, Template>) -> Vec<String> {
     const OFFERING: [&str; 4] = [wk::ZONE, wk::CAPACITY_TYPE, wk::REGION, wk::HOSTNAME];
-    topology
-        .keys()
-        .into_iter()
+    keys.into_iter()
         .filter(|k| !OFFERING.contains(&k.as_str()))
         .filter(|k| {
             templates
@@ -159,10 +157,15 @@ pub struct Scheduler {
     /// the planned nodes it counts.
     counted_zones: HashMap<usize, BTreeSet<String>>,
     topology: Topology,
-    /// The topology keys whose value on a new node its instance type decides (the
-    /// architecture, the type, its family...): a new node's types are narrowed to those
-    /// that keep the node in the domain its pods were checked against.
+    /// The keys whose value on a new node its instance type decides (the architecture,
+    /// the type, its family...) among the topology keys and the keys the spreads' node
+    /// inclusion reads: a new node's types are narrowed to those that keep the node in
+    /// the domain its pods were checked against, and in (or out of) the spreads that
+    /// counted them.
     type_keys: Vec<String>,
+    /// The keys that the spreads' node inclusion reads ([`Topology::inclusion_keys`]): a
+    /// new node opens with one value for each that its NodePool leaves open (a custom key).
+    inclusion_keys: BTreeSet<String>,
     /// Per class, level and template: the offer keys and types that take the pod alone;
     /// `Err` holds why none does.
     offer_cache: HashMap<FitKey, Rc<Result<Candidates, Reason>>>,
@@ -281,7 +284,8 @@ impl Scheduler {
             zonal_owners,
         } = class::classes(&pods, &templates, &existing_zones, &node_views, &topology);
         let prices = resource_prices(&templates, &pods);
-        let type_keys = type_decided(&topology, &templates);
+        let inclusion_keys = topology.inclusion_keys();
+        let type_keys = type_decided(topology.keys().union(&inclusion_keys).cloned().collect(), &templates);
         let planned = templates.iter().map(|_| Planned::default()).collect();
 
         Scheduler {
@@ -300,6 +304,7 @@ impl Scheduler {
             counted_zones: HashMap::new(),
             topology,
             type_keys,
+            inclusion_keys,
             offer_cache: HashMap::new(),
             pareto_cache: HashMap::new(),
             match_cache: HashMap::new(),

@@ -3,10 +3,10 @@
 //! its spreads balanced at the lowest price, filled towards the type [`super::target`]
 //! chooses.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::index::{ClassId, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
-use super::labels::{Split, WithHost, matches_split, narrow};
+use super::labels::{Split, WithHost, matches_split, narrow, narrowed};
 use super::target::Target;
 use super::{Scheduler, Why};
 use crate::decide::pod::HostPort;
@@ -178,7 +178,8 @@ impl Scheduler {
     /// custom key the pod spreads on (at this level) is fixed to one value, the allowed one
     /// with the fewest matching pods, so that the node is in one domain of the spread
     /// (Karpenter's `TopologyGroup.nextDomainTopologySpread` narrows the NodeClaim to the
-    /// domain with the minimum count).
+    /// domain with the minimum count). Then each other custom key that a spread's node
+    /// inclusion reads is fixed to a value the pod allows (see [`pin_inclusion_keys`]).
     fn custom_domains(&self, pod: PodId, li: usize, ti: TemplateId) -> Requirements {
         let t = &self.templates[ti];
         let mut custom = t.custom.clone();
@@ -207,6 +208,7 @@ impl Scheduler {
                 custom.add(Requirement::in_values(&s.key, [v]));
             }
         }
+        pin_inclusion_keys(&mut custom, &self.inclusion_keys, &class.branches[li]);
         custom
     }
 
@@ -263,9 +265,12 @@ impl Scheduler {
         true
     }
 
-    /// The candidates of planned node `n` that agree with its target on every topology key
-    /// an instance type decides, so that the type finally chosen keeps the node in the
-    /// domains its pods were counted in; `None` when no constraint uses such a key.
+    /// The candidates of planned node `n` that agree with its target on every key an
+    /// instance type decides that a topology constraint or a spread's node inclusion
+    /// reads, so that the type finally chosen keeps the node in the domains its pods were
+    /// counted in, and in the spreads that counted them (an arm64 node is not counted by a
+    /// spread of amd64 pods under `nodeAffinityPolicy: Honor`); `None` when no such key is
+    /// read.
     fn pinned_candidates(&self, n: NewNodeId) -> Option<Vec<TypeId>> {
         if self.type_keys.is_empty() {
             return None;
@@ -286,10 +291,12 @@ impl Scheduler {
     }
 
     /// The types of an offer key whose labels the pod's topology constraints accept on a
-    /// new node, when some constraint is on a key the instance type decides (kube-scheduler
-    /// checks a node's own labels; Karpenter narrows the NodeClaim's requirements to the
-    /// domains its topology allows): anti-affinity to pods on arm64 nodes opens an amd64
-    /// node. `None` when no such key is in play (any type will do; the first is checked).
+    /// new node, when some constraint, or a spread's node inclusion, reads a key the
+    /// instance type decides (kube-scheduler checks a node's own labels; Karpenter narrows
+    /// the NodeClaim's requirements to the domains its topology allows): anti-affinity to
+    /// pods on arm64 nodes opens an amd64 node, and a pod counted by a spread of amd64 pods
+    /// that one more there would unbalance opens an arm64 node. `None` when no such key is
+    /// in play (any type will do; the first is checked).
     #[allow(clippy::too_many_arguments)]
     fn topology_types(
         &self,
@@ -386,10 +393,8 @@ impl Scheduler {
                 let t = &self.templates[ti];
                 let by_topology = self.topology_types(pod, li, ti, k, all_types, &hostname, &custom);
                 let types = by_topology.as_deref().unwrap_or(all_types);
-                let Some(&first) = types.first() else {
-                    topo_err = Some(crate::decide::topology::Rejection::AntiAffinity(
-                        self.type_keys.join(","),
-                    ));
+                // When the topology accepts no type, the cheapest one's rejection says why.
+                let Some(&first) = types.first().or(all_types.first()) else {
                     continue;
                 };
                 let split = WithHost {
@@ -523,5 +528,27 @@ impl Scheduler {
             });
         }
         false
+    }
+}
+
+/// Fixes each custom key in `keys` that `custom` leaves open to one value, the first that
+/// one of the pod's requirement branches allows, as the node will be labelled
+/// ([`super::labels::custom_labels`]). A spread's node inclusion (kube-scheduler's
+/// podtopologyspread `matchNodeInclusionPolicies`, `nodeAffinityPolicy: Honor`) reads the
+/// node's label: while the value is open, the planned node could be counted by a spread of
+/// pods selecting `b` and then be labelled `a`, which kube-scheduler would not count.
+fn pin_inclusion_keys(custom: &mut Requirements, keys: &BTreeSet<String>, branches: &[Requirements]) {
+    for key in keys {
+        let Some(r) = custom.get(key) else { continue };
+        if !r.is_complement() && r.values().len() < 2 {
+            continue;
+        }
+        let value = branches.iter().find_map(|b| match b.get(key) {
+            Some(p) => narrowed(r, p)?.any_value(),
+            None => r.any_value(),
+        });
+        if let Some(v) = value {
+            custom.add(Requirement::in_values(key, [v]));
+        }
     }
 }
