@@ -12,7 +12,7 @@
 //!    spreads and hostname anti-affinity cap matching pods per node; zonal pod affinity
 //!    follows the zone of the first pod.
 //! 5. Each node then launches the cheapest type it kept, at its cheapest offering (in its
-//!    zone, if it has one).
+//!    zone, if it has one) among those its pods' zone and capacity-type requirements accept.
 //!
 //! No cost model steers the packing: a node grows while the largest type still fits.
 
@@ -52,6 +52,18 @@ fn labels_match(p: &PodInfo, t: &Template, option: usize, zone: Option<&str>) ->
                 Some(v) => r.has(v),
                 None => r.allows_absent(),
             }
+        })
+    })
+}
+
+/// Whether a pod's node affinity allows an offering's zone and capacity type (Karpenter
+/// launches a node claim only into offerings every pod's requirements accept).
+fn offer_allowed(p: &PodInfo, zone: &str, capacity_type: CapacityType) -> bool {
+    p.branches.iter().any(|b| {
+        b.iter().all(|r| match r.key() {
+            wk::ZONE => r.has(zone),
+            wk::CAPACITY_TYPE => r.has(capacity_type.label()),
+            _ => true,
         })
     })
 }
@@ -222,6 +234,7 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
                 .offers
                 .iter()
                 .filter(|off| c.zone.as_ref().is_none_or(|z| &off.zone == z))
+                .filter(|off| c.pods.iter().all(|&q| offer_allowed(&pods[q], &off.zone, off.capacity_type)))
                 .min_by(|a, b| a.price.total_cmp(&b.price));
             if let Some(off) = best {
                 priced.push((off.price, o, off.zone.clone(), off.capacity_type));
