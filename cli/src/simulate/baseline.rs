@@ -63,6 +63,7 @@ impl Fleet {
         self.next += 1;
         let id = format!("i-b{:016x}", self.next);
         let node = SimNode::registered(world.region, &id, &id, instance_type, zone, capacity_type, labels, taints)?;
+        let price = world.price(instance_type, zone, capacity_type);
         world.instances.insert(
             id.clone(),
             SimInstance {
@@ -70,7 +71,7 @@ impl Fleet {
                 instance_type: instance_type.into(),
                 zone: zone.into(),
                 capacity_type,
-                price: world.price(instance_type, zone, capacity_type),
+                price,
                 launched_at: t,
             },
         );

@@ -44,6 +44,8 @@ pub struct Karpenter {
     last_consolidation: f64,
     /// A command in progress: its candidates and its replacement's instance.
     command: Option<(Vec<String>, Option<String>)>,
+    /// The pending pods of the last plan that launched nothing, and when.
+    last_plan: Option<(f64, Vec<String>)>,
 }
 
 impl Karpenter {
@@ -54,6 +56,7 @@ impl Karpenter {
             nodeclasses: nodeclasses.to_vec(),
             last_consolidation: 0.0,
             command: None,
+            last_plan: None,
         }
     }
 
@@ -68,7 +71,7 @@ impl Karpenter {
         (labels, taints)
     }
 
-    /// FFD's plan for these pods.
+    /// FFD's plan for these pods (the pods bound to the nodes counted for zonal spreads).
     fn plan(&self, world: &World<'_>, pods: &[String]) -> ProvisioningPlan {
         let mut items: Vec<Value> = pods
             .iter()
@@ -79,6 +82,22 @@ impl Karpenter {
                 pod_json(&pending, &world.shapes[p.shape], world.start)
             })
             .collect();
+        let spread: std::collections::BTreeSet<usize> = pods
+            .iter()
+            .filter_map(|k| world.pods.get(k))
+            .map(|p| p.shape)
+            .filter(|s| !world.shapes[*s].template.spread.is_empty())
+            .collect();
+        if !spread.is_empty() {
+            items.extend(
+                world
+                    .pods
+                    .values()
+                    .filter(|p| p.node.is_some() && spread.contains(&p.shape) && !pods.contains(&p.key))
+                    .map(|p| pod_json(p, &world.shapes[p.shape], world.start)),
+            );
+            items.extend(world.node_objects());
+        }
         items.extend(self.nodepools.iter().cloned());
         items.extend(self.nodeclasses.iter().cloned());
         let mut snapshot = Snapshot::default();
@@ -267,9 +286,20 @@ impl Karpenter {
 impl Autoscaler for Karpenter {
     fn act(&mut self, world: &mut World<'_>, fleet: &mut Fleet, t: f64) {
         let pending = fleet.unprovided(world);
-        if !pending.is_empty() {
+        // The same pods as last time, for which nothing could be launched: wait a minute
+        // (Karpenter's batch would see the same unschedulable pods).
+        let same = self.last_plan.as_ref().is_some_and(|(at, p)| *p == pending && t - at < 60.0);
+        if !pending.is_empty() && !same {
             let plan = self.plan(world, &pending);
-            self.launch_plan(world, fleet, t, &plan);
+            let launched = self.launch_plan(world, fleet, t, &plan);
+            if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
+                eprintln!(
+                    "t={t} pending={pending:?} nodes={:?} unschedulable={:?} launched={launched:?}",
+                    plan.nodes.iter().map(|n| (&n.instance_type, &n.zone, &n.pods)).collect::<Vec<_>>(),
+                    plan.unschedulable.iter().map(|u| &u.pod).collect::<Vec<_>>()
+                );
+            }
+            self.last_plan = launched.is_empty().then(|| (t, pending));
         }
         if t - self.last_consolidation >= 60.0 {
             self.last_consolidation = t;

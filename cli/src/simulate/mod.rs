@@ -102,7 +102,47 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         .into());
     }
     let catalog = Catalog::embedded()?;
-    let region = catalog.region("us-east-1")?;
+    let mut region = catalog.region("us-east-1")?;
+    // Only the types a NodePool or a node group of the scenario allows can be launched;
+    // the others are dropped so that every plan does not read them again.
+    let mut snapshot = carpool::snapshot::Snapshot::default();
+    let objects = scenario
+        .nodepools
+        .iter()
+        .chain(&scenario.ec2nodeclasses)
+        .cloned()
+        .collect();
+    snapshot
+        .add_text(&args.scenario.display().to_string(), &World::list(objects).to_string())
+        .map_err(|e| UsageError(format!("scenario {}: {e}", args.scenario.display())))?;
+    if snapshot.nodepools.is_empty() || snapshot.nodeclasses.is_empty() {
+        let why: Vec<String> = snapshot.skipped.iter().map(|(o, r)| format!("{o}: {r}")).collect();
+        return Err(UsageError(format!(
+            "scenario {}: no valid NodePool with its EC2NodeClass ({}); fix the Karpenter objects",
+            args.scenario.display(),
+            why.join("; ")
+        ))
+        .into());
+    }
+    let (templates, _) =
+        carpool::decide::templates::build(&snapshot.nodepools, &snapshot.nodeclasses, &region, &[], &[]);
+    let mut keep: std::collections::BTreeSet<String> = templates
+        .iter()
+        .flat_map(|t| t.types.iter().map(|o| o.instance_type.name.clone()))
+        .collect();
+    for g in &scenario.node_groups {
+        if !region.types().iter().any(|t| t.name == g.instance_type) {
+            return Err(UsageError(format!(
+                "scenario {}: node group {} names instance type {:?}, which the catalog does not have in us-east-1; pick one `carpool catalog` lists",
+                args.scenario.display(),
+                g.name,
+                g.instance_type
+            ))
+            .into());
+        }
+        keep.insert(g.instance_type.clone());
+    }
+    region.retain_types(|t| keep.contains(&t.name));
     let seconds = hours * 3600.0;
     let minutes = (seconds / 60.0).ceil() as u64;
     let bar = if args.json || !std::io::stderr().is_terminal() {
@@ -122,15 +162,21 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     bar.set_message("carpool");
     let done = 0;
     let carpool = carpool_strategy::run(&region, new_world()?, seconds, &mut |m| bar.set_position(done + m))?;
+    let carpool_s = started.elapsed().as_secs_f64();
     bar.set_message("node groups");
     let done = minutes;
     let mut ca = node_groups::NodeGroups::new(&scenario.node_groups);
     let groups = baseline::run(new_world()?, &mut ca, seconds, &mut |m| bar.set_position(done + m));
+    let groups_s = started.elapsed().as_secs_f64() - carpool_s;
     bar.set_message("karpenter ffd");
     let done = 2 * minutes;
     let mut k = karpenter::Karpenter::new(&scenario.nodepools, &scenario.ec2nodeclasses);
     let karp = baseline::run(new_world()?, &mut k, seconds, &mut |m| bar.set_position(done + m));
+    let karp_s = started.elapsed().as_secs_f64() - carpool_s - groups_s;
     bar.finish_and_clear();
+    if std::env::var_os("CARPOOL_SIM_DEBUG").is_some() {
+        eprintln!("carpool {carpool_s:.1} s, node groups {groups_s:.1} s, karpenter {karp_s:.1} s");
+    }
 
     let name = args
         .scenario

@@ -134,6 +134,10 @@ pub struct World<'a> {
     node_instance: HashMap<String, String>,
     /// A NodePool that admits no instance type.
     no_launch: Vec<carpool::model::NodePool>,
+    prices: HashMap<(String, String, CapacityType), f64>,
+    /// The region with nothing offered: the checker judges bindings to nodes that exist,
+    /// and needs no offering (computing them all for every check is most of its time).
+    no_offers: RegionCatalog<'a>,
 }
 
 impl<'a> World<'a> {
@@ -164,6 +168,12 @@ impl<'a> World<'a> {
             rendered: HashMap::new(),
             node_instance: HashMap::new(),
             no_launch: no_launch_pool(),
+            prices: HashMap::new(),
+            no_offers: {
+                let mut r = region.clone();
+                r.restrict_to_offered(Vec::new());
+                r
+            },
             shapes,
         })
     }
@@ -180,13 +190,20 @@ impl<'a> World<'a> {
     }
 
     /// The price of an offering.
-    pub fn price(&self, instance_type: &str, zone: &str, ct: CapacityType) -> f64 {
-        self.region
+    pub fn price(&mut self, instance_type: &str, zone: &str, ct: CapacityType) -> f64 {
+        let key = (instance_type.to_string(), zone.to_string(), ct);
+        if let Some(p) = self.prices.get(&key) {
+            return *p;
+        }
+        let p = self
+            .region
             .types()
             .iter()
             .find(|t| t.name == instance_type)
             .and_then(|it| self.region.prices().price(it, zone, ct))
-            .unwrap_or(0.0)
+            .unwrap_or(0.0);
+        self.prices.insert(key, p);
+        p
     }
 
     fn spot_rate(&self, i: &SimInstance) -> f64 {
@@ -502,6 +519,9 @@ impl<'a> World<'a> {
                 p.node = Some(name);
                 p.bound_at = Some(t);
                 self.metrics.pending_seconds.push(t - p.created);
+                if t - p.created > 600.0 && std::env::var_os("CARPOOL_SIM_DEBUG").is_some() {
+                    eprintln!("long wait: {} {:.0} s, bound at {t}", p.key, t - p.created);
+                }
                 mirror.put_pod(p, &self.shapes[p.shape], self.start);
             }
             self.metrics.bound.push(key);
@@ -557,7 +577,7 @@ impl<'a> World<'a> {
                 .collect(),
             ..ProvisioningPlan::default()
         };
-        let violations = check(&snapshot, self.region, &plan);
+        let violations = check(&snapshot, &self.no_offers, &plan);
         if !violations.is_empty()
             && let Some(path) = std::env::var_os("CARPOOL_SIM_DUMP")
             && !std::path::Path::new(&path).exists()
