@@ -122,7 +122,9 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
     let group = |p: &PodInfo| p.labels.get("app").cloned().unwrap_or_default();
     // Karpenter's topology counts the pods already bound, by their node's zone.
     for pod in &snapshot.pods {
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
         let zone = snapshot
             .nodes
             .iter()
@@ -259,7 +261,11 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
                 .offers
                 .iter()
                 .filter(|off| c.zone.as_ref().is_none_or(|z| &off.zone == z))
-                .filter(|off| c.pods.iter().all(|&q| offer_allowed(&pods[q], &off.zone, off.capacity_type)))
+                .filter(|off| {
+                    c.pods
+                        .iter()
+                        .all(|&q| offer_allowed(&pods[q], &off.zone, off.capacity_type))
+                })
                 .min_by(|a, b| a.price.total_cmp(&b.price));
             if let Some(off) = best {
                 priced.push((off.price, o, off.zone.clone(), off.capacity_type));

@@ -62,7 +62,16 @@ impl Fleet {
         }
         self.next += 1;
         let id = format!("i-b{:016x}", self.next);
-        let node = SimNode::registered(world.region, &id, &id, instance_type, zone, capacity_type, labels, taints)?;
+        let node = SimNode::registered(
+            world.region,
+            &id,
+            &id,
+            instance_type,
+            zone,
+            capacity_type,
+            labels,
+            taints,
+        )?;
         let price = world.price(instance_type, zone, capacity_type);
         world.instances.insert(
             id.clone(),

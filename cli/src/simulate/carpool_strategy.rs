@@ -21,7 +21,7 @@ use carpool::decide::interruption::parse_event;
 use carpool::fakes::{FakeCloud, FakeCluster, FakeStore};
 use carpool::ports::{Clock, InstanceState, OfferingKey, StateStore, Timer};
 use carpool::run::consolidate::{ConsolidationSettings, Consolidator};
-use carpool::run::interruption::{InterruptionSettings, Interrupter};
+use carpool::run::interruption::{Interrupter, InterruptionSettings};
 use carpool::run::provision::{Provisioner, Settings};
 use serde_json::json;
 
@@ -171,7 +171,9 @@ impl Engine<'_, '_> {
             .map(|n| (n.name.as_str(), n.instance_id.as_str()))
             .collect();
         for key in &self.world.metrics.bound[self.seen_bound..] {
-            let Some((launch, instance)) = self.planned.get(key) else { continue };
+            let Some((launch, instance)) = self.planned.get(key) else {
+                continue;
+            };
             let bound_to = self
                 .world
                 .pods

@@ -116,8 +116,11 @@ impl Karpenter {
             let (mut labels, taints) = self.template(&n.nodepool);
             labels.extend(n.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
             labels.insert("karpenter.sh/nodepool".into(), n.nodepool.clone());
-            let mut tries: Vec<(String, CapacityType)> =
-                n.instance_types.iter().map(|it| (it.clone(), n.capacity_type)).collect();
+            let mut tries: Vec<(String, CapacityType)> = n
+                .instance_types
+                .iter()
+                .map(|it| (it.clone(), n.capacity_type))
+                .collect();
             if n.capacity_type == CapacityType::Spot {
                 tries.push((n.instance_type.clone(), CapacityType::OnDemand));
             }
@@ -218,7 +221,12 @@ impl Karpenter {
             .nodes
             .iter()
             .filter(|n| n.usable() && !fleet.draining.contains(&n.name) && !world.warned(&n.instance_id))
-            .filter(|n| !world.pods_on(&n.name).iter().any(|p| world.shapes[p.shape].template.do_not_disrupt))
+            .filter(|n| {
+                !world
+                    .pods_on(&n.name)
+                    .iter()
+                    .any(|p| world.shapes[p.shape].template.do_not_disrupt)
+            })
             .map(|n| (world.pods_on(&n.name).len(), n.name.clone()))
             .collect();
         candidates.sort();
@@ -288,14 +296,20 @@ impl Autoscaler for Karpenter {
         let pending = fleet.unprovided(world);
         // The same pods as last time, for which nothing could be launched: wait a minute
         // (Karpenter's batch would see the same unschedulable pods).
-        let same = self.last_plan.as_ref().is_some_and(|(at, p)| *p == pending && t - at < 60.0);
+        let same = self
+            .last_plan
+            .as_ref()
+            .is_some_and(|(at, p)| *p == pending && t - at < 60.0);
         if !pending.is_empty() && !same {
             let plan = self.plan(world, &pending);
             let launched = self.launch_plan(world, fleet, t, &plan);
             if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
                 eprintln!(
                     "t={t} pending={pending:?} nodes={:?} unschedulable={:?} launched={launched:?}",
-                    plan.nodes.iter().map(|n| (&n.instance_type, &n.zone, &n.pods)).collect::<Vec<_>>(),
+                    plan.nodes
+                        .iter()
+                        .map(|n| (&n.instance_type, &n.zone, &n.pods))
+                        .collect::<Vec<_>>(),
                     plan.unschedulable.iter().map(|u| &u.pod).collect::<Vec<_>>()
                 );
             }

@@ -96,20 +96,36 @@ pub fn admits(shape: &Shape, node: &SimNode) -> bool {
 
 fn nonzero(r: &Resources) -> (i64, i64) {
     (
-        if r.cpu_millis == 0 { DEFAULT_CPU_MILLIS } else { r.cpu_millis },
+        if r.cpu_millis == 0 {
+            DEFAULT_CPU_MILLIS
+        } else {
+            r.cpu_millis
+        },
         if r.memory == 0 { DEFAULT_MEMORY } else { r.memory },
     )
 }
 
 /// `leastRequestedScore` for cpu and memory, weight 1 each.
 fn least_allocated(requested: (i64, i64), alloc: &Resources) -> i64 {
-    let one = |req: i64, cap: i64| if cap <= 0 || req > cap { 0 } else { (cap - req) * MAX_SCORE / cap };
+    let one = |req: i64, cap: i64| {
+        if cap <= 0 || req > cap {
+            0
+        } else {
+            (cap - req) * MAX_SCORE / cap
+        }
+    };
     (one(requested.0, alloc.cpu_millis) + one(requested.1, alloc.memory)) / 2
 }
 
 /// `balancedResourceScorer` for cpu and memory.
 fn balanced(requested: (i64, i64), alloc: &Resources) -> i64 {
-    let share = |req: i64, cap: i64| if cap <= 0 { 1.0 } else { (req as f64 / cap as f64).min(1.0) };
+    let share = |req: i64, cap: i64| {
+        if cap <= 0 {
+            1.0
+        } else {
+            (req as f64 / cap as f64).min(1.0)
+        }
+    };
     let std = (share(requested.0, alloc.cpu_millis) - share(requested.1, alloc.memory)).abs() / 2.0;
     ((1.0 - std) * MAX_SCORE as f64) as i64
 }
@@ -133,7 +149,9 @@ pub fn schedule(
         })
         .collect();
     for p in bound {
-        let Some(i) = p.node.as_deref().and_then(|n| index.get(n)) else { continue };
+        let Some(i) = p.node.as_deref().and_then(|n| index.get(n)) else {
+            continue;
+        };
         let r = &shapes[p.shape].requests;
         let s = &mut state[*i];
         s.used = s.used.plus(r);
@@ -191,7 +209,11 @@ pub fn schedule(
                     if state[i].apps.get(&pod.shape).copied().unwrap_or(0) > 0 {
                         continue;
                     }
-                } else if n.labels.get(key).is_none_or(|d| counts.get(d).copied().unwrap_or(0) > 0) {
+                } else if n
+                    .labels
+                    .get(key)
+                    .is_none_or(|d| counts.get(d).copied().unwrap_or(0) > 0)
+                {
                     continue;
                 }
             }
@@ -206,7 +228,10 @@ pub fn schedule(
             }
             let s = &state[i];
             let score = least_allocated((s.scored.0 + cpu, s.scored.1 + mem), &n.allocatable)
-                + balanced((s.used.cpu_millis + req.cpu_millis, s.used.memory + req.memory), &n.allocatable);
+                + balanced(
+                    (s.used.cpu_millis + req.cpu_millis, s.used.memory + req.memory),
+                    &n.allocatable,
+                );
             feasible.push((i, score));
         }
         // PodTopologySpread's score for ScheduleAnyway spreads, weight 2.
@@ -216,18 +241,29 @@ pub fn schedule(
             }
             let raw: Vec<i64> = feasible
                 .iter()
-                .map(|(i, _)| nodes[*i].labels.get(key).map_or(0, |d| counts.get(d).copied().unwrap_or(0)))
+                .map(|(i, _)| {
+                    nodes[*i]
+                        .labels
+                        .get(key)
+                        .map_or(0, |d| counts.get(d).copied().unwrap_or(0))
+                })
                 .collect();
             let (lo, hi) = (
                 raw.iter().copied().min().unwrap_or(0),
                 raw.iter().copied().max().unwrap_or(0),
             );
             for (f, r) in feasible.iter_mut().zip(raw) {
-                let s = if hi > lo { MAX_SCORE * (hi - r) / (hi - lo) } else { MAX_SCORE };
+                let s = if hi > lo {
+                    MAX_SCORE * (hi - r) / (hi - lo)
+                } else {
+                    MAX_SCORE
+                };
                 f.1 += 2 * s;
             }
         }
-        let Some(best) = feasible.iter().map(|f| f.1).max() else { continue };
+        let Some(best) = feasible.iter().map(|f| f.1).max() else {
+            continue;
+        };
         let ties: Vec<usize> = feasible.iter().filter(|f| f.1 == best).map(|f| f.0).collect();
         let i = ties[rng.below(ties.len())];
         let s = &mut state[i];

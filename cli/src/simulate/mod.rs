@@ -70,6 +70,7 @@ struct Baselines {
 #[derive(Serialize)]
 struct Report {
     scenario: String,
+    description: String,
     hours: f64,
     seed: u64,
     #[serde(flatten)]
@@ -80,7 +81,11 @@ struct Report {
 }
 
 fn saving(ours: f64, theirs: f64) -> f64 {
-    if theirs > 0.0 { 100.0 * (1.0 - ours / theirs) } else { 0.0 }
+    if theirs > 0.0 {
+        100.0 * (1.0 - ours / theirs)
+    } else {
+        0.0
+    }
 }
 
 /// Runs `carpool simulate`.
@@ -88,7 +93,10 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     let scenario = Scenario::load(&args.scenario).map_err(|e| UsageError(e.to_string()))?;
     let hours = args.hours.unwrap_or(scenario.hours);
     if !(hours > 0.0 && hours <= 24.0 * 31.0) {
-        return Err(UsageError(format!("--hours must be above 0 and at most 744 (31 days), not {hours}")).into());
+        return Err(UsageError(format!(
+            "--hours must be above 0 and at most 744 (31 days), not {hours}"
+        ))
+        .into());
     }
     if let Some(p) = &args.plot
         && let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty())
@@ -186,6 +194,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     let ours = StrategyReport::of(&carpool.metrics);
     let report = Report {
         scenario: name.clone(),
+        description: scenario.description.clone(),
         hours,
         seed: args.seed,
         savings_vs_node_groups_pct: saving(ours.total_cost, groups.metrics.cost),
@@ -230,8 +239,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
 
 fn print_text(r: &Report, elapsed: f64) {
     say!(
-        "scenario {}  {} simulated hours  seed {}  ({elapsed:.1} s)\n",
+        "scenario {} ({})  {} simulated hours  seed {}  ({elapsed:.1} s)\n",
         r.scenario,
+        r.description,
         r.hours,
         r.seed
     );
@@ -247,7 +257,11 @@ fn print_text(r: &Report, elapsed: f64) {
                 n.to_string(),
                 format!("${:.2}", s.total_cost),
                 format!("{:.1}/{:.1}", s.spot_node_hours, s.on_demand_node_hours),
-                format!("{:.0}%/{:.0}%", 100.0 * s.avg_cpu_utilisation, 100.0 * s.avg_memory_utilisation),
+                format!(
+                    "{:.0}%/{:.0}%",
+                    100.0 * s.avg_cpu_utilisation,
+                    100.0 * s.avg_memory_utilisation
+                ),
                 format!("{:.0}/{:.0}", s.pending_p50_s, s.pending_p99_s),
                 format!("{}/{}", s.interruptions_handled, s.interruptions),
                 format!("{}/{}", s.evictions, s.pods_killed),

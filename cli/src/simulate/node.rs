@@ -14,8 +14,6 @@ pub struct SimNode {
     pub name: String,
     /// Its instance.
     pub instance_id: String,
-    /// Its instance type.
-    pub instance_type: String,
     /// Its zone.
     pub zone: String,
     /// Spot or on-demand.
@@ -59,7 +57,6 @@ impl SimNode {
         Some(SimNode {
             name: name.into(),
             instance_id: instance_id.into(),
-            instance_type: instance_type.into(),
             zone: zone.into(),
             capacity_type,
             labels,
@@ -90,7 +87,6 @@ impl SimNode {
         Some(SimNode {
             name,
             instance_id,
-            instance_type: labels.get("node.kubernetes.io/instance-type").cloned().unwrap_or_default(),
             zone: labels.get("topology.kubernetes.io/zone").cloned().unwrap_or_default(),
             capacity_type: if labels.get("karpenter.sh/capacity-type").map(String::as_str) == Some("spot") {
                 CapacityType::Spot

@@ -67,7 +67,16 @@ impl NodeGroups {
         let ct = capacity_type(&g.capacity_type).ok()?;
         let mut labels = g.labels.clone();
         labels.insert("eks.amazonaws.com/nodegroup".into(), g.name.clone());
-        SimNode::registered(world.region, "template", "template", &g.instance_type, zone, ct, &labels, Self::taints(g))
+        SimNode::registered(
+            world.region,
+            "template",
+            "template",
+            &g.instance_type,
+            zone,
+            ct,
+            &labels,
+            Self::taints(g),
+        )
     }
 
     fn scale_up(&mut self, world: &mut World<'_>, fleet: &mut Fleet, t: f64) {
@@ -81,7 +90,9 @@ impl NodeGroups {
             if self.backoff.get(&gi).is_some_and(|until| *until > t) {
                 continue;
             }
-            let Some(template) = Self::template(world, g, zones.first().map_or("", String::as_str)) else { continue };
+            let Some(template) = Self::template(world, g, zones.first().map_or("", String::as_str)) else {
+                continue;
+            };
             let mut pods: Vec<(&String, usize, &Resources)> = pending
                 .iter()
                 .filter_map(|k| world.pods.get(k))
@@ -97,9 +108,9 @@ impl NodeGroups {
             let mut bins: Vec<(Resources, Vec<String>, Vec<usize>)> = Vec::new();
             for (key, shape, req) in pods {
                 let anti = world.shapes[shape].template.anti_affinity.is_some();
-                let slot = bins.iter_mut().find(|b| {
-                    req.plus(&b.0).fits_in(&template.allocatable).is_ok() && !(anti && b.2.contains(&shape))
-                });
+                let slot = bins
+                    .iter_mut()
+                    .find(|b| req.plus(&b.0).fits_in(&template.allocatable).is_ok() && !(anti && b.2.contains(&shape)));
                 match slot {
                     Some(b) => {
                         b.0 = b.0.plus(req);
@@ -131,7 +142,9 @@ impl NodeGroups {
         }
         let Some((_, gi, nodes)) = best else { return };
         let g = self.groups[gi].clone();
-        let Ok(ct) = capacity_type(&g.capacity_type) else { return };
+        let Ok(ct) = capacity_type(&g.capacity_type) else {
+            return;
+        };
         let mut labels = g.labels.clone();
         labels.insert("eks.amazonaws.com/nodegroup".into(), g.name.clone());
         for pods in nodes {
@@ -162,7 +175,14 @@ impl NodeGroups {
     fn scale_down(&mut self, world: &mut World<'_>, fleet: &mut Fleet, t: f64) {
         // Drains in progress: finish or give up.
         for name in fleet.draining.clone() {
-            if world.warned(&world.nodes.iter().find(|n| n.name == name).map(|n| n.instance_id.clone()).unwrap_or_default()) {
+            if world.warned(
+                &world
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == name)
+                    .map(|n| n.instance_id.clone())
+                    .unwrap_or_default(),
+            ) {
                 continue;
             }
             if fleet.drain(world, &name) {

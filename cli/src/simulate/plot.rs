@@ -12,7 +12,11 @@ pub struct Series<'a> {
     pub points: &'a [(f64, f64, f64)],
 }
 
-const COLOURS: [RGBColor; 3] = [RGBColor(0x1f, 0x77, 0xb4), RGBColor(0xd6, 0x27, 0x28), RGBColor(0x7f, 0x7f, 0x7f)];
+const COLOURS: [RGBColor; 3] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x7f, 0x7f, 0x7f),
+];
 
 /// Writes the chart to `path`.
 pub fn write(path: &Path, title: &str, series: &[Series<'_>]) -> Result<(), String> {

@@ -26,7 +26,11 @@ impl Rng {
 
     /// Uniform in [0, n); 0 when `n` is 0.
     pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next_u64() % n as u64) as usize }
+        if n == 0 {
+            0
+        } else {
+            (self.next_u64() % n as u64) as usize
+        }
     }
 
     /// Uniform in [lo, hi].

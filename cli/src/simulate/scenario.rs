@@ -443,10 +443,15 @@ impl Scenario {
         }
         let [lo, hi] = self.world.boot_seconds;
         if !(lo >= 0.0 && hi >= lo) {
-            return Err(format!("world.boot_seconds must be [min, max] with 0 <= min <= max, not [{lo}, {hi}]"));
+            return Err(format!(
+                "world.boot_seconds must be [min, max] with 0 <= min <= max, not [{lo}, {hi}]"
+            ));
         }
         if self.start.parse::<jiff::Timestamp>().is_err() {
-            return Err(format!("start {:?} is not an RFC 3339 time such as 2026-12-01T00:00:00Z", self.start));
+            return Err(format!(
+                "start {:?} is not an RFC 3339 time such as 2026-12-01T00:00:00Z",
+                self.start
+            ));
         }
         let mut names = std::collections::BTreeSet::new();
         for (name, pod) in self
@@ -511,7 +516,9 @@ pub fn parse_taint(text: &str) -> Result<(String, Option<String>, String), Strin
         .rsplit_once(':')
         .ok_or_else(|| format!("taint {text:?} is not key=value:Effect"))?;
     if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
-        return Err(format!("taint {text:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"));
+        return Err(format!(
+            "taint {text:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+        ));
     }
     Ok(match kv.split_once('=') {
         Some((k, v)) => (k.to_string(), Some(v.to_string()), effect.to_string()),

@@ -110,7 +110,8 @@ pub fn timestamp(start: jiff::Timestamp, seconds: f64) -> String {
 /// pod it could not place) or bound to `node`, Running and Ready.
 pub fn pod_json(pod: &SimPod, shape: &Shape, start: jiff::Timestamp) -> Value {
     let t = &shape.template;
-    let mut requests = json!({"cpu": format!("{}m", shape.requests.cpu_millis), "memory": shape.requests.memory.to_string()});
+    let mut requests =
+        json!({"cpu": format!("{}m", shape.requests.cpu_millis), "memory": shape.requests.memory.to_string()});
     let gpu = shape.requests.get(GPU);
     if gpu > 0 {
         requests[GPU] = json!(gpu.to_string());

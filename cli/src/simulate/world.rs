@@ -211,7 +211,8 @@ impl<'a> World<'a> {
         w.spot_pools
             .iter()
             .find(|p| {
-                p.instance_type.as_ref().is_none_or(|t| *t == i.instance_type) && p.zone.as_ref().is_none_or(|z| *z == i.zone)
+                p.instance_type.as_ref().is_none_or(|t| *t == i.instance_type)
+                    && p.zone.as_ref().is_none_or(|z| *z == i.zone)
             })
             .map_or(w.spot_interruptions_per_hour, |p| p.per_hour)
     }
@@ -275,7 +276,9 @@ impl<'a> World<'a> {
         // Spot: sample, warn, reclaim.
         let ids: Vec<String> = self.instances.keys().cloned().collect();
         for id in ids {
-            let Some(i) = self.instances.get(&id).cloned() else { continue };
+            let Some(i) = self.instances.get(&id).cloned() else {
+                continue;
+            };
             if i.capacity_type != CapacityType::Spot {
                 continue;
             }
@@ -340,7 +343,10 @@ impl<'a> World<'a> {
         // Instances that are not Nodes after the registration TTL.
         let registered: BTreeSet<&str> = self.nodes.iter().map(|n| n.instance_id.as_str()).collect();
         for i in self.instances.values() {
-            if t - i.launched_at > ORPHAN_AFTER && !registered.contains(i.id.as_str()) && self.orphans.insert(i.id.clone()) {
+            if t - i.launched_at > ORPHAN_AFTER
+                && !registered.contains(i.id.as_str())
+                && self.orphans.insert(i.id.clone())
+            {
                 self.metrics.orphan_instances += 1;
             }
         }
@@ -389,7 +395,9 @@ impl<'a> World<'a> {
     fn outages(&mut self, t: f64, mirror: &dyn Mirror) {
         let hour = t / 3600.0;
         for o in &self.scenario.world.capacity_errors {
-            let Ok(ct) = capacity_type(&o.capacity_type) else { continue };
+            let Ok(ct) = capacity_type(&o.capacity_type) else {
+                continue;
+            };
             let on = hour >= o.from_hour && o.to_hour.is_none_or(|h| hour < h);
             let zones: Vec<String> = match &o.zone {
                 Some(z) => vec![z.clone()],
@@ -534,7 +542,10 @@ impl<'a> World<'a> {
     /// needed: every constraint of the scenarios selects the workload's own pods.
     fn check(&mut self, bindings: &[(String, usize)]) {
         let targets: BTreeSet<&str> = bindings.iter().map(|(_, n)| self.nodes[*n].name.as_str()).collect();
-        let shapes: BTreeSet<usize> = bindings.iter().filter_map(|(k, _)| self.pods.get(k).map(|p| p.shape)).collect();
+        let shapes: BTreeSet<usize> = bindings
+            .iter()
+            .filter_map(|(k, _)| self.pods.get(k).map(|p| p.shape))
+            .collect();
         let mut snapshot = Snapshot::default();
         // kube-scheduler knows only the nodes that exist: a NodePool that can launch
         // nothing keeps the checker from counting, as Karpenter does, the spread domains
@@ -610,7 +621,12 @@ impl<'a> World<'a> {
     /// Pending pods now, with how long each has waited.
     pub fn finish(&mut self, t: f64) {
         self.measure(t);
-        let waits: Vec<f64> = self.pods.values().filter(|p| p.node.is_none()).map(|p| t - p.created).collect();
+        let waits: Vec<f64> = self
+            .pods
+            .values()
+            .filter(|p| p.node.is_none())
+            .map(|p| t - p.created)
+            .collect();
         self.metrics.still_pending = waits.len();
         self.metrics.pending_seconds.extend(waits);
     }
