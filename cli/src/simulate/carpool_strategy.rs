@@ -88,10 +88,18 @@ struct Engine<'w, 'f> {
     /// Launches a pod of which kube-scheduler bound elsewhere.
     diverged: BTreeSet<String>,
     seen_bound: usize,
+    /// Real time spent moving the world (the rest is Carpool's runs).
+    step_seconds: f64,
 }
 
 impl Engine<'_, '_> {
     fn step(&mut self, t: f64) {
+        let timer = std::time::Instant::now();
+        self.step_inner(t);
+        self.step_seconds += timer.elapsed().as_secs_f64();
+    }
+
+    fn step_inner(&mut self, t: f64) {
         let now_ms = self.start_ms + (t * 1000.0) as i64;
         self.cloud.set_now(now_ms);
         // The kubelets.
@@ -281,6 +289,7 @@ pub fn run<'a>(
             planned: HashMap::new(),
             diverged: BTreeSet::new(),
             seen_bound: 0,
+            step_seconds: 0.0,
         }),
     };
     let provision = Settings {
@@ -296,16 +305,20 @@ pub fn run<'a>(
         ..ConsolidationSettings::default()
     };
     let mut errors = 0u64;
+    let mut spent = [0.0f64; 3];
     let mut minute: u64 = 0;
     clock.advance(0.0);
     while clock.seconds() < seconds {
         let t0 = clock.seconds();
         let owner = format!("sim-{minute}");
+        let timer = std::time::Instant::now();
         let mut provisioner = Provisioner::new(&cloud, &cluster, &store, &clock, provision.clone(), &owner);
         if let Err(e) = pollster::block_on(provisioner.run(region)) {
             errors += 1;
             tracing_like(&e);
         }
+        spent[0] += timer.elapsed().as_secs_f64();
+        let timer = std::time::Instant::now();
         let interrupter = Interrupter::new(&cloud, &cluster, &store, &clock, interruption.clone(), &owner);
         let warnings = std::mem::take(&mut lock(&clock.engine).world.warnings);
         for w in warnings {
@@ -333,6 +346,8 @@ pub fn run<'a>(
             errors += 1;
             tracing_like(&e);
         }
+        spent[1] += timer.elapsed().as_secs_f64();
+        let timer = std::time::Instant::now();
         if minute.is_multiple_of(5) {
             let consolidator = Consolidator::new(&cloud, &cluster, &store, &clock, consolidation.clone(), &owner);
             let until = clock.now() + Duration::from_secs(120);
@@ -341,6 +356,7 @@ pub fn run<'a>(
                 tracing_like(&e);
             }
         }
+        spent[2] += timer.elapsed().as_secs_f64();
         let next = t0 + 60.0;
         let now = clock.seconds();
         if now < next {
@@ -352,6 +368,12 @@ pub fn run<'a>(
     let end = clock.seconds();
     let mut engine = clock.engine.into_inner().unwrap_or_else(PoisonError::into_inner);
     engine.world.metrics.run_errors = errors;
+    if std::env::var_os("CARPOOL_SIM_DEBUG").is_some() {
+        eprintln!(
+            "carpool: {:.1} s moving the world; provisioner {:.1} s, interruption {:.1} s, consolidator {:.1} s (the world's moves included)",
+            engine.step_seconds, spent[0], spent[1], spent[2]
+        );
+    }
     engine.world.finish(end.min(seconds.max(end)));
     Ok(engine.world)
 }

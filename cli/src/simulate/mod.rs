@@ -167,24 +167,35 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     let new_world = || World::new(&region, &scenario, args.seed).map_err(|e| UsageError(format!("scenario: {e}")));
     let started = Instant::now();
 
-    bar.set_message("carpool");
-    let done = 0;
-    let carpool = carpool_strategy::run(&region, new_world()?, seconds, &mut |m| bar.set_position(done + m))?;
-    let carpool_s = started.elapsed().as_secs_f64();
-    bar.set_message("node groups");
-    let done = minutes;
-    let mut ca = node_groups::NodeGroups::new(&scenario.node_groups);
-    let groups = baseline::run(new_world()?, &mut ca, seconds, &mut |m| bar.set_position(done + m));
-    let groups_s = started.elapsed().as_secs_f64() - carpool_s;
-    bar.set_message("karpenter ffd");
-    let done = 2 * minutes;
-    let mut k = karpenter::Karpenter::new(&scenario.nodepools, &scenario.ec2nodeclasses);
-    let karp = baseline::run(new_world()?, &mut k, seconds, &mut |m| bar.set_position(done + m));
-    let karp_s = started.elapsed().as_secs_f64() - carpool_s - groups_s;
-    bar.finish_and_clear();
+    // Carpool on one thread, the two baselines on another: the same worlds, the same
+    // seed, whatever runs when.
+    bar.set_message("simulating");
+    let (carpool, groups, karp, carpool_s, baselines_s) = std::thread::scope(|scope| {
+        let ours = scope.spawn(|| {
+            let start = Instant::now();
+            let world = new_world()?;
+            let out = carpool_strategy::run(&region, world, seconds, &mut |_| bar.inc(1));
+            out.map(|w| (w, start.elapsed().as_secs_f64()))
+        });
+        let start = Instant::now();
+        let theirs = (|| -> Result<_> {
+            let mut ca = node_groups::NodeGroups::new(&scenario.node_groups);
+            let groups = baseline::run(new_world()?, &mut ca, seconds, &mut |_| bar.inc(1));
+            let mut k = karpenter::Karpenter::new(&scenario.nodepools, &scenario.ec2nodeclasses);
+            let karp = baseline::run(new_world()?, &mut k, seconds, &mut |_| bar.inc(1));
+            Ok((groups, karp))
+        })();
+        let baselines_s = start.elapsed().as_secs_f64();
+        let (carpool, carpool_s) = ours
+            .join()
+            .map_err(|_| anyhow::anyhow!("the simulation of Carpool panicked"))??;
+        let (groups, karp) = theirs?;
+        Ok::<_, anyhow::Error>((carpool, groups, karp, carpool_s, baselines_s))
+    })?;
     if std::env::var_os("CARPOOL_SIM_DEBUG").is_some() {
-        eprintln!("carpool {carpool_s:.1} s, node groups {groups_s:.1} s, karpenter {karp_s:.1} s");
+        eprintln!("carpool {carpool_s:.1} s, baselines {baselines_s:.1} s");
     }
+    bar.finish_and_clear();
 
     let name = args
         .scenario
