@@ -313,7 +313,7 @@ impl Autoscaler for Karpenter {
                     plan.unschedulable.iter().map(|u| &u.pod).collect::<Vec<_>>()
                 );
             }
-            self.last_plan = launched.is_empty().then(|| (t, pending));
+            self.last_plan = launched.is_empty().then_some((t, pending));
         }
         if t - self.last_consolidation >= 60.0 {
             self.last_consolidation = t;

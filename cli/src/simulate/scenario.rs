@@ -113,8 +113,7 @@ impl Replicas {
             Replicas::Constant(n) => *n,
             Replicas::Steps(steps) => steps
                 .iter()
-                .filter(|s| s.at_hour <= hour)
-                .last()
+                .rfind(|s| s.at_hour <= hour)
                 .or(steps.first())
                 .map_or(0, |s| s.replicas),
             Replicas::Diurnal { min, max, peak_hour } => {
@@ -438,7 +437,7 @@ impl Scenario {
         if self.node_groups.is_empty() {
             return Err("needs at least one entry in node_groups (the Cluster Autoscaler baseline)".into());
         }
-        if !(self.hours > 0.0) {
+        if self.hours.is_nan() || self.hours <= 0.0 {
             return Err(format!("hours must be above 0, not {}", self.hours));
         }
         let [lo, hi] = self.world.boot_seconds;
@@ -481,7 +480,11 @@ impl Scenario {
             }
         }
         for j in &self.jobs {
-            if j.parallelism == 0 || !(j.duration_minutes > 0.0) || j.every_hours.is_some_and(|e| !(e > 0.0)) {
+            if j.parallelism == 0
+                || j.duration_minutes.is_nan()
+                || j.duration_minutes <= 0.0
+                || j.every_hours.is_some_and(|e| e.is_nan() || e <= 0.0)
+            {
                 return Err(format!(
                     "job {}: parallelism and duration_minutes must be above 0, and every_hours too when set",
                     j.name

@@ -546,11 +546,13 @@ impl<'a> World<'a> {
             .iter()
             .filter_map(|(k, _)| self.pods.get(k).map(|p| p.shape))
             .collect();
-        let mut snapshot = Snapshot::default();
         // kube-scheduler knows only the nodes that exist: a NodePool that can launch
         // nothing keeps the checker from counting, as Karpenter does, the spread domains
         // of nodes that could be launched.
-        snapshot.nodepools = self.no_launch.clone();
+        let mut snapshot = Snapshot {
+            nodepools: self.no_launch.clone(),
+            ..Snapshot::default()
+        };
         let since = self.time(0.0);
         for n in &self.nodes {
             if let Ok(node) = serde_json::from_value(n.node_json(&since)) {
