@@ -10,7 +10,8 @@
 //! method order (`pkg/controllers/disruption`, `NewMethods`): emptiness (every empty
 //! node, within the NodePool's budget, default 10% of nodes), then **multi-node** (the
 //! largest prefix of the candidates, sorted by disruption cost, here by pod count, whose
-//! pods fit on the other nodes, or on them and one cheaper replacement), then
+//! pods the simulated kube-scheduler would bind to the other nodes, or to them and one
+//! cheaper replacement), then
 //! **single-node** (each candidate in that order: delete it, or replace it with one
 //! cheaper node). Only one replacement node per command, never a split into several; a
 //! spot node is never replaced by spot (`SpotToSpotConsolidation` is off by default), so
@@ -22,7 +23,7 @@
 //! Interruption: cordon and drain on the spot warning (Karpenter's interruption
 //! controller); the pods' new nodes come from provisioning.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use carpool::decide::ProvisioningPlan;
 use carpool::model::CapacityType;
@@ -33,7 +34,7 @@ use serde_json::Value;
 use super::baseline::{Autoscaler, Fleet};
 use super::kube_scheduler::fits;
 use super::node::SimNode;
-use super::workload::pod_json;
+use super::workload::{SimPod, pod_json};
 use super::world::World;
 use crate::bench::ffd;
 
@@ -134,7 +135,8 @@ impl Karpenter {
         launched
     }
 
-    /// Whether the candidates' pods fit on the other usable nodes.
+    /// Whether the candidates' pods would all be bound to the other usable nodes (and
+    /// `extra`), by the simulated kube-scheduler's filters.
     fn fit_elsewhere(world: &World<'_>, fleet: &Fleet, candidates: &[String], extra: Option<&SimNode>) -> bool {
         let mut others: Vec<SimNode> = world
             .nodes
@@ -145,17 +147,13 @@ impl Karpenter {
         if let Some(e) = extra {
             others.push(e.clone());
         }
-        let index: HashMap<&str, usize> = others.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-        let bound: Vec<(usize, usize)> = world
+        let names: std::collections::BTreeSet<&str> = others.iter().map(|n| n.name.as_str()).collect();
+        let bound: Vec<&SimPod> = world
             .pods
             .values()
-            .filter_map(|p| Some((p.shape, *index.get(p.node.as_deref()?)?)))
+            .filter(|p| p.node.as_deref().is_some_and(|n| names.contains(n)))
             .collect();
-        let moving: Vec<usize> = candidates
-            .iter()
-            .flat_map(|c| world.pods_on(c))
-            .map(|p| p.shape)
-            .collect();
+        let moving: Vec<&SimPod> = candidates.iter().flat_map(|c| world.pods_on(c)).collect();
         fits(&moving, &bound, &others, &world.shapes)
     }
 
@@ -238,6 +236,9 @@ impl Karpenter {
             .map(|c| c.1.clone())
             .collect();
         if !empty.is_empty() {
+            if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
+                eprintln!("t={t} empty {empty:?}");
+            }
             for e in empty {
                 fleet.terminate(world, &e);
             }
@@ -269,6 +270,12 @@ impl Karpenter {
             }
         }
         let Some((cands, plan)) = best else { return };
+        if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
+            eprintln!(
+                "t={t} consolidate {cands:?} -> {:?}",
+                plan.as_ref().map(|p| p.nodes.iter().map(|n| (&n.instance_type, n.capacity_type, n.price_per_hour)).collect::<Vec<_>>())
+            );
+        }
         for c in &cands {
             if let Some(n) = world.nodes.iter_mut().find(|n| &n.name == c) {
                 n.unschedulable = true;

@@ -276,34 +276,18 @@ pub fn schedule(
     out
 }
 
-/// Whether `pods` (each a shape) all fit on `nodes` given what is `bound` there, by
-/// first-fit in decreasing order and the same filters: the baselines' scheduling
-/// simulation before they remove a node.
-pub fn fits(pods: &[usize], bound: &[(usize, usize)], nodes: &[SimNode], shapes: &[Shape]) -> bool {
-    let mut used: Vec<Resources> = vec![Resources::default(); nodes.len()];
-    let mut apps: Vec<HashMap<usize, i64>> = vec![HashMap::new(); nodes.len()];
-    for &(shape, node) in bound {
-        if node < nodes.len() {
-            used[node] = used[node].plus(&shapes[shape].requests);
-            *apps[node].entry(shape).or_insert(0) += 1;
-        }
-    }
-    let mut order: Vec<usize> = pods.to_vec();
-    order.sort_by_key(|&s| std::cmp::Reverse((shapes[s].requests.cpu_millis, shapes[s].requests.memory)));
-    'pods: for s in order {
-        let shape = &shapes[s];
-        for (i, n) in nodes.iter().enumerate() {
-            if !admits(shape, n) || shape.requests.plus(&used[i]).fits_in(&n.allocatable).is_err() {
-                continue;
-            }
-            if shape.template.anti_affinity.is_some() && apps[i].get(&s).copied().unwrap_or(0) > 0 {
-                continue;
-            }
-            used[i] = used[i].plus(&shape.requests);
-            *apps[i].entry(s).or_insert(0) += 1;
-            continue 'pods;
-        }
-        return false;
-    }
-    true
+/// Whether the `moving` pods would all be bound to `nodes`, given the pods `bound`
+/// there, by this scheduler's own filters (spreads and anti-affinity included): the
+/// baselines' scheduling simulation before they remove a node.
+pub fn fits(moving: &[&SimPod], bound: &[&SimPod], nodes: &[SimNode], shapes: &[Shape]) -> bool {
+    let pending: Vec<SimPod> = moving
+        .iter()
+        .map(|p| SimPod {
+            node: None,
+            bound_at: None,
+            ..(*p).clone()
+        })
+        .collect();
+    let refs: Vec<&SimPod> = pending.iter().collect();
+    schedule(&refs, bound, nodes, shapes, &mut Rng::new(0)).len() == moving.len()
 }

@@ -13,7 +13,8 @@
 //!   is backed off for 5 minutes;
 //! - **scale-down**: a node whose requested cpu and memory are both under 50% of its
 //!   allocatable (`--scale-down-utilization-threshold`) for 10 minutes
-//!   (`--scale-down-unneeded-time`), whose pods all fit on the other nodes, and without
+//!   (`--scale-down-unneeded-time`), whose pods the simulated kube-scheduler would all bind
+//!   to the other nodes (Cluster Autoscaler simulates the scheduler's filters), and without
 //!   pods that may not be evicted, is drained through the Eviction API and removed; none
 //!   in the 10 minutes after a scale-up (`--scale-down-delay-after-add`); empty nodes go
 //!   together, others one per pass;
@@ -29,6 +30,7 @@ use super::baseline::{Autoscaler, Fleet};
 use super::kube_scheduler::{admits, fits};
 use super::node::SimNode;
 use super::scenario::{NodeGroup, capacity_type, parse_taint};
+use super::workload::SimPod;
 use super::world::World;
 
 /// The Cluster Autoscaler model.
@@ -231,13 +233,13 @@ impl NodeGroups {
                 .filter(|n| n.name != name && n.usable() && !fleet.draining.contains(&n.name))
                 .cloned()
                 .collect();
-            let index: HashMap<&str, usize> = others.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-            let bound: Vec<(usize, usize)> = world
+            let names: std::collections::BTreeSet<&str> = others.iter().map(|n| n.name.as_str()).collect();
+            let bound: Vec<&SimPod> = world
                 .pods
                 .values()
-                .filter_map(|p| Some((p.shape, *index.get(p.node.as_deref()?)?)))
+                .filter(|p| p.node.as_deref().is_some_and(|n| names.contains(n)))
                 .collect();
-            let moving: Vec<usize> = world.pods_on(&name).iter().map(|p| p.shape).collect();
+            let moving = world.pods_on(&name);
             if fits(&moving, &bound, &others, &world.shapes) {
                 self.unneeded_since.remove(&name);
                 if fleet.drain(world, &name) {
