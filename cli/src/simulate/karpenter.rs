@@ -273,7 +273,11 @@ impl Karpenter {
         if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
             eprintln!(
                 "t={t} consolidate {cands:?} -> {:?}",
-                plan.as_ref().map(|p| p.nodes.iter().map(|n| (&n.instance_type, n.capacity_type, n.price_per_hour)).collect::<Vec<_>>())
+                plan.as_ref().map(|p| p
+                    .nodes
+                    .iter()
+                    .map(|n| (&n.instance_type, n.capacity_type, n.price_per_hour))
+                    .collect::<Vec<_>>())
             );
         }
         for c in &cands {

@@ -121,8 +121,13 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         .cloned()
         .collect();
     snapshot
-        .add_text(&args.scenario.display().to_string(), &World::list(objects).to_string())
-        .map_err(|e| UsageError(format!("scenario {}: {e}", args.scenario.display())))?;
+        .add_text("nodepools and ec2nodeclasses", &World::list(objects).to_string())
+        .map_err(|e| {
+            UsageError(format!(
+                "scenario {}: {e} (write them as Karpenter's own NodePool and EC2NodeClass objects)",
+                args.scenario.display()
+            ))
+        })?;
     if snapshot.nodepools.is_empty() || snapshot.nodeclasses.is_empty() {
         let why: Vec<String> = snapshot.skipped.iter().map(|(o, r)| format!("{o}: {r}")).collect();
         return Err(UsageError(format!(

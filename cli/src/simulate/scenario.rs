@@ -45,12 +45,30 @@ pub enum ScenarioError {
 #[serde(deny_unknown_fields)]
 pub struct Requests {
     /// CPU (`500m`, `2`).
+    #[serde(deserialize_with = "quantity_text")]
     pub cpu: String,
     /// Memory (`1Gi`).
+    #[serde(deserialize_with = "quantity_text")]
     pub memory: String,
     /// NVIDIA GPUs.
     #[serde(default)]
     pub gpu: u32,
+}
+
+/// A quantity written as a string (`500m`) or a bare number (`2`, `0.5`).
+fn quantity_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        S(String),
+        I(i64),
+        F(f64),
+    }
+    Ok(match Text::deserialize(d)? {
+        Text::S(s) => s,
+        Text::I(i) => i.to_string(),
+        Text::F(f) => f.to_string(),
+    })
 }
 
 impl Requests {
@@ -479,6 +497,33 @@ impl Scenario {
                 }
             }
         }
+        for d in &self.deployments {
+            let ok = match &d.replicas {
+                Replicas::Constant(n) => *n <= MAX_PODS,
+                Replicas::Steps(steps) => {
+                    !steps.is_empty() && steps.iter().all(|s| s.at_hour.is_finite() && s.replicas <= MAX_PODS)
+                }
+                Replicas::Diurnal { min, max, peak_hour } => min <= max && *max <= MAX_PODS && peak_hour.is_finite(),
+            };
+            if !ok {
+                return Err(format!(
+                    "deployment {}: replicas must be at most {MAX_PODS}, steps a non-empty list with finite at_hour, diurnal min <= max with a finite peak_hour",
+                    d.name
+                ));
+            }
+        }
+        for j in &self.jobs {
+            if !j.first_at_hour.is_finite()
+                || j.first_at_hour < 0.0
+                || j.parallelism > MAX_PODS
+                || j.every_hours.is_some_and(|e| e < 1.0 / 60.0)
+            {
+                return Err(format!(
+                    "job {}: first_at_hour must be a finite hour >= 0, parallelism at most {MAX_PODS}, every_hours at least a minute (0.0167)",
+                    j.name
+                ));
+            }
+        }
         for j in &self.jobs {
             if j.parallelism == 0
                 || j.duration_minutes.is_nan()
@@ -503,6 +548,9 @@ impl Scenario {
         Ok(())
     }
 }
+
+/// The most replicas, or pods per Job arrival, a scenario may ask for.
+const MAX_PODS: u32 = 20_000;
 
 /// `spot` or `on-demand`.
 pub fn capacity_type(text: &str) -> Result<CapacityType, String> {
