@@ -236,9 +236,6 @@ impl Karpenter {
             .map(|c| c.1.clone())
             .collect();
         if !empty.is_empty() {
-            if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
-                eprintln!("t={t} empty {empty:?}");
-            }
             for e in empty {
                 fleet.terminate(world, &e);
             }
@@ -270,16 +267,6 @@ impl Karpenter {
             }
         }
         let Some((cands, plan)) = best else { return };
-        if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
-            eprintln!(
-                "t={t} consolidate {cands:?} -> {:?}",
-                plan.as_ref().map(|p| p
-                    .nodes
-                    .iter()
-                    .map(|n| (&n.instance_type, n.capacity_type, n.price_per_hour))
-                    .collect::<Vec<_>>())
-            );
-        }
         for c in &cands {
             if let Some(n) = world.nodes.iter_mut().find(|n| &n.name == c) {
                 n.unschedulable = true;
@@ -314,16 +301,6 @@ impl Autoscaler for Karpenter {
         if !pending.is_empty() && !same {
             let plan = self.plan(world, &pending);
             let launched = self.launch_plan(world, fleet, t, &plan);
-            if std::env::var_os("CARPOOL_SIM_TRACE").is_some() {
-                eprintln!(
-                    "t={t} pending={pending:?} nodes={:?} unschedulable={:?} launched={launched:?}",
-                    plan.nodes
-                        .iter()
-                        .map(|n| (&n.instance_type, &n.zone, &n.pods))
-                        .collect::<Vec<_>>(),
-                    plan.unschedulable.iter().map(|u| &u.pod).collect::<Vec<_>>()
-                );
-            }
             self.last_plan = launched.is_empty().then_some((t, pending));
         }
         if t - self.last_consolidation >= 60.0 {

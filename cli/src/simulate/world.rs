@@ -527,9 +527,6 @@ impl<'a> World<'a> {
                 p.node = Some(name);
                 p.bound_at = Some(t);
                 self.metrics.pending_seconds.push(t - p.created);
-                if t - p.created > 600.0 && std::env::var_os("CARPOOL_SIM_DEBUG").is_some() {
-                    eprintln!("long wait: {} {:.0} s, bound at {t}", p.key, t - p.created);
-                }
                 mirror.put_pod(p, &self.shapes[p.shape], self.start);
             }
             self.metrics.bound.push(key);
@@ -591,6 +588,7 @@ impl<'a> World<'a> {
             ..ProvisioningPlan::default()
         };
         let violations = check(&snapshot, &self.no_offers, &plan);
+        // `CARPOOL_SIM_DUMP=file` writes the first rejected round, to see why.
         if !violations.is_empty()
             && let Some(path) = std::env::var_os("CARPOOL_SIM_DUMP")
             && !std::path::Path::new(&path).exists()
