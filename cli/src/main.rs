@@ -11,6 +11,7 @@ mod disrupt_cmd;
 mod event_cmd;
 mod output;
 mod plan_cmd;
+mod simulate;
 mod table;
 mod usage;
 
@@ -44,6 +45,9 @@ enum Command {
     Event(event_cmd::EventArgs),
     /// Measure the planner: Karpenter's scheduling benchmark, and the packing suite.
     Bench(bench::BenchArgs),
+    /// Run Carpool's three functions on a scenario in simulated time, against node groups
+    /// (Cluster Autoscaler) and Karpenter's rules on the same workload.
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         Command::Event(args) => event_cmd::run(&args),
         Command::Disrupt(args) => disrupt_cmd::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Simulate(args) => simulate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,11 +8,12 @@
 //!    summed requests plus its DaemonSets; the pod joins if at least one type remains.
 //! 3. Otherwise it opens a node from the heaviest NodePool whose taints it tolerates and
 //!    whose requirements it is compatible with, keeping every type that holds it alone.
-//! 4. Topology: a zonal spread picks the zone with the fewest matching pods; hostname
+//! 4. Topology: a zonal spread picks the zone with the fewest matching pods (those bound to
+//!    the snapshot's nodes counted); hostname
 //!    spreads and hostname anti-affinity cap matching pods per node; zonal pod affinity
 //!    follows the zone of the first pod.
 //! 5. Each node then launches the cheapest type it kept, at its cheapest offering (in its
-//!    zone, if it has one).
+//!    zone, if it has one) among those its pods' zone and capacity-type requirements accept.
 //!
 //! No cost model steers the packing: a node grows while the largest type still fits.
 
@@ -56,6 +57,18 @@ fn labels_match(p: &PodInfo, t: &Template, option: usize, zone: Option<&str>) ->
     })
 }
 
+/// Whether a pod's node affinity allows an offering's zone and capacity type (Karpenter
+/// launches a node claim only into offerings every pod's requirements accept).
+fn offer_allowed(p: &PodInfo, zone: &str, capacity_type: CapacityType) -> bool {
+    p.branches.iter().any(|b| {
+        b.iter().all(|r| match r.key() {
+            wk::ZONE => r.has(zone),
+            wk::CAPACITY_TYPE => r.has(capacity_type.label()),
+            _ => true,
+        })
+    })
+}
+
 fn zone_spread_key(p: &PodInfo) -> Option<&carpool::decide::pod::Spread> {
     p.spreads.iter().find(|s| s.hard && s.key == wk::ZONE)
 }
@@ -89,13 +102,39 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
             .then(b.requests.memory.cmp(&a.requests.memory))
             .then(a.key.cmp(&b.key))
     });
-    let zones: Vec<String> = region.zones().to_vec();
+    // The zones a NodePool can launch into: a zonal spread's domains (Karpenter's
+    // topology takes its domains from the NodePools' requirements).
+    let zones: Vec<String> = region
+        .zones()
+        .iter()
+        .filter(|z| {
+            templates
+                .iter()
+                .any(|t| t.types.iter().any(|o| o.offers.iter().any(|off| &off.zone == *z)))
+        })
+        .cloned()
+        .collect();
     let mut claims: Vec<Claim> = Vec::new();
     let mut zone_counts: HashMap<String, HashMap<String, i32>> = HashMap::new();
     let mut affinity_zone: HashMap<String, String> = HashMap::new();
     let mut plan = ProvisioningPlan::default();
 
     let group = |p: &PodInfo| p.labels.get("app").cloned().unwrap_or_default();
+    // Karpenter's topology counts the pods already bound, by their node's zone.
+    for pod in &snapshot.pods {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        let zone = snapshot
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(node))
+            .and_then(|n| n.metadata.labels.as_ref()?.get(wk::ZONE).cloned());
+        let app = pod.metadata.labels.as_ref().and_then(|l| l.get("app")).cloned();
+        if let (Some(zone), Some(app)) = (zone, app) {
+            *zone_counts.entry(app).or_default().entry(zone).or_default() += 1;
+        }
+    }
     let per_node_cap = |p: &PodInfo| {
         let anti = p
             .anti_affinity
@@ -222,6 +261,11 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> ProvisioningPlan
                 .offers
                 .iter()
                 .filter(|off| c.zone.as_ref().is_none_or(|z| &off.zone == z))
+                .filter(|off| {
+                    c.pods
+                        .iter()
+                        .all(|&q| offer_allowed(&pods[q], &off.zone, off.capacity_type))
+                })
                 .min_by(|a, b| a.price.total_cmp(&b.price));
             if let Some(off) = best {
                 priced.push((off.price, o, off.zone.clone(), off.capacity_type));

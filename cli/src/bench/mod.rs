@@ -9,7 +9,7 @@
 //!   baseline's too, must pass the independent checker.
 
 mod consolidate;
-mod ffd;
+pub(crate) mod ffd;
 mod provision;
 mod scenarios;
 

@@ -180,6 +180,12 @@ impl<'a> RegionCatalog<'a> {
         self.offered = Some(offered.into_iter().collect());
     }
 
+    /// Keeps only the instance types `keep` accepts (the simulator drops the types no
+    /// NodePool of its scenario allows, which no decision could choose).
+    pub fn retain_types(&mut self, keep: impl Fn(&InstanceType) -> bool) {
+        self.types.retain(|t| keep(t));
+    }
+
     /// The offerings of one type: every zone × capacity type with a known price, less the
     /// ones marked unavailable or not offered.
     pub fn offerings_of(&self, it: &InstanceType) -> Vec<Offering> {

@@ -60,6 +60,9 @@ struct State {
     on_demand_prices: Vec<OnDemandPrice>,
     offerings: Vec<ZonalOffering>,
     faults: Vec<CloudFault>,
+    /// The request each instance was launched with (its labels and taints, which the
+    /// kubelet of a simulated node registers with).
+    requests: HashMap<String, LaunchRequest>,
     /// EC2NodeClasses every launch of which fails, and why.
     broken: HashMap<String, NodeClassReason>,
     calls: Vec<String>,
@@ -153,6 +156,11 @@ impl FakeCloud {
         self.lock().calls.clone()
     }
 
+    /// The request an instance was launched with, as nodeadm on it would read it.
+    pub fn launch_request(&self, id: &str) -> Option<LaunchRequest> {
+        self.lock().requests.get(id).cloned()
+    }
+
     /// Every instance, terminated ones included.
     pub fn instances(&self) -> Vec<Instance> {
         self.lock().instances.values().cloned().collect()
@@ -244,6 +252,7 @@ impl Cloud for FakeCloud {
                 launched_at: Some(state.now),
             };
             state.instances.insert(instance.id.clone(), instance.clone());
+            state.requests.insert(instance.id.clone(), request.clone());
             if then_unknown {
                 return Err(CloudError::OutcomeUnknown(format!("injected timeout on {call}").into()));
             }

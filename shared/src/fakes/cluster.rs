@@ -305,6 +305,30 @@ impl FakeCluster {
         lock(&self.state).ec2nodeclasses.insert(object_name(&object), object);
     }
 
+    /// Removes a pod, as its controller or the kubelet would (a scale-down, a Job's pod
+    /// done, a pod whose node is gone); no PDB is consulted.
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        lock(&self.state)
+            .pods
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// The pods there are now, as `namespace/name`.
+    pub fn pod_keys(&self) -> std::collections::BTreeSet<String> {
+        lock(&self.state)
+            .pods
+            .keys()
+            .map(|(ns, name)| format!("{ns}/{name}"))
+            .collect()
+    }
+
+    /// The evicted pods have been replaced by their controllers: the PDBs count the
+    /// replacements from now on, as the disruption controller forgets an evicted pod once
+    /// it is gone.
+    pub fn settle_disruptions(&self) {
+        lock(&self.state).disrupted.clear();
+    }
+
     /// A node as it is now.
     pub fn node(&self, name: &str) -> Option<Node> {
         lock(&self.state).nodes.get(name).cloned()
