@@ -593,3 +593,134 @@ async fn the_binary_plans_five_thousand_pending_pods() -> Result<()> {
     result?;
     cleaned
 }
+
+/// Scale on the real apiserver: the binary plans pending pods in a cluster of kwok nodes
+/// full of running pods, in dry-run mode. A measurement, not a check of a figure: run it
+/// by hand with the stack up,
+/// `CARPOOL_SCALE_NODES=1000 CARPOOL_SCALE_RUNNING_PODS=30000 cargo test --release -p carpool-provisioner --test binary -- --ignored --exact --nocapture the_binary_plans_pending_pods_in_a_cluster_of_running_pods`
+/// (defaults: 1,000 nodes, 30,000 running pods, 2,000 pending). It prints the binary's
+/// invocation time, its peak RSS and the batch's snapshot and plan times.
+/// `scripts/test-all` skips it.
+#[tokio::test]
+#[ignore = "a measurement: creates tens of thousands of objects; run by hand"]
+async fn the_binary_plans_pending_pods_in_a_cluster_of_running_pods() -> Result<()> {
+    let var = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (nodes, running, pending) = (
+        var("CARPOOL_SCALE_NODES", 1000),
+        var("CARPOOL_SCALE_RUNNING_PODS", 30_000),
+        var("CARPOOL_SCALE_PENDING_PODS", 2000),
+    );
+    let _stack = exclusive().await;
+    let mut scene = Scene::new().await?;
+    scene.pods = pending;
+    scene.dry_run = true;
+    let result = async {
+        scene.create().await?;
+        let created = Instant::now();
+        scene.create_running(nodes, running).await?;
+        eprintln!(
+            "created {nodes} nodes and {running} running pods in {:.0} s",
+            created.elapsed().as_secs_f64()
+        );
+        scene.wait_unschedulable().await?;
+        let m = run_binary(&scene).await?;
+        let batch = m
+            .stdout
+            .iter()
+            .find(|l| l.contains("\"message\":\"batch\""))
+            .context("a batch line")?;
+        let batch: Value = serde_json::from_str(batch)?;
+        let report: Value = serde_json::from_str(batch["batch"].as_str().unwrap_or("{}"))?;
+        eprintln!(
+            "provisioner binary, {nodes} nodes, {running} running pods, {pending} pending, dry run: \
+             cold start {} ms, invocation {} ms, peak RSS {:.1} MiB; batch: pods_seen {} snapshot_ms {} plan_ms {}",
+            m.cold_start.as_millis(),
+            m.invocation.as_millis(),
+            m.peak_rss_kib as f64 / 1024.0,
+            batch["pods_seen"],
+            report["snapshot_ms"],
+            batch["plan_ms"],
+        );
+        ensure!(batch["pods_seen"] == pending, "{batch}");
+        Ok(())
+    }
+    .await;
+    let cleaned = scene.cleanup_running().await;
+    let cleaned = cleaned.and(scene.cleanup().await);
+    result?;
+    cleaned
+}
+
+impl Scene {
+    /// `nodes` kwok Nodes of two types in three zones (not of the test's NodePool), with
+    /// `running` pods bound to them directly (`spec.nodeName`: kube-scheduler is not
+    /// involved), three quarters full; kwok reports them Running.
+    async fn create_running(&self, nodes: usize, running: usize) -> Result<()> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let node_api = Api::<k8s_openapi::api::core::v1::Node>::all(self.kube.clone());
+        let zones = ["us-east-1a", "us-east-1b", "us-east-1c"];
+        futures_util::stream::iter(0..nodes)
+            .map(|n| {
+                let api = node_api.clone();
+                let name = format!("{}-n{n}", self.name);
+                let node = json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "annotations": {carpool_tests::node::KWOK_ANNOTATION: "fake"},
+                        "labels": {"kubernetes.io/hostname": name, "carpool-scale": self.name,
+                            "node.kubernetes.io/instance-type": "m5.4xlarge", "kubernetes.io/arch": "amd64",
+                            "kubernetes.io/os": "linux", "topology.kubernetes.io/zone": zones[n % 3]}},
+                    "spec": {"taints": [{"key": "carpool-scale", "effect": "NoSchedule"}]},
+                    "status": {"capacity": {"cpu": "16", "memory": "64Gi", "pods": "234"},
+                               "allocatable": {"cpu": "15890m", "memory": "60Gi", "pods": "234"}}
+                });
+                async move {
+                    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(node)?;
+                    api.create(&PostParams::default(), &node).await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let pod_api = Api::<Pod>::namespaced(self.kube.clone(), &self.name);
+        let per_node = running.div_ceil(nodes.max(1));
+        // Three quarters of a node's 15.89 CPUs and 60 GiB over its pods.
+        let cpu_m = 11_900 / per_node.max(1);
+        let mem_mi = 46_000 / per_node.max(1);
+        futures_util::stream::iter(0..running)
+            .map(|i| {
+                let api = pod_api.clone();
+                let node = format!("{}-n{}", self.name, i / per_node);
+                let pod = json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("r-{i}"), "labels": {"app": format!("run-{}", i % 20)},
+                        "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "x".repeat(600)}},
+                    "spec": {"nodeName": node,
+                        "tolerations": [{"key": "carpool-scale", "operator": "Exists"}],
+                        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                            "env": [{"name": "A", "value": "b".repeat(200)}],
+                            "resources": {"requests": {"cpu": format!("{cpu_m}m"), "memory": format!("{mem_mi}Mi")}}}]}
+                });
+                async move {
+                    let pod: Pod = serde_json::from_value(pod)?;
+                    api.create(&PostParams::default(), &pod).await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(64)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the nodes [`Scene::create_running`] made (their pods go with the namespace).
+    async fn cleanup_running(&self) -> Result<()> {
+        let api = Api::<k8s_openapi::api::core::v1::Node>::all(self.kube.clone());
+        api.delete_collection(
+            &DeleteParams::default(),
+            &kube::api::ListParams::default().labels(&format!("carpool-scale={}", self.name)),
+        )
+        .await?;
+        Ok(())
+    }
+}
