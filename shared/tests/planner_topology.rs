@@ -622,6 +622,20 @@ fn volume(claim: &str) -> Value {
     json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}])
 }
 
+/// A weighted `general` pool and a `batch` pool its pods select by `pool=batch`, both of
+/// c and m types in every zone.
+fn general_and_batch_pools() -> [Value; 2] {
+    let general = NodePoolBuilder::new("general")
+        .weight(10)
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .build();
+    let batch_pool = NodePoolBuilder::new("batch")
+        .label("pool", "batch")
+        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
+        .build();
+    [general, batch_pool]
+}
+
 // kube-scheduler: podtopologyspread `calPreFilterState` counts every node that passes
 // `matchNodeInclusionPolicies` (nodeAffinityPolicy: Honor reads only the pod's node
 // selector and required node affinity, `nodeaffinity.GetRequiredNodeAffinity`, not its
@@ -633,14 +647,7 @@ fn volume(claim: &str) -> Value {
 // (the planner_properties seeds 8f7e3827 and ea2abb2f).
 #[test]
 fn a_node_opened_for_other_pods_adds_no_empty_zone_to_a_spread_placed_before() {
-    let general = NodePoolBuilder::new("general")
-        .weight(10)
-        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
-        .build();
-    let batch_pool = NodePoolBuilder::new("batch")
-        .label("pool", "batch")
-        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
-        .build();
+    let [general, batch_pool] = general_and_batch_pools();
     let mut items = vec![general, batch_pool, zonal_storage_class("us-east-1a")];
     for i in 0..2 {
         items.push(claim(&format!("data-web-{i}")));
@@ -673,14 +680,7 @@ fn a_node_opened_for_other_pods_adds_no_empty_zone_to_a_spread_placed_before() {
 // (the planner_properties seed 49e539d8).
 #[test]
 fn a_planned_node_the_spreads_node_selector_accepts_is_a_domain_for_later_pods() {
-    let general = NodePoolBuilder::new("general")
-        .weight(10)
-        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
-        .build();
-    let batch_pool = NodePoolBuilder::new("batch")
-        .label("pool", "batch")
-        .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
-        .build();
+    let [general, batch_pool] = general_and_batch_pools();
     let amd64 = |p: PodBuilder| p.node_selector("kubernetes.io/arch", "amd64");
     let items = vec![
         general,

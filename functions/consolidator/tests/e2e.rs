@@ -552,10 +552,11 @@ async fn a_budget_of_one_node_and_runs_killed_after_the_taint_and_after_the_laun
 /// there (as a Lambda timeout would); `true` when it died.
 async fn killed_at(scene: &Scene, call: &str, owner: &str) -> Result<bool> {
     let store = scene.store().await?;
-    let dying = carpool::fakes::DyingStore::at(&store, call);
+    let point = carpool::fakes::CrashPoint::at(call, 0);
+    let dying = carpool::fakes::Crashable::new(&store, &point);
     let run = tokio::time::timeout(Duration::from_secs(60), scene.consolidate_on(&dying, owner)).await;
     match run {
-        Err(_) if dying.is_dead() => {
+        Err(_) if point.fired() => {
             // The next scheduled run comes once the dead run's lease has lapsed.
             *scene.ahead.lock().map_err(|_| anyhow::anyhow!("poisoned"))? += Duration::from_secs(300);
             Ok(true)
@@ -607,12 +608,10 @@ async fn budget_and_crashes(scene: &Scene) -> Result<()> {
     // The next run rolls it back and starts it afresh; it is killed right after the
     // replacement's launch, at its records' first update.
     let store = scene.store().await?;
-    let dying = carpool::fakes::DyingStore::at(&store, "update_disruption");
+    let point = carpool::fakes::CrashPoint::at("update_disruption", 0);
+    let dying = carpool::fakes::Crashable::new(&store, &point);
     let run = tokio::time::timeout(Duration::from_secs(60), scene.consolidate_on(&dying, "after-kill-1")).await;
-    ensure!(
-        run.is_err() && dying.is_dead(),
-        "the second run was not killed: {run:?}"
-    );
+    ensure!(run.is_err() && point.fired(), "the second run was not killed: {run:?}");
     *scene.ahead.lock().map_err(|_| anyhow::anyhow!("poisoned"))? += Duration::from_secs(300);
     let with_kill = launched().await?;
     ensure!(with_kill == 1, "{with_kill} replacements launched");

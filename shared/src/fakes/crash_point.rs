@@ -4,9 +4,9 @@
 //! Lambda timeout or a crash does: the run stops at that await point, with the state as
 //! far as it got, in the store and in the cloud alike.
 //!
-//! Unlike [`super::DyingStore`] (which dies *at* a store call), a point can fire *after* a
-//! call returned, so that the call's effect happened and nothing after it did: "after the
-//! launch record", "after CreateFleet".
+//! A point fires *at* a call (it never happens) or *after* it returned, so that the call's
+//! effect happened and nothing after it did: "after the launch record", "after
+//! CreateFleet". It wraps any port, so the crash happens over the real DynamoDB too.
 
 use std::future::Future;
 use std::sync::Mutex;
