@@ -12,8 +12,9 @@
 //!   bad pod does not spoil the rest (the planner reports it as unschedulable);
 //! - an invalid NodePool or EC2NodeClass is skipped with the reason, and the others work.
 
+use crate::model::pod::Pod;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::DeserializeOwned;

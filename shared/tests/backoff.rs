@@ -3,6 +3,7 @@
 //! with its pods unschedulable as `backed_off` and the metrics the alarms watch raised;
 //! once the window has passed it is tried again, and a node that registers resets it.
 
+use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
@@ -12,7 +13,6 @@ use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBu
 use carpool::ports::{Backoff, Cloud, EventReason, FailureReason, NodeClassReason, StateStore, epoch_millis};
 use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics};
 use carpool::run::provision::{BatchReport, Provisioner, RunReport, Settings};
-use k8s_openapi::api::core::v1::Pod;
 use pollster::block_on;
 
 const START: u64 = 1_790_000_000;

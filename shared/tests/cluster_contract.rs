@@ -1,8 +1,8 @@
 //! The Cluster contract against the in-memory fake, and the fake's eviction rule.
 
 use carpool::fakes::{ClusterErrorKind, ClusterScene, FakeCluster, SEVERAL_PDBS, cluster_contract};
+use carpool::model::pod::Pod;
 use carpool::ports::{Cluster, ClusterError, Eviction};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::json;
 

@@ -4,6 +4,7 @@
 //! run without launching twice; a failed replacement is rolled back; and a cluster left
 //! alone for 30 minutes after consolidating is not disrupted again.
 
+use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
@@ -13,7 +14,7 @@ use carpool::model::CapacityType;
 use carpool::ports::{Clock, DisruptionStep, Instance, InstanceState, StateStore};
 use carpool::run::consolidate::{ConsolidationReport, ConsolidationSettings, Consolidator};
 use carpool::run::provision::Settings;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use pollster::block_on;
 use serde_json::json;
 

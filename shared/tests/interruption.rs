@@ -5,6 +5,7 @@
 //! invocation; the provisioner running during the drain launches nothing for the evicted
 //! pods.
 
+use carpool::model::pod::Pod;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -21,7 +22,7 @@ use carpool::run::interruption::{EventReport, Interrupter, InterruptionSettings,
 use carpool::run::provision::{Provisioner, Settings};
 use futures_util::FutureExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use pollster::block_on;
 use serde_json::{Value, json};

@@ -5,6 +5,7 @@
 //! after it; a failed launch is told to its pods; a failure to publish does not fail the
 //! batch.
 
+use carpool::model::pod::Pod;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -18,7 +19,6 @@ use carpool::ports::{
     ZonalOffering,
 };
 use carpool::run::provision::{Provisioner, RunReport, Settings, SharedRecentEvents};
-use k8s_openapi::api::core::v1::Pod;
 use pollster::block_on;
 
 const START: u64 = 1_790_000_000;

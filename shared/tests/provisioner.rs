@@ -2,6 +2,7 @@
 //! in flight is counted, the lease keeps runs apart, capacity errors are re-planned,
 //! limits hold, unregistered instances are terminated after the TTL.
 
+use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
@@ -11,7 +12,6 @@ use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::ports::{Clock as _, Cloud, ClusterError, LaunchState, OfferingKey, StateStore};
 use carpool::run::provision::{MAX_FAILED_POLLS, ProvisionError, Provisioner, RunReport, Settings, WatchMode};
-use k8s_openapi::api::core::v1::Pod;
 use pollster::block_on;
 use serde_json::json;
 

@@ -18,6 +18,7 @@
 //! Pure table tests plan a snapshot through `capacity_view`; the run-level test reproduces
 //! the fault (a GPU node that registers before its GPUs show up) on the in-memory fakes.
 
+use carpool::model::pod::Pod;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
@@ -30,7 +31,7 @@ use carpool::model::{CapacityType, Resources};
 use carpool::ports::{Clock, LaunchRecord, LaunchState, StateStore, Timer};
 use carpool::run::provision::{Provisioner, Settings};
 use carpool::snapshot::Snapshot;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use pollster::block_on;
 use serde_json::{Value, json};
@@ -427,6 +428,9 @@ impl Timer for RegisteringTimer<'_> {
                 );
                 let labels = node.metadata.labels.as_mut().unwrap();
                 labels.insert("topology.kubernetes.io/zone".into(), i.zone.clone());
+                // What the kubelet registers with: the launch's labels (`--node-labels`),
+                // its wave's among them.
+                labels.extend(self.cloud.launch_request(&i.id).map(|r| r.labels).unwrap_or_default());
                 node.spec.as_mut().unwrap().provider_id = Some(i.provider_id());
                 self.cluster.add_node(node);
             }

@@ -58,7 +58,7 @@ pub async fn pdb_status(
 /// Waits until `n` pods of `namespace` are pending and marked
 /// `PodScheduled=False` by kube-scheduler, as the provisioner wants them.
 pub async fn unschedulable(kube: &kube::Client, namespace: &str, n: usize, timeout: Duration) -> Result<()> {
-    let api = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(kube.clone(), namespace);
+    let api = kube::Api::<carpool::model::pod::Pod>::namespaced(kube.clone(), namespace);
     until(&format!("{n} pods marked unschedulable"), timeout, async || {
         let pods = api.list(&kube::api::ListParams::default()).await?.items;
         let marked = pods

@@ -239,7 +239,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 say!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 say!(
-                    "pods {}  running {} on {} nodes  batches {}  nodes {}  unschedulable {}  snapshot {:.0} ms  plan {:.0} ms  run {:.0} ms  cost ${:.4}/h  run heap peak {:.0} MiB  peak RSS {:.0} MiB (fakes {:.0} MiB)",
+                    "pods {}  running {} on {} nodes  batches {}  nodes {}  unschedulable {}  snapshot {:.0} ms  plan {:.0} ms  run {:.0} ms  cluster calls {}  cost ${:.4}/h  run heap peak {:.0} MiB  peak RSS {:.0} MiB (fakes {:.0} MiB)",
                     r.pods,
                     r.running_pods,
                     r.nodes_running,
@@ -249,6 +249,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     r.snapshot_ms,
                     r.plan_ms,
                     r.run_ms,
+                    r.cluster_calls,
                     r.cost_per_hour,
                     r.run_heap_peak_mib,
                     r.peak_rss_mib.unwrap_or(0.0),

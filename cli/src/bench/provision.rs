@@ -63,6 +63,9 @@ pub struct ProvisionResult {
     pub snapshot_ms: f64,
     /// Planning time, all rounds.
     pub plan_ms: f64,
+    /// Calls the run made on the cluster port: what the run asks the apiserver for. The
+    /// fake answers a list in one call, where the apiserver pages it by 500 objects.
+    pub cluster_calls: u64,
     /// The whole run, snapshot to last record (the watch's waits take no time here).
     pub run_ms: f64,
     /// USD per hour added.
@@ -145,6 +148,7 @@ pub fn run(
         unschedulable: report.batches.last().map_or(0, |b| b.unschedulable.len()),
         snapshot_ms: report.batches.iter().map(|b| b.snapshot_ms as f64).sum(),
         plan_ms: report.batches.iter().map(|b| b.plan_ms as f64).sum(),
+        cluster_calls: report.apiserver_requests,
         run_ms,
         cost_per_hour: report.batches.iter().map(|b| b.cost_per_hour_added).sum(),
         peak_rss_mib: super::peak_rss_mib(),

@@ -3,6 +3,7 @@
 //! the simulated kube-scheduler, and what is measured. The same world, with the same
 //! seed, hosts Carpool and each baseline; only the autoscaler differs.
 
+use carpool::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use carpool::catalog::RegionCatalog;
@@ -11,7 +12,6 @@ use carpool::decide::{ExistingPlacement, ProvisioningPlan};
 use carpool::model::CapacityType;
 use carpool::ports::OfferingKey;
 use carpool::snapshot::Snapshot;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use super::kube_scheduler;

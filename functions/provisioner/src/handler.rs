@@ -180,5 +180,6 @@ pub fn summary(report: &RunReport) -> Value {
         "would_terminate": report.housekeeping.iter().flat_map(|h| h.would_terminate.clone()).collect::<Vec<_>>(),
         "launches_lost": report.housekeeping.iter().flat_map(|h| h.lost.clone()).collect::<Vec<_>>(),
         "watched_ms": report.watched_ms,
+        "apiserver_requests": report.apiserver_requests,
     })
 }

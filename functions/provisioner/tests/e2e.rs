@@ -288,7 +288,7 @@ fn instance_of(node: &Node) -> Option<String> {
 }
 
 fn pod_key(p: &Pod) -> String {
-    carpool::decide::pod::pod_key(p)
+    carpool::decide::pod::key_of(&p.metadata)
 }
 
 #[tokio::test]

@@ -13,12 +13,11 @@
 //! the old message. The core rate-limits instead ([`carpool::decide::pod_events`]).
 
 use carpool::model::manifest::{Validate, from_value};
+use carpool::model::pod::Pod;
 use carpool::model::{EC2NodeClass, NodePool};
 use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Taint,
-};
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
@@ -27,7 +26,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
+use futures_util::future::join_all;
 use kube::{Api, Client};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::kube_retry::ReadRetry;
 use serde::de::DeserializeOwned;
@@ -80,6 +82,8 @@ const CONFLICT_ATTEMPTS: usize = 3;
 pub struct KubeCluster {
     client: Client,
     retry: ReadRetry,
+    /// Requests sent to the apiserver, each page of a list and each retry counted.
+    requests: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -138,14 +142,24 @@ fn pdb_refusal(s: &kube::core::Status) -> bool {
 
 /// Lists every object, a page at a time, each page retried by `retry`, and slimmed
 /// ([`Slim`]) as it arrives.
-async fn list_all<K>(retry: &ReadRetry, api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+async fn list_all<K>(
+    retry: &ReadRetry,
+    requests: &AtomicU64,
+    api: &Api<K>,
+    params: ListParams,
+) -> Result<Vec<K>, kube::Error>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug + Slim,
 {
     let mut params = params.limit(PAGE);
     let mut items = Vec::new();
     loop {
-        let page = retry.run("list", || api.list(&params)).await?;
+        let page = retry
+            .run("list", || {
+                requests.fetch_add(1, Ordering::Relaxed);
+                api.list(&params)
+            })
+            .await?;
         items.extend(page.items.into_iter().map(|mut o| {
             o.slim();
             o
@@ -226,6 +240,7 @@ impl KubeCluster {
         KubeCluster {
             client,
             retry: ReadRetry::default(),
+            requests: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -234,6 +249,11 @@ impl KubeCluster {
     pub fn with_read_retry(mut self, retry: ReadRetry) -> Self {
         self.retry = retry;
         self
+    }
+
+    /// Counts one request to the apiserver.
+    fn sent(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
     fn nodes_api(&self) -> Api<Node> {
@@ -245,7 +265,7 @@ impl KubeCluster {
         resource: &ApiResource,
     ) -> Result<Validated<T>, ClusterError> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let objects = list_all(&self.retry, &api, ListParams::default())
+        let objects = list_all(&self.retry, &self.requests, &api, ListParams::default())
             .await
             .map_err(|e| map_err(&resource.plural, e))?;
         let mut out = Validated::default();
@@ -279,6 +299,7 @@ impl KubeCluster {
             "metadata": {"resourceVersion": read.metadata.resource_version},
             "spec": {"taints": taints},
         });
+        self.sent();
         self.nodes_api()
             .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
@@ -297,6 +318,7 @@ impl KubeCluster {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            self.sent();
             let read = self.nodes_api().get(node).await.map_err(|e| map_err(&what, e))?;
             let Some(taints) = change(&read) else {
                 return Ok(());
@@ -310,10 +332,15 @@ impl KubeCluster {
 }
 
 impl Cluster for KubeCluster {
+    fn requests_sent(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
     async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         list_all(
             &self.retry,
+            &self.requests,
             &api,
             ListParams::default().fields("status.phase=Pending,spec.nodeName="),
         )
@@ -322,15 +349,26 @@ impl Cluster for KubeCluster {
     }
 
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
-        list_all(&self.retry, &self.nodes_api(), ListParams::default())
+        list_all(&self.retry, &self.requests, &self.nodes_api(), ListParams::default())
             .await
             .map_err(|e| map_err("nodes", e))
+    }
+
+    async fn nodes_of_waves(&self, waves: &[String]) -> Result<Vec<Node>, ClusterError> {
+        if waves.is_empty() {
+            return Ok(Vec::new());
+        }
+        let selector = format!("{} in ({})", carpool::decide::wave::WAVE_LABEL, waves.join(","));
+        list_all(&self.retry, &self.requests, &self.nodes_api(), ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| map_err("nodes of waves", e))
     }
 
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         list_all(
             &self.retry,
+            &self.requests,
             &api,
             ListParams::default().fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
         )
@@ -342,6 +380,7 @@ impl Cluster for KubeCluster {
         let api: Api<Pod> = Api::all(self.client.clone());
         list_all(
             &self.retry,
+            &self.requests,
             &api,
             ListParams::default().fields(&format!("spec.nodeName={node}")),
         )
@@ -350,43 +389,43 @@ impl Cluster for KubeCluster {
     }
 
     async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
-        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("daemonsets", e))
     }
 
     async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
-        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("poddisruptionbudgets", e))
     }
 
     async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
-        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("persistentvolumes", e))
     }
 
     async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
-        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("persistentvolumeclaims", e))
     }
 
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
-        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("storageclasses", e))
     }
 
     async fn csinodes(&self) -> Result<Vec<CSINode>, ClusterError> {
-        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("csinodes", e))
     }
 
     async fn namespaces(&self) -> Result<Vec<Namespace>, ClusterError> {
-        list_all(&self.retry, &Api::all(self.client.clone()), ListParams::default())
+        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
             .await
             .map_err(|e| map_err("namespaces", e))
     }
@@ -402,6 +441,7 @@ impl Cluster for KubeCluster {
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         // A merge patch of one field: nothing else on the node changes.
         let patch = json!({"spec": {"unschedulable": true}});
+        self.sent();
         self.nodes_api()
             .patch(node, &PatchParams::default(), &Patch::Merge(patch))
             .await
@@ -430,8 +470,33 @@ impl Cluster for KubeCluster {
         }
     }
 
+    /// Two steps, each concurrent over the nodes: a read of each node, then a write of
+    /// each, conditional on the version read. The reads leave one open connection per node
+    /// in the client's pool (kube speaks HTTP/1.1, one request per connection at a time),
+    /// so that the writes go out together instead of waiting on new connections' TLS
+    /// handshakes, which spread them over tens of milliseconds: enough for kube-scheduler
+    /// to bind a wave's pods to its first node freed.
+    async fn untaint_together(&self, nodes: &[(&Node, Taint)]) -> Vec<Result<(), ClusterError>> {
+        let reads = join_all(nodes.iter().map(|(listed, _)| async move {
+            let name = listed.metadata.name.clone().unwrap_or_default();
+            self.sent();
+            self.nodes_api().get(&name).await
+        }))
+        .await;
+        join_all(nodes.iter().zip(reads).map(|((listed, taint), read)| async move {
+            match read {
+                Ok(node) => self.untaint_listed(&node, taint).await,
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                // The read failed: the write goes on the version listed.
+                Err(_) => self.untaint_listed(listed, taint).await,
+            }
+        }))
+        .await
+    }
+
     async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), namespace);
+        self.sent();
         match api.evict(pod, &EvictParams::default()).await {
             Ok(_) => Ok(Eviction::Evicted),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Eviction::Gone),
@@ -441,6 +506,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+        self.sent();
         match self.nodes_api().delete(node, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
@@ -456,6 +522,7 @@ impl Cluster for KubeCluster {
     ) -> Result<(), ClusterError> {
         // A merge patch of the named keys: `null` removes a key, others stay as they are.
         let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+        self.sent();
         self.nodes_api()
             .patch(node, &PatchParams::default(), &Patch::Merge(patch))
             .await
@@ -465,6 +532,7 @@ impl Cluster for KubeCluster {
 
     async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &event.pod.namespace);
+        self.sent();
         api.create(&PostParams::default(), &k8s_event(event, Timestamp::now()))
             .await
             .map(drop)

@@ -1,16 +1,16 @@
 //! What the kube adapter keeps of the objects it lists: the fields Carpool reads, without
 //! the bulk it never does. Each page of a list (500 objects) is slimmed as it arrives, so a
-//! cluster's pods are held slim, never whole.
+//! cluster's objects are held slim, never whole.
 //!
-//! Dropped, from every object: `metadata.managedFields` (often the largest part of an
-//! object) and the `kubectl.kubernetes.io/last-applied-configuration` annotation (a copy
-//! of the object). From pods also: the containers' environment, commands, arguments,
-//! probes, lifecycle hooks and volume mounts, and the containers' statuses. Kept: names,
-//! labels, other annotations, owners, requests and limits, ports, node selection,
-//! affinity, tolerations, spread, volumes, priority, phase, conditions and the nominated
-//! node: everything the planner, the drain and the disruption methods read.
+//! Pods are read into Carpool's own [`carpool::model::pod::Pod`], which has only the
+//! fields the planner, the drain and the disruption methods read: serde skips the
+//! containers' environment, commands, probes and mounts, the volumes' sources other than
+//! claims, and the containers' statuses as the page is read. What is left to drop here,
+//! from every object, is in the metadata: `metadata.managedFields` (often the largest part
+//! of an object) and the `kubectl.kubernetes.io/last-applied-configuration` annotation (a
+//! copy of the object).
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use carpool::model::pod::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The annotation `kubectl apply` keeps a copy of the object in.
@@ -24,32 +24,9 @@ pub fn metadata(meta: &mut ObjectMeta) {
     }
 }
 
-fn container(c: &mut Container) {
-    c.env = None;
-    c.env_from = None;
-    c.command = None;
-    c.args = None;
-    c.liveness_probe = None;
-    c.readiness_probe = None;
-    c.startup_probe = None;
-    c.lifecycle = None;
-    c.volume_mounts = None;
-    c.volume_devices = None;
-}
-
-/// Drops what Carpool never reads from a pod.
+/// Drops what Carpool never reads from a pod: its type has already left out the rest.
 pub fn pod(p: &mut Pod) {
     metadata(&mut p.metadata);
-    if let Some(spec) = p.spec.as_mut() {
-        spec.containers.iter_mut().for_each(container);
-        spec.init_containers.iter_mut().flatten().for_each(container);
-        spec.ephemeral_containers = None;
-    }
-    if let Some(status) = p.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! Start the stack first (`infra/local/up`). kwok runs the pods of the test's node, and
 //! kube-controller-manager's disruption controller computes the PDBs.
 
+use carpool::model::pod::Pod;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -12,7 +13,7 @@ use carpool::ports::{Cluster, ClusterError, Eviction, MetadataPatch};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_tests::{Stack, shared, unique, wait};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{

@@ -91,13 +91,16 @@ async fn a_429_then_200_on_the_pending_pods_poll_returns_the_pods() -> Result<()
         ),
         (200, pod_list()),
     ]);
-    let pods = script.cluster().pending_pods().await?;
+    let cluster = script.cluster();
+    let pods = cluster.pending_pods().await?;
     ensure!(pods.len() == 1, "{pods:?}");
     ensure!(
         script.seen() == ["GET /api/v1/pods", "GET /api/v1/pods"],
         "{:?}",
         script.seen()
     );
+    // The run's `ApiserverRequests` counts what the apiserver saw, the retry included.
+    ensure!(cluster.requests_sent() == 2, "counted {}", cluster.requests_sent());
     Ok(())
 }
 

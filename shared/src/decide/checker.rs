@@ -61,9 +61,9 @@ mod tolerations;
 mod violation;
 mod volumes;
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::Pod;
 pub use replay::{Order, Replay, Stranded, Upgrade, replay};
 pub use violation::{NewNode, NodeRef, TypeProblem, Violation};
 
@@ -214,7 +214,7 @@ fn new_nodes(
     plan: &ProvisioningPlan,
     region: &RegionCatalog<'_>,
     pools: &[Pool],
-    daemons: &[Daemon<'_>],
+    daemons: &[Daemon],
     pending: &HashMap<String, &Pod>,
     volumes: &HashMap<String, PodVolumes>,
     state: &FinalState<'_>,
@@ -288,7 +288,7 @@ fn check_type(
     pods: &[(&str, &Pod)],
     volumes: &HashMap<String, PodVolumes>,
     requests: &Resources,
-    daemons: &[Daemon<'_>],
+    daemons: &[Daemon],
 ) -> Result<Labels, TypeProblem> {
     let it = region
         .types()

@@ -9,10 +9,11 @@
 //! overhead errs on the large side, as Karpenter's does. The host ports its pods bind are
 //! taken on every node it lands on (Karpenter's `getDaemonHostPortUsage`).
 
+use crate::model::pod::PodSpec;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::pod::HostPort;
 use super::taints::untolerated;
@@ -95,11 +96,13 @@ impl DaemonSetInfo {
             ds.metadata.namespace.as_deref().unwrap_or("default"),
             ds.metadata.name.as_deref().unwrap_or_default()
         );
-        let spec = ds
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .ok_or_else(|| DaemonSetError::NoPodSpec { name: name.clone() })?;
+        let spec = PodSpec::from(
+            ds.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.clone())
+                .ok_or_else(|| DaemonSetError::NoPodSpec { name: name.clone() })?,
+        );
+        let spec = &spec;
         let mut requests = effective_requests(spec).map_err(|source| DaemonSetError::Requests {
             name: name.clone(),
             source,

@@ -23,11 +23,11 @@
 //! cannot end before the deadline come first, then the longer grace periods before the
 //! shorter, so the slowest start stopping the earliest; ties go by namespace and name.
 
+use crate::model::pod::Pod;
 use std::cmp::Reverse;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 use super::pod::is_daemonset_pod;

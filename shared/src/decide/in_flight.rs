@@ -28,9 +28,10 @@
 //!
 //! Nothing here reads the clock: `now` is passed in.
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -130,7 +130,7 @@ mod tests {
         .unwrap()
     }
 
-    fn pending(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    fn pending(name: &str) -> crate::model::pod::Pod {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "shop"},
             "spec": {"containers": [{"name": "c"}]},

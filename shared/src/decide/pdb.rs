@@ -7,10 +7,10 @@
 //! no selector selects nothing; an empty selector selects every pod of the namespace
 //! (policy/v1). The in-memory `FakeCluster` evicts through [`covers`] too.
 
+use crate::model::pod::Pod;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::{Deserialize, Serialize};
 

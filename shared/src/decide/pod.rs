@@ -1,9 +1,10 @@
 //! What the scheduler needs to know of a pod, read once: requests, node requirements,
 //! tolerations, topology spread, pod (anti-)affinity, host ports and volume zones.
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration, WeightedPodAffinityTerm};
+use k8s_openapi::api::core::v1::{PodAffinityTerm, Toleration, WeightedPodAffinityTerm};
 
 use super::namespaces::Namespaces;
 use super::node_inclusion::{NodeInclusion, Tolerations};
@@ -213,10 +214,15 @@ pub fn is_daemonset_pod(pod: &Pod) -> bool {
 
 /// `namespace/name` of a pod.
 pub fn pod_key(pod: &Pod) -> String {
+    key_of(&pod.metadata)
+}
+
+/// `namespace/name` of an object's metadata, as [`pod_key`] gives a pod's.
+pub fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     format!(
         "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("<unnamed>")
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or("<unnamed>")
     )
 }
 

@@ -26,10 +26,9 @@
 //! This is a decision: [`pod_events`] takes the batch's outcome, the dedupe state and
 //! `now`, and returns the Events; the run publishes them and records those that went out.
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::Unschedulable;
 use super::pod::pod_key;

@@ -20,7 +20,8 @@
 //!
 //! The launches the plan makes carry a [reservation](super::reservation) for these pods.
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use crate::model::pod::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::PodCondition;
 
 use super::drain::stay_reason;
 use super::pod::pod_key;

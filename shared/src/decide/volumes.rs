@@ -21,9 +21,10 @@
 //!
 //! Generic ephemeral volumes use the claim `<pod>-<volume>`, as both do.
 
+use crate::model::pod::{Pod, Volume};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use super::pod::PodError;

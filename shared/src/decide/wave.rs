@@ -37,6 +37,19 @@ use crate::ports::{EpochMillis, LaunchRecord, LaunchState};
 /// The startup taint that holds a node back until its wave is released.
 pub const WAVE_TAINT: &str = "carpool.sh/wave";
 
+/// The label a node of a wave registers with, its value the wave id, so that a run lists
+/// only the nodes of the waves it holds back ([`crate::ports::Cluster::nodes_of_waves`]).
+pub const WAVE_LABEL: &str = "carpool.sh/wave";
+
+/// Whether `node` is labelled as a node of one of `waves`.
+pub fn in_waves(node: &Node, waves: &[String]) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(WAVE_LABEL))
+        .is_some_and(|w| waves.contains(w))
+}
+
 /// The longest a wave id may be: a taint value is a label value, at most 63 characters.
 const MAX_WAVE_ID: usize = 63;
 

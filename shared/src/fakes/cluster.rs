@@ -1,10 +1,11 @@
 //! An in-memory cluster that applies the apiserver's eviction rule.
 
+use crate::model::pod::Pod;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -433,6 +434,21 @@ impl Cluster for FakeCluster {
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
         let state = self.enter("nodes".into())?;
         Ok(state.nodes.values().cloned().collect())
+    }
+
+    /// One per call: the fake does not page its lists.
+    fn requests_sent(&self) -> u64 {
+        lock(&self.calls).len() as u64
+    }
+
+    async fn nodes_of_waves(&self, waves: &[String]) -> Result<Vec<Node>, ClusterError> {
+        let state = self.enter("nodes".into())?;
+        Ok(state
+            .nodes
+            .values()
+            .filter(|n| crate::decide::wave::in_waves(n, waves))
+            .cloned()
+            .collect())
     }
 
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {

@@ -7,13 +7,13 @@
 //! pods and the disruption controller has computed the PDBs), then runs
 //! [`cluster_contract`].
 
+use crate::model::pod::{Container, Pod, PodSpec, PodStatus};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Container, Namespace, Node, NodeSpec, NodeStatus, PersistentVolume,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeSpec, Pod, PodCondition, PodSpec, PodStatus,
-    PodTemplateSpec, Taint, VolumeResourceRequirements,
+    CSIPersistentVolumeSource, Namespace, Node, NodeSpec, NodeStatus, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeSpec, PodCondition, PodTemplateSpec, Taint, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeNodeResources};
@@ -188,6 +188,20 @@ fn pod_spec(node: Option<&str>) -> PodSpec {
     }
 }
 
+/// The DaemonSet's template: the unbound pod's spec, as the API's type.
+fn k8s_pod_spec() -> k8s_openapi::api::core::v1::PodSpec {
+    let spec = pod_spec(None);
+    k8s_openapi::api::core::v1::PodSpec {
+        containers: vec![k8s_openapi::api::core::v1::Container {
+            name: "main".into(),
+            image: spec.containers[0].image.clone(),
+            ..Default::default()
+        }],
+        node_selector: spec.node_selector,
+        ..Default::default()
+    }
+}
+
 fn running() -> PodStatus {
     PodStatus {
         phase: Some("Running".into()),
@@ -233,7 +247,11 @@ impl ClusterScene {
                 ..meta(
                     None,
                     &node_name,
-                    &[(KEEP_LABEL, "yes"), ("kubernetes.io/hostname", &node_name)],
+                    &[
+                        (KEEP_LABEL, "yes"),
+                        ("kubernetes.io/hostname", &node_name),
+                        (crate::decide::wave::WAVE_LABEL, &format!("{unique}-w1")),
+                    ],
                 )
             },
             spec: Some(NodeSpec {
@@ -286,7 +304,7 @@ impl ClusterScene {
                         labels: Some(agent),
                         ..ObjectMeta::default()
                     }),
-                    spec: Some(pod_spec(None)),
+                    spec: Some(k8s_pod_spec()),
                 },
                 ..DaemonSetSpec::default()
             }),
@@ -482,6 +500,24 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
         label(&listed, KEEP_LABEL).as_deref(),
         Some("yes"),
         "the node's labels are read"
+    );
+    let names = |nodes: Result<Vec<Node>, ClusterError>| -> Vec<String> {
+        nodes
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .filter(|n| n.starts_with(ns))
+            .collect()
+    };
+    let waves = [format!("{ns}-w0"), format!("{ns}-w1")];
+    assert_eq!(
+        names(cluster.nodes_of_waves(&waves).await),
+        vec![node.clone()],
+        "nodes_of_waves lists the node labelled with one of the waves"
+    );
+    assert!(
+        names(cluster.nodes_of_waves(&[format!("{ns}-w2")]).await).is_empty(),
+        "nodes_of_waves leaves out a node of another wave"
     );
     let ds = cluster.daemonsets().await;
     assert!(

@@ -3,10 +3,11 @@
 //! `now_or_never` over the fakes), which is what a Lambda timeout or a crash does to a
 //! run: it stops at an await point, with its state as far as it got.
 
+use crate::model::pod::Pod;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 

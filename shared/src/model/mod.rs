@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod node;
 pub mod nodepool;
 pub mod offering;
+pub mod pod;
 pub mod pod_requests;
 pub mod pod_requirements;
 pub mod quantity;

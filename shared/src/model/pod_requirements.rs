@@ -10,7 +10,8 @@
 //! requirement on `kubernetes.io/hostname`: Carpool names nodes after their hostname, and a
 //! pod pinned to one named node cannot land on a new one.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement as K8sRequirement, PodSpec};
+use crate::model::pod::PodSpec;
+use k8s_openapi::api::core::v1::NodeSelectorRequirement as K8sRequirement;
 
 use super::requirements::{NodeSelectorRequirement, Operator, Requirement, RequirementError, Requirements};
 use super::well_known::HOSTNAME;

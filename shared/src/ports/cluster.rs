@@ -1,10 +1,11 @@
 //! The Cluster port: what Carpool reads from and writes to the Kubernetes API.
 
+use crate::model::pod::Pod;
 use std::collections::BTreeMap;
 use std::future::Future;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
@@ -127,10 +128,29 @@ pub enum ClusterError {
 ///   exists and does not deduplicate (the caller rate-limits). Events are best effort: a
 ///   caller logs a failure to publish and goes on; it never fails a batch.
 pub trait Cluster: Send + Sync {
+    /// How many requests this port has sent the apiserver so far: each page of a list, each
+    /// retry and each write. A run reports the difference (`ApiserverRequests`). By
+    /// default 0: not counted.
+    fn requests_sent(&self) -> u64 {
+        0
+    }
     /// Pods in phase Pending that are not bound to a node.
     fn pending_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     /// Every node.
     fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
+    /// The nodes labelled [`crate::decide::wave::WAVE_LABEL`] with one of `waves`: the
+    /// nodes of launch waves still held back, which a run watches for every few seconds.
+    /// By default, every node, filtered; the Kubernetes adapter asks the apiserver with a
+    /// label selector, so that a run waiting on its wave does not list the whole cluster at
+    /// each poll.
+    fn nodes_of_waves(&self, waves: &[String]) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send {
+        let waves = waves.to_vec();
+        async move {
+            let mut nodes = self.nodes().await?;
+            nodes.retain(|n| crate::decide::wave::in_waves(n, &waves));
+            Ok(nodes)
+        }
+    }
     /// Every pod bound to a node that has not finished (phase neither Succeeded nor
     /// Failed), in every namespace: what uses the nodes' room.
     fn scheduled_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
@@ -169,6 +189,18 @@ pub trait Cluster: Send + Sync {
         let name = node.metadata.name.clone().unwrap_or_default();
         let taint = taint.clone();
         async move { self.untaint(&name, &taint).await }
+    }
+    /// Removes each taint from its node, as listed, so that the writes land as close
+    /// together as they can: kube-scheduler binds pods to the first node it sees free, so
+    /// a node freed some milliseconds before the others takes pods their plan put on the
+    /// others. Answers one outcome per node, in order. By default, `untaint_listed` for
+    /// each, all concurrent.
+    fn untaint_together(
+        &self,
+        nodes: &[(&Node, Taint)],
+    ) -> impl Future<Output = Vec<Result<(), ClusterError>>> + Send {
+        let calls: Vec<_> = nodes.iter().map(|(n, t)| self.untaint_listed(n, t)).collect();
+        futures_util::future::join_all(calls)
     }
     /// Evicts a pod through the Eviction API.
     fn evict(&self, namespace: &str, pod: &str) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;

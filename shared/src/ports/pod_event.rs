@@ -89,7 +89,7 @@ pub struct PodRef {
 
 impl PodRef {
     /// The pod's reference (namespace `default` when unset, as the apiserver defaults it).
-    pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
+    pub fn of(pod: &crate::model::pod::Pod) -> Self {
         PodRef {
             namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: pod.metadata.name.clone().unwrap_or_default(),

@@ -29,10 +29,10 @@
 //! initial wait after a pass that evicted a pod; a wait never ends past the deadline. A
 //! pass that is not blocked (it evicted a whole tier) is followed at once by the next.
 
+use crate::model::pod::Pod;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::{Deserialize, Serialize};
 

@@ -5,6 +5,7 @@
 // Each test crate that includes this module uses part of it.
 #![allow(dead_code)]
 
+use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
@@ -12,7 +13,6 @@ use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::model::CapacityType;
 use carpool::ports::{EpochMillis, Instance, InstanceState};
 use carpool::run::provision::{Provisioner, RunReport, Settings};
-use k8s_openapi::api::core::v1::Pod;
 use pollster::block_on;
 use serde_json::json;
 

@@ -20,9 +20,10 @@
 //! - Anti-affinity, both ways: no two pods in one domain of a term's key where the term of
 //!   one covers the other, unless both were already bound.
 
+use crate::model::pod::Pod;
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
+use k8s_openapi::api::core::v1::PodAffinityTerm;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use super::pending::namespace;

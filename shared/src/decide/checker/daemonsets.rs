@@ -10,8 +10,9 @@
 //! ignores startup taints, which an agent removes. Its requests are the template's (see
 //! [`super::requests`]) and its host ports are taken on the node.
 
+use crate::model::pod::PodSpec;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::ports::HostPort;
 use super::selector::Labels;
@@ -19,8 +20,9 @@ use super::{node_affinity, ports, requests, tolerations};
 use crate::model::Resources;
 
 /// A DaemonSet, read.
-pub(super) struct Daemon<'a> {
-    spec: &'a PodSpec,
+pub(super) struct Daemon {
+    /// The template's pod spec, as Carpool holds a pod's.
+    spec: PodSpec,
     tolerations: Vec<Toleration>,
     /// Its pod's requests, with the pod slot.
     pub requests: Resources,
@@ -37,15 +39,15 @@ fn toleration(key: &str, effect: &str) -> Toleration {
     }
 }
 
-impl<'a> Daemon<'a> {
+impl Daemon {
     /// Reads the DaemonSets that can be read (a DaemonSet whose requests do not parse is
     /// left out: the planner reports it as skipped).
-    pub fn all(daemonsets: &'a [DaemonSet]) -> Vec<Daemon<'a>> {
+    pub fn all(daemonsets: &[DaemonSet]) -> Vec<Daemon> {
         daemonsets
             .iter()
             .filter_map(|d| {
-                let spec = d.spec.as_ref()?.template.spec.as_ref()?;
-                let requests = requests::pod_requests(spec).ok()?;
+                let spec = PodSpec::from(d.spec.as_ref()?.template.spec.clone()?);
+                let requests = requests::pod_requests(&spec).ok()?;
                 let mut tols = spec.tolerations.clone().unwrap_or_default();
                 for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
                     tols.push(toleration(key, "NoExecute"));
@@ -62,10 +64,10 @@ impl<'a> Daemon<'a> {
                     tols.push(toleration("node.kubernetes.io/network-unavailable", "NoSchedule"));
                 }
                 Some(Daemon {
-                    spec,
                     tolerations: tols,
                     requests,
-                    host_ports: ports::of_spec(spec),
+                    host_ports: ports::of_spec(&spec),
+                    spec,
                 })
             })
             .collect()
@@ -73,12 +75,13 @@ impl<'a> Daemon<'a> {
 
     /// Whether its pod lands on a node with these labels and taints.
     pub fn lands_on(&self, labels: &Labels, taints: &[Taint]) -> bool {
-        node_affinity::matches(self.spec, labels, None) && tolerations::untolerated(&self.tolerations, taints).is_none()
+        node_affinity::matches(&self.spec, labels, None)
+            && tolerations::untolerated(&self.tolerations, taints).is_none()
     }
 }
 
 /// What the DaemonSets that land on a node request, and the host ports they take.
-pub(super) fn overhead(daemons: &[Daemon<'_>], labels: &Labels, taints: &[Taint]) -> (Resources, Vec<HostPort>) {
+pub(super) fn overhead(daemons: &[Daemon], labels: &Labels, taints: &[Taint]) -> (Resources, Vec<HostPort>) {
     let mut r = Resources::default();
     let mut p = Vec::new();
     for d in daemons.iter().filter(|d| d.lands_on(labels, taints)) {

@@ -3,7 +3,8 @@
 //! `nodeSelector` pair, and, when `requiredDuringSchedulingIgnoredDuringExecution` is set,
 //! at least one of its terms (none listed: no node).
 
-use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodSpec};
+use crate::model::pod::PodSpec;
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
 
 use super::selector::{self, Labels};
 

@@ -14,8 +14,6 @@
 //!   and affinity, but does not count in topology spread (podtopologyspread
 //!   `countPodsMatchSelector` skips pods with a deletion timestamp).
 
-use k8s_openapi::api::core::v1::Pod;
-
 /// What a pod is, for the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Standing {
@@ -88,3 +86,4 @@ pub(super) fn standing(pod: &Pod) -> Standing {
     }
     Standing::Pending
 }
+use crate::model::pod::Pod;

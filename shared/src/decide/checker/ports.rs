@@ -4,8 +4,6 @@
 //! default) and port are equal and their host IPs overlap (equal, or either is `0.0.0.0`
 //! or unset).
 
-use k8s_openapi::api::core::v1::PodSpec;
-
 /// A host port a pod binds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct HostPort {
@@ -49,3 +47,4 @@ pub(super) fn of_spec(spec: &PodSpec) -> Vec<HostPort> {
         })
         .collect()
 }
+use crate::model::pod::PodSpec;

@@ -21,7 +21,8 @@
 //! unreadable; pods with required pod affinity or anti-affinity or a `DoNotSchedule`
 //! spread; preempting pods; pods whose claims keep them off every node.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod};
+use crate::model::pod::Pod;
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
 use super::affinity::{affinity_terms, anti_affinity_terms};
 use super::daemonsets::{Daemon, overhead};
@@ -126,7 +127,7 @@ pub(super) fn check(
     pending: &std::collections::HashMap<String, &Pod>,
     volumes: &std::collections::HashMap<String, PodVolumes>,
     pools: &[Pool],
-    daemons: &[Daemon<'_>],
+    daemons: &[Daemon],
     region: &RegionCatalog<'_>,
     v: &mut Vec<Violation>,
 ) {

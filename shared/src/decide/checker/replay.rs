@@ -35,10 +35,9 @@
 //! inter-pod affinity, host ports, and the spread and affinity *scores* (they matter for
 //! pods without resources to tell nodes apart).
 
+use crate::model::pod::Pod;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
-
-use k8s_openapi::api::core::v1::Pod;
 
 use super::daemonsets::Daemon;
 use super::nodepools::{self, Pool};

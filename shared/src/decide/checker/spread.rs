@@ -29,9 +29,10 @@
 //! a potential node takes the pod's `nodeSelector` value when the pool allows it, else the
 //! requirement's first value.
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
 use super::nodepools::Pool;

@@ -9,9 +9,10 @@
 //! its own (with `kubernetes.io/hostname` its name if it lacks one), its taints
 //! `spec.taints`, and its attach limits its CSINode's `spec.drivers[].allocatable.count`.
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Taint;
 
 use super::daemonsets::{Daemon, overhead};
 use super::nodepools::Pool;
@@ -93,7 +94,7 @@ pub(super) fn build<'a>(
     region: &RegionCatalog<'a>,
     plan: &ProvisioningPlan,
     pools: &[Pool],
-    daemons: &[Daemon<'_>],
+    daemons: &[Daemon],
     pending: &HashMap<String, &'a Pod>,
 ) -> FinalState<'a> {
     let mut state = FinalState {

@@ -7,10 +7,11 @@
 //! no controller owns (a bare pod, which nothing would recreate) blocks its node unless the
 //! NodePool opts in (annotation `carpool.sh/disrupt-bare-pods: "true"`).
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, Pod};
+use k8s_openapi::api::core::v1::Node as K8sNode;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::{Deserialize, Serialize};
 

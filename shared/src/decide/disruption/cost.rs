@@ -1,9 +1,8 @@
 //! What a disruption costs the workloads, as Karpenter weighs it
 //! (`pkg/utils/disruption/disruption.go`: `EvictionCost`, `LifetimeRemaining`).
 
+use crate::model::pod::Pod;
 use std::time::SystemTime;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::model::NillableDuration;
 

@@ -3,9 +3,10 @@
 //! limits are its CSINode's, counted against the volumes of the pods bound to it
 //! (kube-scheduler's nodevolumelimits `CSILimits`).
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Taint;
 
 use super::Scheduler;
 use super::index::PodId;

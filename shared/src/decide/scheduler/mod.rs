@@ -50,10 +50,9 @@ mod relaxation;
 mod target;
 mod topology_check;
 
+use crate::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use self::class::{Class, ClassState, Classes};
 use self::existing_node::{ExistingNode, existing_nodes};

@@ -16,7 +16,7 @@ use crate::catalog::RegionCatalog;
 use crate::decide::PlannedNode;
 use crate::decide::disruption::drift::{HASH_KEY, template_hash};
 use crate::decide::templates::pool_labels;
-use crate::decide::wave::wave_taint;
+use crate::decide::wave::{WAVE_LABEL, wave_taint};
 use crate::model::well_known as wk;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{
@@ -159,6 +159,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let mut request = request(&launch_id, &self.settings.deployment, node, pool, snapshot);
         if let Some(w) = wave {
             request.startup_taints.push(wave_taint(&w.id));
+            request.labels.insert(WAVE_LABEL.into(), w.id.clone());
         }
         let failure = |error: String| LaunchFailure {
             nodepool: node.nodepool.clone(),

@@ -90,14 +90,17 @@ pub fn housekeeping_metrics(cluster: &str, timestamp: EpochMillis, rounds: &[Hou
     )
 }
 
-/// The EMF object for the steps one run of `cluster` went on past (`TransientErrors`: a
-/// failed poll, housekeeping round or batch, each after the adapters' retries), at
-/// `timestamp`.
+/// The EMF object for one run of `cluster`, at `timestamp`: the steps it went on past
+/// (`TransientErrors`: a failed poll, housekeeping round or batch, each after the
+/// adapters' retries) and the requests it sent the apiserver (`ApiserverRequests`).
 pub fn run_metrics(cluster: &str, timestamp: EpochMillis, report: &RunReport) -> Value {
     emf(
         cluster,
         timestamp,
-        &[("TransientErrors", "Count", json!(report.transient_errors.len()))],
+        &[
+            ("TransientErrors", "Count", json!(report.transient_errors.len())),
+            ("ApiserverRequests", "Count", json!(report.apiserver_requests)),
+        ],
     )
 }
 

@@ -259,6 +259,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
     pub async fn run(&mut self, region: &RegionCatalog<'_>) -> Result<RunReport, ProvisionError> {
         let mut report = RunReport::default();
         let start = self.clock.now();
+        let requests_before = self.cluster.requests_sent();
         let mut lease = match self
             .store
             .acquire_lease(LEASE, &self.owner, start, self.lease_ttl())
@@ -277,6 +278,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             tracing::warn!(error = %crate::error_chain::Chain(&e), "could not release the provisioner lease; it lapses by itself");
         }
         report.watched_ms = u64::try_from(since(self.clock.now(), start).as_millis()).unwrap_or(u64::MAX);
+        report.apiserver_requests = self.cluster.requests_sent().saturating_sub(requests_before);
         outcome.map(|()| report)
     }
 
@@ -381,7 +383,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
     /// Whether the watch may end after its first poll ([`WatchMode::may_exit_early`]):
     /// nothing in `polled` to launch for, and no launch within the quiet period. A store
     /// that cannot say keeps the run watching.
-    async fn quiet(&self, polled: &[k8s_openapi::api::core::v1::Pod], now: SystemTime) -> bool {
+    async fn quiet(&self, polled: &[crate::model::pod::Pod], now: SystemTime) -> bool {
         if self.settings.watch_mode == WatchMode::Continuous {
             return false;
         }

@@ -152,6 +152,10 @@ pub struct RunReport {
     /// housekeeping round, a batch), as `step: error` (the `TransientErrors` metric).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transient_errors: Vec<String>,
+    /// Requests the run sent the apiserver ([`crate::ports::Cluster::requests_sent`]): each
+    /// page of a list, each retry and each write (the `ApiserverRequests` metric).
+    #[serde(default)]
+    pub apiserver_requests: u64,
     /// The adaptive watch found nothing to do and exited after one check.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exited_early: bool,
