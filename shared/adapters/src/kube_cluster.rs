@@ -16,6 +16,7 @@ use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
 use carpool::model::{EC2NodeClass, NodePool};
 use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
+use futures_util::future::join_all;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint};
 use k8s_openapi::api::events::v1::Event;
@@ -26,7 +27,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
-use futures_util::future::join_all;
 use kube::{Api, Client};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -359,9 +359,14 @@ impl Cluster for KubeCluster {
             return Ok(Vec::new());
         }
         let selector = format!("{} in ({})", carpool::decide::wave::WAVE_LABEL, waves.join(","));
-        list_all(&self.retry, &self.requests, &self.nodes_api(), ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| map_err("nodes of waves", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &self.nodes_api(),
+            ListParams::default().labels(&selector),
+        )
+        .await
+        .map_err(|e| map_err("nodes of waves", e))
     }
 
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
@@ -389,45 +394,80 @@ impl Cluster for KubeCluster {
     }
 
     async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
-        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
-            .await
-            .map_err(|e| map_err("daemonsets", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &Api::all(self.client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(|e| map_err("daemonsets", e))
     }
 
     async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
-        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
-            .await
-            .map_err(|e| map_err("poddisruptionbudgets", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &Api::all(self.client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(|e| map_err("poddisruptionbudgets", e))
     }
 
     async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
-        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
-            .await
-            .map_err(|e| map_err("persistentvolumes", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &Api::all(self.client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(|e| map_err("persistentvolumes", e))
     }
 
     async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
-        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
-            .await
-            .map_err(|e| map_err("persistentvolumeclaims", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &Api::all(self.client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(|e| map_err("persistentvolumeclaims", e))
     }
 
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
-        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
-            .await
-            .map_err(|e| map_err("storageclasses", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &Api::all(self.client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(|e| map_err("storageclasses", e))
     }
 
     async fn csinodes(&self) -> Result<Vec<CSINode>, ClusterError> {
-        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
-            .await
-            .map_err(|e| map_err("csinodes", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &Api::all(self.client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(|e| map_err("csinodes", e))
     }
 
     async fn namespaces(&self) -> Result<Vec<Namespace>, ClusterError> {
-        list_all(&self.retry, &self.requests, &Api::all(self.client.clone()), ListParams::default())
-            .await
-            .map_err(|e| map_err("namespaces", e))
+        list_all(
+            &self.retry,
+            &self.requests,
+            &Api::all(self.client.clone()),
+            ListParams::default(),
+        )
+        .await
+        .map_err(|e| map_err("namespaces", e))
     }
 
     async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {

@@ -195,10 +195,7 @@ pub trait Cluster: Send + Sync {
     /// a node freed some milliseconds before the others takes pods their plan put on the
     /// others. Answers one outcome per node, in order. By default, `untaint_listed` for
     /// each, all concurrent.
-    fn untaint_together(
-        &self,
-        nodes: &[(&Node, Taint)],
-    ) -> impl Future<Output = Vec<Result<(), ClusterError>>> + Send {
+    fn untaint_together(&self, nodes: &[(&Node, Taint)]) -> impl Future<Output = Vec<Result<(), ClusterError>>> + Send {
         let calls: Vec<_> = nodes.iter().map(|(n, t)| self.untaint_listed(n, t)).collect();
         futures_util::future::join_all(calls)
     }

@@ -34,14 +34,19 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let listed: Vec<(&Node, _)> = due
             .iter()
             .filter_map(|u| {
-                let n = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))?;
+                let n = nodes
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))?;
                 Some((n, wave_taint(&u.wave)))
             })
             .collect();
         let mut together = self.cluster.untaint_together(&listed).await.into_iter();
         let mut outcomes = Vec::with_capacity(due.len());
         for u in &due {
-            let outcome = if nodes.iter().any(|n| n.metadata.name.as_deref() == Some(u.node.as_str())) {
+            let outcome = if nodes
+                .iter()
+                .any(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))
+            {
                 together.next().unwrap_or(Ok(()))
             } else {
                 self.cluster.untaint(&u.node, &wave_taint(&u.wave)).await
