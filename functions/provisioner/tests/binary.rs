@@ -631,9 +631,15 @@ async fn the_binary_plans_pending_pods_in_a_cluster_of_running_pods() -> Result<
             .context("a batch line")?;
         let batch: Value = serde_json::from_str(batch)?;
         let report: Value = serde_json::from_str(batch["batch"].as_str().unwrap_or("{}"))?;
+        let requests = m
+            .stdout
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|v| v["ApiserverRequests"].as_u64());
         eprintln!(
             "provisioner binary, {nodes} nodes, {running} running pods, {pending} pending, dry run: \
-             cold start {} ms, invocation {} ms, peak RSS {:.1} MiB; batch: pods_seen {} snapshot_ms {} plan_ms {}",
+             cold start {} ms, invocation {} ms, peak RSS {:.1} MiB, apiserver requests {requests:?}; \
+             batch: pods_seen {} snapshot_ms {} plan_ms {}",
             m.cold_start.as_millis(),
             m.invocation.as_millis(),
             m.peak_rss_kib as f64 / 1024.0,
@@ -641,6 +647,7 @@ async fn the_binary_plans_pending_pods_in_a_cluster_of_running_pods() -> Result<
             report["snapshot_ms"],
             batch["plan_ms"],
         );
+        ensure!(requests.is_some_and(|r| r > 0), "the run counts its apiserver requests");
         ensure!(batch["pods_seen"] == pending, "{batch}");
         Ok(())
     }

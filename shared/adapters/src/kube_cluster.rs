@@ -16,7 +16,6 @@ use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
 use carpool::model::{EC2NodeClass, NodePool};
 use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
-use futures_util::future::join_all;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint};
 use k8s_openapi::api::events::v1::Event;
@@ -508,30 +507,6 @@ impl Cluster for KubeCluster {
             }
             other => other,
         }
-    }
-
-    /// Two steps, each concurrent over the nodes: a read of each node, then a write of
-    /// each, conditional on the version read. The reads leave one open connection per node
-    /// in the client's pool (kube speaks HTTP/1.1, one request per connection at a time),
-    /// so that the writes go out together instead of waiting on new connections' TLS
-    /// handshakes, which spread them over tens of milliseconds: enough for kube-scheduler
-    /// to bind a wave's pods to its first node freed.
-    async fn untaint_together(&self, nodes: &[(&Node, Taint)]) -> Vec<Result<(), ClusterError>> {
-        let reads = join_all(nodes.iter().map(|(listed, _)| async move {
-            let name = listed.metadata.name.clone().unwrap_or_default();
-            self.sent();
-            self.nodes_api().get(&name).await
-        }))
-        .await;
-        join_all(nodes.iter().zip(reads).map(|((listed, taint), read)| async move {
-            match read {
-                Ok(node) => self.untaint_listed(&node, taint).await,
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                // The read failed: the write goes on the version listed.
-                Err(_) => self.untaint_listed(listed, taint).await,
-            }
-        }))
-        .await
     }
 
     async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {

@@ -190,15 +190,6 @@ pub trait Cluster: Send + Sync {
         let taint = taint.clone();
         async move { self.untaint(&name, &taint).await }
     }
-    /// Removes each taint from its node, as listed, so that the writes land as close
-    /// together as they can: kube-scheduler binds pods to the first node it sees free, so
-    /// a node freed some milliseconds before the others takes pods their plan put on the
-    /// others. Answers one outcome per node, in order. By default, `untaint_listed` for
-    /// each, all concurrent.
-    fn untaint_together(&self, nodes: &[(&Node, Taint)]) -> impl Future<Output = Vec<Result<(), ClusterError>>> + Send {
-        let calls: Vec<_> = nodes.iter().map(|(n, t)| self.untaint_listed(n, t)).collect();
-        futures_util::future::join_all(calls)
-    }
     /// Evicts a pod through the Eviction API.
     fn evict(&self, namespace: &str, pod: &str) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;
     /// Deletes a Node object; a missing node is success.

@@ -8,6 +8,7 @@
 //! settled, its watch loop also releases at every poll, and the run goes on after its
 //! watch, up to [`super::Settings::release_limit`], until they are.
 
+use futures_util::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 
 use super::Provisioner;
@@ -30,32 +31,20 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         if due.is_empty() {
             return (due, Vec::new());
         }
-        // The nodes listed go together; one not listed (released by its name) alone.
-        let listed: Vec<(&Node, _)> = due
-            .iter()
-            .filter_map(|u| {
-                let n = nodes
-                    .iter()
-                    .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))?;
-                Some((n, wave_taint(&u.wave)))
-            })
-            .collect();
-        let mut together = self.cluster.untaint_together(&listed).await.into_iter();
-        let mut outcomes = Vec::with_capacity(due.len());
-        for u in &due {
-            let outcome = if nodes
+        let calls = due.iter().map(|u| async move {
+            let listed = nodes
                 .iter()
-                .any(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))
-            {
-                together.next().unwrap_or(Ok(()))
-            } else {
-                self.cluster.untaint(&u.node, &wave_taint(&u.wave)).await
+                .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()));
+            let outcome = match listed {
+                Some(n) => self.cluster.untaint_listed(n, &wave_taint(&u.wave)).await,
+                None => self.cluster.untaint(&u.node, &wave_taint(&u.wave)).await,
             };
-            outcomes.push(match outcome {
+            match outcome {
                 Ok(()) | Err(ClusterError::NotFound { .. }) => Ok(()),
                 Err(e) => Err(format!("releasing node {} of wave {}: {}", u.node, u.wave, Chain(&e))),
-            });
-        }
+            }
+        });
+        let outcomes = join_all(calls).await;
         let mut released = Vec::new();
         let mut errors = Vec::new();
         for (u, outcome) in due.into_iter().zip(outcomes) {
