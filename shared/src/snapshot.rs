@@ -12,7 +12,6 @@
 //!   bad pod does not spoil the rest (the planner reports it as unschedulable);
 //! - an invalid NodePool or EC2NodeClass is skipped with the reason, and the others work.
 
-use crate::model::pod::Pod;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -21,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::model::manifest::from_value;
+use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
 
 /// Everything read from the input.

@@ -3,13 +3,13 @@
 //! with its pods unschedulable as `backed_off` and the metrics the alarms watch raised;
 //! once the window has passed it is tried again, and a node that registers resets it.
 
-use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
 use carpool::decide::unschedulable::Kind;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBuilder};
+use carpool::model::pod::Pod;
 use carpool::ports::{Backoff, Cloud, EventReason, FailureReason, NodeClassReason, StateStore, epoch_millis};
 use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics};
 use carpool::run::provision::{BatchReport, Provisioner, RunReport, Settings};

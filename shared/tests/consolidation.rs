@@ -4,13 +4,13 @@
 //! run without launching twice; a failed replacement is rolled back; and a cluster left
 //! alone for 30 minutes after consolidating is not disrupted again.
 
-use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, PodBuilder};
 use carpool::model::CapacityType;
+use carpool::model::pod::Pod;
 use carpool::ports::{Clock, DisruptionStep, Instance, InstanceState, StateStore};
 use carpool::run::consolidate::{ConsolidationReport, ConsolidationSettings, Consolidator};
 use carpool::run::provision::Settings;

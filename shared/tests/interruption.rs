@@ -5,7 +5,6 @@
 //! invocation; the provisioner running during the drain launches nothing for the evicted
 //! pods.
 
-use carpool::model::pod::Pod;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -14,6 +13,7 @@ use carpool::decide::interruption::{InterruptionEvent, parse_event};
 use carpool::fakes::{Crashing, FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBuilder, pdb};
 use carpool::model::CapacityType;
+use carpool::model::pod::Pod;
 use carpool::model::well_known as wk;
 use carpool::ports::{
     Cluster, ClusterError, Eviction, Instance, InstanceState, MetadataPatch, PodEvent, StateStore, Validated,

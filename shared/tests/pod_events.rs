@@ -5,7 +5,6 @@
 //! after it; a failed launch is told to its pods; a failure to publish does not fail the
 //! batch.
 
-use carpool::model::pod::Pod;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -14,6 +13,7 @@ use carpool::decide::pod_events::{DEDUPE_WINDOW, RecentEvents};
 use carpool::fakes::{ClusterErrorKind, FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::EC2NodeClass;
+use carpool::model::pod::Pod;
 use carpool::ports::{
     Cloud, CloudError, EventReason, EventType, Instance, LaunchRequest, OnDemandPrice, PodEvent, SpotPrice,
     ZonalOffering,

@@ -2,7 +2,6 @@
 //! in flight is counted, the lease keeps runs apart, capacity errors are re-planned,
 //! limits hold, unregistered instances are terminated after the TTL.
 
-use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
@@ -10,6 +9,7 @@ use carpool::decide::unschedulable::Kind;
 use carpool::fakes::{ClusterErrorKind, FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKind};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
+use carpool::model::pod::Pod;
 use carpool::ports::{Clock as _, Cloud, ClusterError, LaunchState, OfferingKey, StateStore};
 use carpool::run::provision::{MAX_FAILED_POLLS, ProvisionError, Provisioner, RunReport, Settings, WatchMode};
 use pollster::block_on;

@@ -18,7 +18,6 @@
 //! Pure table tests plan a snapshot through `capacity_view`; the run-level test reproduces
 //! the fault (a GPU node that registers before its GPUs show up) on the in-memory fakes.
 
-use carpool::model::pod::Pod;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
@@ -27,6 +26,7 @@ use carpool::catalog::{Catalog, RegionCatalog};
 use carpool::decide::in_flight::capacity_view;
 use carpool::decide::{ProvisioningPlan, provisioning_plan};
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
+use carpool::model::pod::Pod;
 use carpool::model::{CapacityType, Resources};
 use carpool::ports::{Clock, LaunchRecord, LaunchState, StateStore, Timer};
 use carpool::run::provision::{Provisioner, Settings};

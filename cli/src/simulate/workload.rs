@@ -2,10 +2,10 @@
 //! the simulated controllers keep ([`SimPod`]), and their Kubernetes objects, as the
 //! apiserver would hold them, for Carpool's runs and for the independent checker.
 
-use carpool::model::pod::Pod;
 use std::collections::BTreeMap;
 
 use carpool::model::Resources;
+use carpool::model::pod::Pod;
 use serde_json::{Value, json};
 
 use super::scenario::{GPU, Pdb, PodTemplate, Scenario};

@@ -3,13 +3,13 @@
 //! the simulated kube-scheduler, and what is measured. The same world, with the same
 //! seed, hosts Carpool and each baseline; only the autoscaler differs.
 
-use carpool::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use carpool::catalog::RegionCatalog;
 use carpool::decide::checker::check;
 use carpool::decide::{ExistingPlacement, ProvisioningPlan};
 use carpool::model::CapacityType;
+use carpool::model::pod::Pod;
 use carpool::ports::OfferingKey;
 use carpool::snapshot::Snapshot;
 use serde_json::json;

@@ -250,6 +250,15 @@ impl KubeCluster {
         self
     }
 
+    /// Lists every object of `api` that `params` selects ([`list_all`]), its requests
+    /// counted.
+    async fn list<K>(&self, api: &Api<K>, params: ListParams) -> Result<Vec<K>, kube::Error>
+    where
+        K: Clone + DeserializeOwned + std::fmt::Debug + Slim,
+    {
+        list_all(&self.retry, &self.requests, api, params).await
+    }
+
     /// Counts one request to the apiserver.
     fn sent(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -264,7 +273,8 @@ impl KubeCluster {
         resource: &ApiResource,
     ) -> Result<Validated<T>, ClusterError> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let objects = list_all(&self.retry, &self.requests, &api, ListParams::default())
+        let objects = self
+            .list(&api, ListParams::default())
             .await
             .map_err(|e| map_err(&resource.plural, e))?;
         let mut out = Validated::default();
@@ -337,9 +347,7 @@ impl Cluster for KubeCluster {
 
     async fn pending_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
-        list_all(
-            &self.retry,
-            &self.requests,
+        self.list(
             &api,
             ListParams::default().fields("status.phase=Pending,spec.nodeName="),
         )
@@ -348,7 +356,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn nodes(&self) -> Result<Vec<Node>, ClusterError> {
-        list_all(&self.retry, &self.requests, &self.nodes_api(), ListParams::default())
+        self.list(&self.nodes_api(), ListParams::default())
             .await
             .map_err(|e| map_err("nodes", e))
     }
@@ -358,21 +366,14 @@ impl Cluster for KubeCluster {
             return Ok(Vec::new());
         }
         let selector = format!("{} in ({})", carpool::decide::wave::WAVE_LABEL, waves.join(","));
-        list_all(
-            &self.retry,
-            &self.requests,
-            &self.nodes_api(),
-            ListParams::default().labels(&selector),
-        )
-        .await
-        .map_err(|e| map_err("nodes of waves", e))
+        self.list(&self.nodes_api(), ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| map_err("nodes of waves", e))
     }
 
     async fn scheduled_pods(&self) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
-        list_all(
-            &self.retry,
-            &self.requests,
+        self.list(
             &api,
             ListParams::default().fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"),
         )
@@ -382,91 +383,51 @@ impl Cluster for KubeCluster {
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
         let api: Api<Pod> = Api::all(self.client.clone());
-        list_all(
-            &self.retry,
-            &self.requests,
-            &api,
-            ListParams::default().fields(&format!("spec.nodeName={node}")),
-        )
-        .await
-        .map_err(|e| map_err(&format!("pods on node {node}"), e))
+        self.list(&api, ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .map_err(|e| map_err(&format!("pods on node {node}"), e))
     }
 
     async fn daemonsets(&self) -> Result<Vec<DaemonSet>, ClusterError> {
-        list_all(
-            &self.retry,
-            &self.requests,
-            &Api::all(self.client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(|e| map_err("daemonsets", e))
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("daemonsets", e))
     }
 
     async fn pdbs(&self) -> Result<Vec<PodDisruptionBudget>, ClusterError> {
-        list_all(
-            &self.retry,
-            &self.requests,
-            &Api::all(self.client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(|e| map_err("poddisruptionbudgets", e))
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("poddisruptionbudgets", e))
     }
 
     async fn persistent_volumes(&self) -> Result<Vec<PersistentVolume>, ClusterError> {
-        list_all(
-            &self.retry,
-            &self.requests,
-            &Api::all(self.client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(|e| map_err("persistentvolumes", e))
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("persistentvolumes", e))
     }
 
     async fn persistent_volume_claims(&self) -> Result<Vec<PersistentVolumeClaim>, ClusterError> {
-        list_all(
-            &self.retry,
-            &self.requests,
-            &Api::all(self.client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(|e| map_err("persistentvolumeclaims", e))
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("persistentvolumeclaims", e))
     }
 
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, ClusterError> {
-        list_all(
-            &self.retry,
-            &self.requests,
-            &Api::all(self.client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(|e| map_err("storageclasses", e))
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("storageclasses", e))
     }
 
     async fn csinodes(&self) -> Result<Vec<CSINode>, ClusterError> {
-        list_all(
-            &self.retry,
-            &self.requests,
-            &Api::all(self.client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(|e| map_err("csinodes", e))
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("csinodes", e))
     }
 
     async fn namespaces(&self) -> Result<Vec<Namespace>, ClusterError> {
-        list_all(
-            &self.retry,
-            &self.requests,
-            &Api::all(self.client.clone()),
-            ListParams::default(),
-        )
-        .await
-        .map_err(|e| map_err("namespaces", e))
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("namespaces", e))
     }
 
     async fn nodepools(&self) -> Result<Validated<NodePool>, ClusterError> {
@@ -510,6 +471,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+        // kube's `Evict` is implemented for k8s-openapi's `Pod` only; an eviction sends no pod.
         let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), namespace);
         self.sent();
         match api.evict(pod, &EvictParams::default()).await {

@@ -4,11 +4,11 @@
 //! Start the stack first (`infra/local/up`). kwok runs the pods of the test's node, and
 //! kube-controller-manager's disruption controller computes the PDBs.
 
-use carpool::model::pod::Pod;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use carpool::fakes::{ClusterScene, KEEP_LABEL, cluster_contract, disrupted_taint, keep_taint};
+use carpool::model::pod::Pod;
 use carpool::ports::{Cluster, ClusterError, Eviction, MetadataPatch};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_tests::{Stack, shared, unique, wait};

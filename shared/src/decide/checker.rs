@@ -61,7 +61,6 @@ mod tolerations;
 mod violation;
 mod volumes;
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 pub use replay::{Order, Replay, Stranded, Upgrade, replay};
@@ -76,6 +75,7 @@ use self::volumes::{EBS_DRIVER, EBS_ZONE, PodVolumes};
 use super::plan::{MAX_ALTERNATIVES, PlannedNode, ProvisioningPlan};
 use crate::catalog::RegionCatalog;
 use crate::model::Resources;
+use crate::model::pod::Pod;
 use crate::snapshot::Snapshot;
 
 /// More EBS volumes than any instance type attaches (the limit assumed for new nodes).

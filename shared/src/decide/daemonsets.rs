@@ -9,7 +9,6 @@
 //! overhead errs on the large side, as Karpenter's does. The host ports its pods bind are
 //! taken on every node it lands on (Karpenter's `getDaemonHostPortUsage`).
 
-use crate::model::pod::PodSpec;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -17,6 +16,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::pod::HostPort;
 use super::taints::untolerated;
+use crate::model::pod::PodSpec;
 use crate::model::pod_requests::{RequestsError, effective_requests};
 use crate::model::pod_requirements::{PodRequirementError, pod_requirement_branches};
 use crate::model::well_known as wk;

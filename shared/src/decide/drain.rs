@@ -23,7 +23,6 @@
 //! cannot end before the deadline come first, then the longer grace periods before the
 //! shorter, so the slowest start stopping the earliest; ties go by namespace and name.
 
-use crate::model::pod::Pod;
 use std::cmp::Reverse;
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -31,6 +30,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::pod::is_daemonset_pod;
+use crate::model::pod::Pod;
 use crate::ports::PodRef;
 
 /// The grace period of a pod that sets none (the API's default for

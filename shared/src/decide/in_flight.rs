@@ -28,7 +28,6 @@
 //!
 //! Nothing here reads the clock: `now` is passed in.
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
@@ -40,6 +39,7 @@ use super::templates::{node_settings, pool_labels};
 use crate::catalog::RegionCatalog;
 use crate::catalog::allocatable::with_settings;
 use crate::model::node::instance_id_from_provider_id;
+use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::model::{EC2NodeClass, InstanceType, NodePool, Requirements, Resources};
 use crate::ports::{EpochMillis, LaunchRecord, LaunchState};

@@ -1,7 +1,6 @@
 //! What the scheduler needs to know of a pod, read once: requests, node requirements,
 //! tolerations, topology spread, pod (anti-)affinity, host ports and volume zones.
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{PodAffinityTerm, Toleration, WeightedPodAffinityTerm};
@@ -10,6 +9,7 @@ use super::namespaces::Namespaces;
 use super::node_inclusion::{NodeInclusion, Tolerations};
 use super::selector::{Selector, SelectorError};
 pub use super::volumes::{VolumeUse, Volumes};
+use crate::model::pod::Pod;
 use crate::model::pod_requests::{RequestsError, effective_requests};
 use crate::model::pod_requirements::{PodRequirementError, from_k8s as requirement_from_k8s, pod_requirement_branches};
 use crate::model::requirements::RequirementError;

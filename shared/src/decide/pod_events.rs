@@ -26,7 +26,6 @@
 //! This is a decision: [`pod_events`] takes the batch's outcome, the dedupe state and
 //! `now`, and returns the Events; the run publishes them and records those that went out.
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
@@ -34,6 +33,7 @@ use super::Unschedulable;
 use super::pod::pod_key;
 use super::unschedulable::Kind;
 use crate::model::CapacityType;
+use crate::model::pod::Pod;
 use crate::ports::{EventReason, PodEvent, PodRef};
 
 /// How long an Event is not published again for the same pod, reason and message.

@@ -20,11 +20,11 @@
 //!
 //! The launches the plan makes carry a [reservation](super::reservation) for these pods.
 
-use crate::model::pod::{Pod, PodStatus};
 use k8s_openapi::api::core::v1::PodCondition;
 
 use super::drain::stay_reason;
 use super::pod::pod_key;
+use crate::model::pod::{Pod, PodStatus};
 use crate::model::requirements::{NodeSelectorRequirement, Operator};
 use crate::model::well_known as wk;
 use crate::model::{CapacityType, NodePool};

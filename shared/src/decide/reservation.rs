@@ -17,7 +17,6 @@
 //! will. Once the node has started (past the registration TTL, or its launch record gone)
 //! the reservation ends, and its room is anyone's.
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
@@ -25,6 +24,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 use super::in_flight::in_flight_node_name;
 use super::pod::pod_key;
 use crate::model::node::instance_id_from_provider_id;
+use crate::model::pod::Pod;
 use crate::ports::{EpochMillis, LaunchRecord, LaunchState, Reservation};
 use crate::snapshot::Snapshot;
 

@@ -21,7 +21,6 @@
 //!
 //! Generic ephemeral volumes use the claim `<pod>-<volume>`, as both do.
 
-use crate::model::pod::{Pod, Volume};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -30,6 +29,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use super::pod::PodError;
 use super::unschedulable::VolumeProblem;
 use crate::model::Requirements;
+use crate::model::pod::{Pod, Volume};
 use crate::model::pod_requirements::from_k8s as requirement_from_k8s;
 use crate::model::requirements::Requirement;
 use crate::model::well_known::ZONE;

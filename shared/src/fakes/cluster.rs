@@ -1,6 +1,5 @@
 //! An in-memory cluster that applies the apiserver's eviction rule.
 
-use crate::model::pod::Pod;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -14,6 +13,7 @@ use serde::de::DeserializeOwned;
 use super::Injected;
 use crate::decide::pdb::covers;
 use crate::model::manifest::{Validate, from_value};
+use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
 

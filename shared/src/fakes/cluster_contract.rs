@@ -7,7 +7,6 @@
 //! pods and the disruption controller has computed the PDBs), then runs
 //! [`cluster_contract`].
 
-use crate::model::pod::{Container, Pod, PodSpec, PodStatus};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
@@ -23,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::FakeCluster;
 use crate::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
+use crate::model::pod::{Container, Pod, PodSpec, PodStatus};
 use crate::ports::{Cluster, ClusterError, EventReason, Eviction, MetadataPatch, PodEvent, PodRef};
 
 /// The label of the scene's node that every write must keep.

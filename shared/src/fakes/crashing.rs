@@ -3,7 +3,6 @@
 //! `now_or_never` over the fakes), which is what a Lambda timeout or a crash does to a
 //! run: it stops at an await point, with its state as far as it got.
 
-use crate::model::pod::Pod;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -11,6 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
+use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, Validated};
 

@@ -1,6 +1,5 @@
 //! The Cluster port: what Carpool reads from and writes to the Kubernetes API.
 
-use crate::model::pod::Pod;
 use std::collections::BTreeMap;
 use std::future::Future;
 
@@ -10,6 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use super::PodEvent;
+use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
 
 /// What became of an eviction.

@@ -29,7 +29,6 @@
 //! initial wait after a pass that evicted a pod; a wait never ends past the deadline. A
 //! pass that is not blocked (it evicted a whole tier) is followed at once by the next.
 
-use crate::model::pod::Pod;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
@@ -39,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::decide::drain::{DrainPod, StayReason, Staying, drain_order};
 use crate::decide::pdb::{PdbBudget, covering};
 use crate::error_chain::Chain;
+use crate::model::pod::Pod;
 use crate::ports::{Cluster, ClusterError, Eviction, PodRef, Timer};
 
 /// The first wait after a blocked pass.

@@ -5,12 +5,12 @@
 // Each test crate that includes this module uses part of it.
 #![allow(dead_code)]
 
-use carpool::model::pod::Pod;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::model::CapacityType;
+use carpool::model::pod::Pod;
 use carpool::ports::{EpochMillis, Instance, InstanceState};
 use carpool::run::provision::{Provisioner, RunReport, Settings};
 use pollster::block_on;

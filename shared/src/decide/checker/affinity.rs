@@ -20,7 +20,6 @@
 //! - Anti-affinity, both ways: no two pods in one domain of a term's key where the term of
 //!   one covers the other, unless both were already bound.
 
-use crate::model::pod::Pod;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::PodAffinityTerm;
@@ -30,6 +29,7 @@ use super::pending::namespace;
 use super::selector::{self, Labels};
 use super::state::FinalState;
 use super::violation::Violation;
+use crate::model::pod::Pod;
 use crate::snapshot::Snapshot;
 
 /// A required term, read.

@@ -10,7 +10,6 @@
 //! ignores startup taints, which an agent removes. Its requests are the template's (see
 //! [`super::requests`]) and its host ports are taken on the node.
 
-use crate::model::pod::PodSpec;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
@@ -18,6 +17,7 @@ use super::ports::HostPort;
 use super::selector::Labels;
 use super::{node_affinity, ports, requests, tolerations};
 use crate::model::Resources;
+use crate::model::pod::PodSpec;
 
 /// A DaemonSet, read.
 pub(super) struct Daemon {

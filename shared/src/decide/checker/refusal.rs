@@ -21,7 +21,6 @@
 //! unreadable; pods with required pod affinity or anti-affinity or a `DoNotSchedule`
 //! spread; preempting pods; pods whose claims keep them off every node.
 
-use crate::model::pod::Pod;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
 use super::affinity::{affinity_terms, anti_affinity_terms};
@@ -38,6 +37,7 @@ use crate::catalog::RegionCatalog;
 use crate::decide::plan::{ProvisioningPlan, Unschedulable};
 use crate::decide::unschedulable::Kind;
 use crate::model::Resources;
+use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 
 /// Whether a pod's node selector and one of its required terms can hold on a new node with

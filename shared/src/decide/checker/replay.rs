@@ -35,7 +35,6 @@
 //! inter-pod affinity, host ports, and the spread and affinity *scores* (they matter for
 //! pods without resources to tell nodes apart).
 
-use crate::model::pod::Pod;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 
@@ -51,6 +50,7 @@ use super::{node_affinity, spread, tolerations};
 use crate::catalog::RegionCatalog;
 use crate::decide::plan::ProvisioningPlan;
 use crate::model::Resources;
+use crate::model::pod::Pod;
 use crate::snapshot::Snapshot;
 
 /// What the scheduler counts for a container without a cpu request (millicores).

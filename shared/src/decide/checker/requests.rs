@@ -12,13 +12,13 @@
 //! - `spec.overhead` (the RuntimeClass overhead) is added;
 //! - the pod takes one `pods` slot.
 
-use crate::model::pod::{Container, PodSpec};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use crate::model::Resources;
+use crate::model::pod::{Container, PodSpec};
 
 fn defaulted(r: Option<&ResourceRequirements>) -> BTreeMap<String, K8sQuantity> {
     let Some(r) = r else { return BTreeMap::new() };

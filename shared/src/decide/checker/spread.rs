@@ -29,7 +29,6 @@
 //! a potential node takes the pod's `nodeSelector` value when the pool allows it, else the
 //! requirement's first value.
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
@@ -43,6 +42,7 @@ use super::violation::Violation;
 use super::volumes::PodVolumes;
 use super::{node_affinity, tolerations};
 use crate::catalog::RegionCatalog;
+use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 
 /// A pod's hard spread as the filter reads it: its selector with `matchLabelKeys` merged

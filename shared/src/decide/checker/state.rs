@@ -9,7 +9,6 @@
 //! its own (with `kubernetes.io/hostname` its name if it lacks one), its taints
 //! `spec.taints`, and its attach limits its CSINode's `spec.drivers[].allocatable.count`.
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Taint;
@@ -23,6 +22,7 @@ use super::selector::Labels;
 use super::violation::{NewNode, NodeRef};
 use crate::catalog::RegionCatalog;
 use crate::decide::plan::ProvisioningPlan;
+use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::model::{InstanceType, Resources};
 use crate::snapshot::Snapshot;

@@ -22,13 +22,13 @@
 //! `topology.ebs.csi.aws.com/zone` label (the driver sets it at registration), so volume
 //! terms are matched against the zone under that key too.
 
-use crate::model::pod::Pod;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, TopologySelectorTerm};
 
 use super::pending::namespace;
 use super::selector::{self, Labels};
+use crate::model::pod::Pod;
 use crate::snapshot::Snapshot;
 
 /// The EBS CSI driver.

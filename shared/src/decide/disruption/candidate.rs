@@ -7,7 +7,6 @@
 //! no controller owns (a bare pod, which nothing would recreate) blocks its node unless the
 //! NodePool opts in (annotation `carpool.sh/disrupt-bare-pods: "true"`).
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
@@ -20,6 +19,7 @@ use crate::catalog::RegionCatalog;
 use crate::decide::pdb::covering;
 use crate::decide::pod::pod_key;
 use crate::decide::replacement::moves;
+use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::model::{CapacityType, NillableDuration, NodePool};
 

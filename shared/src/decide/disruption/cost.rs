@@ -1,10 +1,10 @@
 //! What a disruption costs the workloads, as Karpenter weighs it
 //! (`pkg/utils/disruption/disruption.go`: `EvictionCost`, `LifetimeRemaining`).
 
-use crate::model::pod::Pod;
 use std::time::SystemTime;
 
 use crate::model::NillableDuration;
+use crate::model::pod::Pod;
 
 /// The annotation a controller reads to pick which pod to delete first.
 pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";

@@ -3,7 +3,6 @@
 //! limits are its CSINode's, counted against the volumes of the pods bound to it
 //! (kube-scheduler's nodevolumelimits `CSILimits`).
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Taint;
@@ -15,6 +14,7 @@ use crate::decide::pod::{HostPort, PodInfo, Volumes};
 use crate::decide::taints::untolerated;
 use crate::decide::topology::{PlacedPod, Topology};
 use crate::decide::volumes::{VolumeUsage, csinode_limits};
+use crate::model::pod::Pod;
 use crate::model::pod_requests::effective_requests;
 use crate::model::well_known as wk;
 use crate::model::{Node, Resources};

@@ -50,7 +50,6 @@ mod relaxation;
 mod target;
 mod topology_check;
 
-use crate::model::pod::Pod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
@@ -71,6 +70,7 @@ use super::topology::Topology;
 use super::unschedulable::Reason;
 use crate::catalog::RegionCatalog;
 use crate::model::Resources;
+use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::snapshot::Snapshot;
 
