@@ -61,30 +61,18 @@ pub struct PodSpec {
     /// The RuntimeClass overhead, added to the requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overhead: Option<BTreeMap<String, Quantity>>,
-    /// `Never` when the pod may not preempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preemption_policy: Option<String>,
     /// The pod's priority, resolved from its PriorityClass at admission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
     /// The PriorityClass named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
-    /// Dynamic resource claims.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resource_claims: Option<Vec<k8s::PodResourceClaim>>,
     /// Pod-level requests and limits (PodLevelResources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<k8s::ResourceRequirements>,
     /// `Always`, `OnFailure` or `Never`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
-    /// The scheduler that places the pod.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scheduler_name: Option<String>,
-    /// Gates that keep the pod from being scheduled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scheduling_gates: Option<Vec<k8s::PodSchedulingGate>>,
     /// How long the kubelet waits after SIGTERM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
@@ -136,7 +124,7 @@ pub struct Volume {
     pub ephemeral: Option<Box<k8s::EphemeralVolumeSource>>,
 }
 
-/// `PodStatus`: the phase, the conditions and the nominated node.
+/// `PodStatus`: the phase, the conditions, the nominated node and the start time.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStatus {
@@ -149,9 +137,6 @@ pub struct PodStatus {
     /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    /// Why the pod is in this phase (`Evicted`, ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
     /// When the kubelet acknowledged the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
@@ -228,14 +213,10 @@ impl From<k8s::PodSpec> for PodSpec {
             node_name: s.node_name,
             node_selector: s.node_selector,
             overhead: s.overhead,
-            preemption_policy: s.preemption_policy,
             priority: s.priority,
             priority_class_name: s.priority_class_name,
-            resource_claims: s.resource_claims,
             resources: s.resources,
             restart_policy: s.restart_policy,
-            scheduler_name: s.scheduler_name,
-            scheduling_gates: s.scheduling_gates,
             termination_grace_period_seconds: s.termination_grace_period_seconds,
             tolerations: s.tolerations,
             topology_spread_constraints: s.topology_spread_constraints,
@@ -250,7 +231,6 @@ impl From<k8s::PodStatus> for PodStatus {
             conditions: s.conditions,
             nominated_node_name: s.nominated_node_name,
             phase: s.phase,
-            reason: s.reason,
             start_time: s.start_time,
         }
     }
