@@ -22,7 +22,7 @@ use carpool::run::interruption::{EventReport, Interrupter, InterruptionSettings,
 use carpool::run::provision::{Provisioner, Settings};
 use futures_util::FutureExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use pollster::block_on;
 use serde_json::{Value, json};
@@ -267,6 +267,9 @@ impl Cluster for Replicas<'_> {
     }
     async fn untaint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
         self.inner.untaint(node, taint).await
+    }
+    async fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> Result<(), ClusterError> {
+        self.inner.tolerate(pod, toleration).await
     }
     async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
         let before = self.inner.pod(namespace, pod);

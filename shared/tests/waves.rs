@@ -2,13 +2,16 @@
 //! taint and released together; a run that ends before its nodes come up leaves the
 //! release to the next run, and nothing keeps the taint past its deadline.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
-use carpool::decide::wave::{Release, WAVE_TAINT, releases, settled};
+use carpool::decide::taints::untolerated;
+use carpool::decide::wave::{Release, WAVE_LABEL, WAVE_TAINT, releases, settled, wave_of, wave_toleration};
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
-use carpool::ports::Clock as _;
+use carpool::ports::{Clock, Timer};
 use carpool::ports::{Cluster, EpochMillis, LaunchRecord, LaunchState, StateStore};
 use carpool::run::provision::{Provisioner, Settings};
 use k8s_openapi::api::core::v1::Node;
@@ -204,4 +207,123 @@ fn a_wave_whose_run_ended_before_its_nodes_came_up_is_released_by_the_next_run()
         "no node keeps the taint"
     );
     assert_eq!(report.launched().count(), 0, "nothing launched twice");
+}
+
+/// The kubelets and kube-scheduler, played at every sleep of the run: each launched
+/// instance registers Ready with its launch's labels and taints; then each pending pod is
+/// bound to the first node whose `NoSchedule` taints it tolerates.
+struct Kubelets<'a> {
+    clock: FakeClock,
+    catalog: &'a Catalog,
+    cloud: &'a FakeCloud,
+    cluster: &'a FakeCluster,
+}
+
+impl Clock for Kubelets<'_> {
+    fn now(&self) -> SystemTime {
+        self.clock.now()
+    }
+}
+
+impl Timer for Kubelets<'_> {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        self.clock.advance(duration);
+        let now = carpool::ports::epoch_millis(self.clock.now());
+        for i in self.cloud.instances() {
+            let name = format!("node-{}", i.id);
+            if self.cluster.node(&name).is_some() {
+                continue;
+            }
+            let Some(request) = self.cloud.launch_request(&i.id) else {
+                continue;
+            };
+            let wave = request.labels.get(WAVE_LABEL).cloned();
+            let mut n = node(&name, &i.id, wave.as_deref(), Some(now));
+            let it = self.catalog.get(&i.instance_type).unwrap();
+            let mut labels = it.labels();
+            labels.extend(request.labels.clone());
+            labels.insert("topology.kubernetes.io/zone".into(), i.zone.clone());
+            labels.insert("kubernetes.io/hostname".into(), name.clone());
+            n.metadata.labels = Some(labels);
+            n.status.get_or_insert_default().allocatable = Some(it.allocatable.to_k8s());
+            self.cluster.add_node(n);
+        }
+        let nodes = block_on(self.cluster.nodes()).unwrap();
+        for mut pod in block_on(self.cluster.pending_pods()).unwrap() {
+            let tolerations = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.clone())
+                .unwrap_or_default();
+            let fits = nodes.iter().find(|n| {
+                let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+                untolerated(&tolerations, &taints).is_none()
+            });
+            if let Some(n) = fits {
+                pod.spec.get_or_insert_default().node_name = n.metadata.name.clone();
+                pod.status.get_or_insert_default().phase = Some("Running".into());
+                self.cluster.add_pod(pod);
+            }
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+// Issue 17: removing the taint takes one write per node, and kube-scheduler binds the
+// head of its queue to the first node it sees released. The run hands the wave to its
+// pods first: every pod planned into it gets the wave's toleration, all before any node
+// loses the taint, and the taint comes off once they are placed.
+#[test]
+fn a_ready_wave_is_handed_to_its_pending_pods_before_its_nodes_lose_the_taint() {
+    let (cloud, cluster, store, clock) = world();
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let kubelets = Kubelets {
+        clock,
+        catalog,
+        cloud: &cloud,
+        cluster: &cluster,
+    };
+    let settings = Settings {
+        deployment: "carpool-test".into(),
+        watch: Duration::from_secs(5),
+        release_limit: Duration::from_secs(30),
+        ..Settings::default()
+    };
+    let mut run = Provisioner::new(&cloud, &cluster, &store, &kubelets, settings, "run-1");
+    let report = block_on(run.run(&region)).unwrap();
+    let launched = report.launched().count();
+    assert!(launched > 1, "{:?}", report.batches);
+
+    assert_eq!(report.handed.len(), 1, "{:?}", report.handed);
+    assert_eq!(report.handed[0].pods, 12, "every pod of the wave was handed it");
+    let calls = cluster.calls();
+    let tolerated: Vec<usize> = (0..calls.len())
+        .filter(|&i| calls[i].starts_with("tolerate "))
+        .collect();
+    let untainted: Vec<usize> = (0..calls.len()).filter(|&i| calls[i].starts_with("untaint ")).collect();
+    assert_eq!(tolerated.len(), 12, "{calls:?}");
+    assert_eq!(untainted.len(), launched, "{calls:?}");
+    assert!(
+        tolerated.iter().max() < untainted.iter().min(),
+        "every pod tolerates the wave before a node loses the taint: {calls:?}"
+    );
+    assert!(
+        report.released.iter().all(|u| u.why == Release::AllReady),
+        "{:?}",
+        report.released
+    );
+    let wave = &report.handed[0].wave;
+    for key in cluster.pod_keys() {
+        let (ns, name) = key.split_once('/').unwrap();
+        let pod = cluster.pod(ns, name).unwrap();
+        let spec = pod.spec.unwrap();
+        assert!(spec.node_name.is_some(), "{key} is bound");
+        assert!(
+            spec.tolerations.unwrap_or_default().contains(&wave_toleration(wave)),
+            "{key} tolerates its wave"
+        );
+    }
+    let nodes = block_on(cluster.nodes()).unwrap();
+    assert!(nodes.iter().all(|n| wave_of(n).is_none()), "no node keeps the taint");
 }

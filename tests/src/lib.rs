@@ -25,6 +25,8 @@
 //!   registration delay and a never-register switch.
 //! - [`launch`]: `RunInstances` and `TerminateInstances` the way Carpool tags launches.
 //! - [`pod_clock`]: when each pod of a namespace was first seen bound and Running.
+//! - [`schedule_log`]: when each node of a wave lost its startup taint, and the order
+//!   kube-scheduler bound the pods in.
 //! - [`wait`]: bounded polling with failure messages that say what was last seen.
 //!
 //! The crate root also holds what tests sharing one stack need: [`unique`] names, and a
@@ -38,6 +40,7 @@ pub mod launch;
 pub mod moto;
 pub mod node;
 pub mod pod_clock;
+pub mod schedule_log;
 pub mod stack;
 pub mod tags;
 pub mod user_data;

@@ -86,6 +86,9 @@ const NEEDED: &[Ask] = &[
     all("get", "pods"),
     all("list", "pods"),
     all("watch", "pods"),
+    // A launch wave's toleration, added to the pods planned into it (and nothing else:
+    // infra/rbac/carpool-pod-patch.yaml).
+    all("patch", "pods"),
     cluster("get", "nodes"),
     cluster("list", "nodes"),
     cluster("watch", "nodes"),
@@ -127,7 +130,6 @@ const FORBIDDEN: &[Ask] = &[
     // No workloads: pods leave only by eviction, which PDBs guard.
     ns("create", "pods"),
     ns("delete", "pods"),
-    ns("patch", "pods"),
     sub("create", "pods", "exec", Scope::Namespace),
     sub("get", "pods", "log", Scope::Namespace),
     sub("update", "pods", "status", Scope::Namespace),
@@ -568,6 +570,98 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels_
         Ok(())
     })();
     let _ = kubectl.run(&["delete", "node", node.as_str(), "--wait=false"], None, None);
+    outcome
+}
+
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_provisioners_pod_patches_may_only_add_its_wave_toleration() -> Result<()> {
+    // RBAC grants `patch pods` whole; infra/rbac/carpool-pod-patch.yaml's
+    // ValidatingAdmissionPolicy narrows it to the launch wave's toleration
+    // (decide/wave.rs, `hand_off`). The apiserver enforces it here for real, on JSON
+    // patches and `kubectl label` made as the group.
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let pod = format!("carpool-vap-{}", std::process::id());
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\n  namespace: default\n  labels:\n    app: web\nspec:\n  nodeSelector:\n    carpool.sh/none: none\n  tolerations:\n    - key: dedicated\n      value: web\n      effect: NoSchedule\n  containers:\n    - name: app\n      image: registry.k8s.io/pause:3.10\n"
+    );
+    kubectl
+        .run(&["apply", "-f", "-"], None, Some(&manifest))?
+        .map_err(anyhow::Error::msg)?;
+    let add = |key: &str, value: &str| -> Result<Result<String, String>> {
+        let patch = format!(
+            r#"[{{"op": "add", "path": "/spec/tolerations/-", "value": {{"key": "{key}", "operator": "Equal", "value": "{value}", "effect": "NoSchedule"}}}}]"#
+        );
+        kubectl.run(
+            &[
+                "patch",
+                "pod",
+                pod.as_str(),
+                "-n",
+                "default",
+                "--type",
+                "json",
+                "-p",
+                &patch,
+            ],
+            Some(GROUP),
+            None,
+        )
+    };
+    let outcome = (|| -> Result<()> {
+        ensure!(
+            eventually(&|| Ok(add("other", "x")?.is_err()))?,
+            "the group could add a toleration other than its wave's"
+        );
+        let refused = add("other", "x")?.unwrap_err();
+        ensure!(
+            refused.contains("carpool-pod-patch"),
+            "refused, but not by the policy: {refused}"
+        );
+        add("carpool.sh/wave", "run-1-b0")?
+            .map_err(|e| anyhow::anyhow!("the provisioner's group could not hand a wave to a pod: {e}"))?;
+        let tolerations = kubectl
+            .run(
+                &[
+                    "get",
+                    "pod",
+                    pod.as_str(),
+                    "-n",
+                    "default",
+                    "-o",
+                    r#"jsonpath={range .spec.tolerations[*]}{.key}={.value}:{.effect}{"\n"}{end}"#,
+                ],
+                None,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        ensure!(
+            tolerations.lines().any(|l| l == "dedicated=web:NoSchedule")
+                && tolerations.lines().any(|l| l == "carpool.sh/wave=run-1-b0:NoSchedule"),
+            "after the hand-off, the pod tolerates {tolerations:?}"
+        );
+        let label = kubectl.run(
+            &[
+                "label",
+                "pod",
+                pod.as_str(),
+                "-n",
+                "default",
+                "app=batch",
+                "--overwrite",
+            ],
+            Some(GROUP),
+            None,
+        )?;
+        ensure!(label.is_err(), "the provisioner's group could relabel a pod");
+        Ok(())
+    })();
+    let _ = kubectl.run(
+        &["delete", "pod", pod.as_str(), "-n", "default", "--wait=false"],
+        None,
+        None,
+    );
     outcome
 }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail, ensure};
 use carpool::catalog::Catalog;
 use carpool::decide::unschedulable::Kind;
+use carpool::decide::wave::WAVE_TAINT;
 use carpool::fakes::FakeClock;
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use carpool::model::EC2NodeClass;
@@ -29,6 +30,7 @@ use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_provisioner::handler::App;
 use carpool_tests::harness::Config as HarnessConfig;
 use carpool_tests::pod_clock::PodClock;
+use carpool_tests::schedule_log::ReleaseLog;
 use carpool_tests::{Harness, Stack, exclusive, unique, wait};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -502,6 +504,7 @@ async fn fifty(scene: &Scene) -> Result<()> {
     scene.deployment("medium", 20, "500m", "1Gi").await?;
     scene.deployment("large", 10, "1", "2Gi").await?;
     scene.wait_unschedulable(50).await?;
+    let releases = ReleaseLog::start(scene.kube.clone(), WAVE_TAINT);
 
     let app = scene
         .app(scene.cloud().await?, TokioClock, Duration::from_secs(20))
@@ -524,6 +527,7 @@ async fn fifty(scene: &Scene) -> Result<()> {
     );
     print_wave(&report);
     let pods = scene.wait_running(50).await?;
+    print_schedule(scene, releases).await?;
     let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
     landing.print("fifty");
     landing.expect_as_planned(&report)?;
@@ -580,6 +584,10 @@ fn print_wave(report: &RunReport) {
         eprintln!("fitted to kube-scheduler: {:?}", first.fitting);
     }
     eprintln!(
+        "handed to their pods: {:?}",
+        report.handed.iter().map(|h| (&h.wave, h.pods)).collect::<Vec<_>>()
+    );
+    eprintln!(
         "released from their wave: {:?}",
         report
             .released
@@ -588,6 +596,58 @@ fn print_wave(report: &RunReport) {
             .map(|u| (&u.node, &u.why))
             .collect::<Vec<_>>()
     );
+}
+
+/// Prints, in time order, when each node of the wave lost its startup taint and where
+/// kube-scheduler bound each pod: the trace that tells a stranded pod's story.
+async fn print_schedule(scene: &Scene, releases: carpool_tests::schedule_log::ReleaseLog) -> Result<()> {
+    let released = releases.stop().await?;
+    let bound = carpool_tests::schedule_log::bindings(scene.kube.clone(), &scene.name).await?;
+    let types: HashMap<String, String> = Api::<Node>::all(scene.kube.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let t = n
+                .metadata
+                .labels
+                .as_ref()?
+                .get("node.kubernetes.io/instance-type")?
+                .clone();
+            Some((n.metadata.name?, t))
+        })
+        .collect();
+    let Some(start) = released.values().chain(bound.iter().map(|b| &b.at)).min().copied() else {
+        return Ok(());
+    };
+    let ms = |t: SystemTime| t.duration_since(start).map_or(0, |d| d.as_millis());
+    let mut lines: Vec<(SystemTime, String)> = released
+        .iter()
+        .map(|(n, t)| {
+            (
+                *t,
+                format!("released {n} ({})", types.get(n).map_or("?", String::as_str)),
+            )
+        })
+        .collect();
+    lines.extend(bound.iter().map(|b| {
+        let app = b.pod.split('-').next().unwrap_or("");
+        (
+            b.at,
+            format!(
+                "bound {app} {} -> {} ({})",
+                b.pod,
+                b.node,
+                types.get(&b.node).map_or("?", String::as_str)
+            ),
+        )
+    }));
+    lines.sort_by_key(|l| l.0);
+    for (t, line) in lines {
+        eprintln!("SCHEDULE +{}ms {line}", ms(t));
+    }
+    Ok(())
 }
 
 // The stress case: no spread to hold the scheduler to the plan, and the pods created
@@ -619,6 +679,7 @@ async fn mixed(scene: &Scene) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(1_100)).await;
     }
     scene.wait_unschedulable(PODS).await?;
+    let releases = ReleaseLog::start(scene.kube.clone(), WAVE_TAINT);
     let app = scene
         .app(scene.cloud().await?, TokioClock, Duration::from_secs(20))
         .await?;
@@ -627,6 +688,7 @@ async fn mixed(scene: &Scene) -> Result<()> {
     ensure!(first.pods_on_new_nodes == PODS, "{:?}", report.batches);
     print_wave(&report);
     let pods = scene.wait_running(PODS).await?;
+    print_schedule(scene, releases).await?;
     let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
     landing.print("mixed");
     landing.expect_as_planned(&report)?;

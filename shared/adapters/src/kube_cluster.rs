@@ -17,7 +17,9 @@ use carpool::model::pod::Pod;
 use carpool::model::{EC2NodeClass, NodePool};
 use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint, Toleration,
+};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
@@ -467,6 +469,36 @@ impl Cluster for KubeCluster {
                 self.change_taints(&name, |n| without_taint(n, taint)).await
             }
             other => other,
+        }
+    }
+
+    async fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> Result<(), ClusterError> {
+        let listed = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
+        if listed.contains(toleration) {
+            return Ok(());
+        }
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        // A merge patch replaces the list whole: the listed tolerations and the new one. No
+        // precondition on the version (the scheduler writes a pending pod's status often);
+        // the apiserver refuses an update that drops a toleration
+        // (`ValidateTolerationsInPodUpdate`), so a list that grew since is never shrunk.
+        let mut tolerations = listed;
+        tolerations.push(toleration.clone());
+        let patch = json!({"spec": {"tolerations": tolerations}});
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        self.sent();
+        match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 422 => Err(ClusterError::Conflict(format!(
+                "pod {namespace}/{name}: its tolerations changed since it was listed: {}",
+                s.message
+            ))),
+            Err(e) => Err(map_err(&format!("pod {namespace}/{name}"), e)),
         }
     }
 

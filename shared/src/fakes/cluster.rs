@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint, Toleration};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -556,6 +556,33 @@ impl Cluster for FakeCluster {
         if let Some(taints) = spec.taints.as_mut() {
             taints.retain(|t| !same_taint(t, taint));
         }
+        Ok(())
+    }
+
+    async fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> Result<(), ClusterError> {
+        let k = key(pod.metadata.namespace.as_ref(), pod.metadata.name.as_ref());
+        let mut state = self.enter(format!(
+            "tolerate {}/{} {}",
+            k.0,
+            k.1,
+            toleration.key.as_deref().unwrap_or("")
+        ))?;
+        let stored = state.pods.get_mut(&k).ok_or_else(|| ClusterError::NotFound {
+            what: format!("pod {}/{}", k.0, k.1),
+            source: None,
+        })?;
+        let listed = pod.spec.as_ref().and_then(|s| s.tolerations.as_ref());
+        let tolerations = &mut stored.spec.get_or_insert_default().tolerations;
+        if tolerations.as_ref().is_some_and(|t| t.contains(toleration)) {
+            return Ok(());
+        }
+        if tolerations.as_ref() != listed {
+            return Err(ClusterError::Conflict(format!(
+                "pod {}/{}: tolerations changed since listed",
+                k.0, k.1
+            )));
+        }
+        tolerations.get_or_insert_default().push(toleration.clone());
         Ok(())
     }
 

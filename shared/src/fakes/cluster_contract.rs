@@ -555,6 +555,39 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
 
     storage_reads(cluster, scene).await;
 
+    // A pending pod handed a wave: the toleration is added once, the others kept.
+    let wave = crate::decide::wave::wave_toleration(&format!("{ns}-w0"));
+    let listed = cluster.pending_pods().await.unwrap_or_default();
+    let pod = listed.iter().find(|p| p.metadata.namespace.as_deref() == Some(ns));
+    assert!(pod.is_some(), "the pending pod is listed: {listed:?}");
+    if let Some(pod) = pod {
+        let before = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
+        let r = cluster.tolerate(pod, &wave).await;
+        assert!(r.is_ok(), "tolerate: {r:?}");
+        let again = cluster.pending_pods().await.unwrap_or_default();
+        let after = again
+            .iter()
+            .find(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.tolerations.clone())
+            .unwrap_or_default();
+        let mut expected = before.clone();
+        expected.push(wave.clone());
+        assert_eq!(after, expected, "tolerate adds the toleration and keeps the others");
+        if let Some(tolerated) = again.iter().find(|p| p.metadata.namespace.as_deref() == Some(ns)) {
+            let r = cluster.tolerate(tolerated, &wave).await;
+            assert!(r.is_ok(), "tolerating again is a no-op: {r:?}");
+        }
+        let mut gone = pod.clone();
+        gone.metadata.name = Some("no-such-pod".into());
+        let r = cluster.tolerate(&gone, &wave).await;
+        assert!(not_found(&r), "tolerate of a missing pod: {r:?}");
+    }
+
     // Evictions.
     let r = cluster.evict(ns, "guarded-0").await;
     assert!(

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
@@ -107,6 +107,10 @@ impl<K: Cluster> Cluster for Crashing<'_, K> {
     async fn untaint(&self, node: &str, taint: &Taint) -> Result<(), ClusterError> {
         self.gate().await;
         self.inner.untaint(node, taint).await
+    }
+    async fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.tolerate(pod, toleration).await
     }
     async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
         self.gate().await;

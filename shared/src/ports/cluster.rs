@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
@@ -190,6 +190,10 @@ pub trait Cluster: Send + Sync {
         let taint = taint.clone();
         async move { self.untaint(&name, &taint).await }
     }
+    /// Adds `toleration` to a pod as listed, unless it has it (idempotent). Kubernetes
+    /// lets a pod's tolerations grow and never shrink, so the write cannot take one away:
+    /// a pod whose tolerations changed since it was listed refuses it, as a conflict.
+    fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Evicts a pod through the Eviction API.
     fn evict(&self, namespace: &str, pod: &str) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;
     /// Deletes a Node object; a missing node is success.

@@ -208,6 +208,8 @@ pub struct Provisioner<'a, C, K, S, T> {
     waves: std::collections::BTreeSet<String>,
     /// The wave each pod of this run's launches was planned into.
     wave_pods: HashMap<String, String>,
+    /// When each of this run's waves was handed to its pending pods.
+    handed: std::collections::BTreeMap<String, crate::ports::EpochMillis>,
     /// When each of this run's waves was seen released.
     released_at: HashMap<String, SystemTime>,
     recent_events: SharedRecentEvents,
@@ -231,6 +233,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             batches: 0,
             waves: std::collections::BTreeSet::new(),
             wave_pods: HashMap::new(),
+            handed: std::collections::BTreeMap::new(),
             released_at: HashMap::new(),
             recent_events: SharedRecentEvents::default(),
         }

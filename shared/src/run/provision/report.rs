@@ -148,6 +148,9 @@ pub struct RunReport {
     /// are in its reports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub released: Vec<crate::decide::wave::Untaint>,
+    /// Waves handed to their pending pods before their nodes were released.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handed: Vec<crate::decide::wave::Handed>,
     /// Steps that failed and that the watch went on past (a poll of pending pods, a
     /// housekeeping round, a batch), as `step: error` (the `TransientErrors` metric).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,7 +1,7 @@
-//! Releasing launch waves: the nodes [`crate::decide::wave::releases`] names lose the
-//! wave taint, all at once: one conditional write per node, as listed, all concurrent,
-//! so that kube-scheduler sees the wave's capacity within a few milliseconds and binds
-//! as few pods as can be to the first nodes released before it sees the rest.
+//! Releasing launch waves: a wave this run holds is first handed to its pending pods
+//! (each gets the wave's toleration, [`crate::decide::wave::hand_off`]), then the nodes
+//! [`crate::decide::wave::releases`] names lose the wave taint, all at once: one
+//! conditional write per node, as listed, all concurrent.
 //!
 //! Every housekeeping round releases what is due, whoever launched it, so a wave whose
 //! run crashed is released by the next run. While a run has waves of its own not yet
@@ -11,10 +11,14 @@
 use futures_util::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 
+use std::collections::BTreeMap;
+
 use super::Provisioner;
 use super::report::RunReport;
-use crate::decide::wave::{Untaint, releases, settled, wave_taint};
+use crate::decide::pod::pod_key;
+use crate::decide::wave::{Handed, Release, Untaint, hand_off, releases, settled, wave_taint, wave_toleration};
 use crate::error_chain::Chain;
+use crate::model::pod::Pod;
 use crate::ports::{Cloud, Cluster, ClusterError, EpochMillis, LaunchRecord, StateStore, Timer, epoch_millis};
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
@@ -28,6 +32,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         now: EpochMillis,
     ) -> (Vec<Untaint>, Vec<String>) {
         let due = releases(nodes, launches, now, self.settings.wave_grace);
+        self.untaint_all(nodes, due).await
+    }
+
+    /// Removes the wave taint from the nodes of `due`, all concurrent.
+    async fn untaint_all(&self, nodes: &[Node], due: Vec<Untaint>) -> (Vec<Untaint>, Vec<String>) {
         if due.is_empty() {
             return (due, Vec::new());
         }
@@ -83,7 +92,41 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             }
         };
         let now = epoch_millis(self.clock.now());
-        let (released, errors) = self.release(&nodes, &launches, now).await;
+        let due = releases(&nodes, &launches, now, self.settings.wave_grace);
+        // The pending pods, counted by the wave they were planned into, when a wave of
+        // this run is due for being Ready (to hand it, or to see its pods placed).
+        let ready_own = due
+            .iter()
+            .any(|u| self.waves.contains(&u.wave) && matches!(u.why, Release::AllReady | Release::Grace { .. }));
+        let pending: Vec<Pod> = if ready_own {
+            match self.cluster.pending_pods().await {
+                Ok(pods) => pods,
+                Err(e) => {
+                    tracing::warn!(error = %Chain(&e), "wave release: could not list pending pods");
+                    return;
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
+        for p in &pending {
+            if let Some(w) = self.wave_pods.get(&pod_key(p)) {
+                *waiting.entry(w.clone()).or_default() += 1;
+            }
+        }
+        let step = hand_off(due, &self.waves, &self.handed, &waiting, now);
+        for wave in step.hand {
+            let pods = self.hand(&wave, &pending).await;
+            tracing::info!(wave = %wave, pods, "launch wave handed to its pending pods");
+            report.handed.push(Handed {
+                wave: wave.clone(),
+                pods,
+                at: now,
+            });
+            self.handed.insert(wave, now);
+        }
+        let (released, errors) = self.untaint_all(&nodes, step.untaint).await;
         if errors.is_empty() {
             let mut nodes = nodes;
             for u in &released {
@@ -108,5 +151,26 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             }
         }
         report.released.extend(released);
+    }
+
+    /// Adds `wave`'s toleration to each of the `pending` pods this run planned into it,
+    /// all concurrent; returns how many took it. A pod that refuses it, or is gone, waits
+    /// for the taint to come off like any other.
+    async fn hand(&self, wave: &str, pending: &[Pod]) -> usize {
+        let toleration = wave_toleration(wave);
+        let calls = pending
+            .iter()
+            .filter(|p| self.wave_pods.get(&pod_key(p)).is_some_and(|w| w == wave))
+            .map(|p| {
+                let toleration = &toleration;
+                async move {
+                    let outcome = self.cluster.tolerate(p, toleration).await;
+                    if let Err(e) = &outcome {
+                        tracing::warn!(pod = %pod_key(p), wave = %wave, error = %Chain(e), "handing a wave to a pod");
+                    }
+                    outcome.is_ok()
+                }
+            });
+        join_all(calls).await.into_iter().filter(|ok| *ok).count()
     }
 }
