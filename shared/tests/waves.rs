@@ -217,6 +217,8 @@ struct Kubelets<'a> {
     catalog: &'a Catalog,
     cloud: &'a FakeCloud,
     cluster: &'a FakeCluster,
+    /// A pod kube-scheduler never binds (it finds no room it may use).
+    never_bound: Option<&'a str>,
 }
 
 impl Clock for Kubelets<'_> {
@@ -250,6 +252,9 @@ impl Timer for Kubelets<'_> {
         }
         let nodes = block_on(self.cluster.nodes()).unwrap();
         for mut pod in block_on(self.cluster.pending_pods()).unwrap() {
+            if pod.metadata.name.as_deref() == self.never_bound {
+                continue;
+            }
             let tolerations = pod
                 .spec
                 .as_ref()
@@ -283,6 +288,7 @@ fn a_ready_wave_is_handed_to_its_pending_pods_before_its_nodes_lose_the_taint() 
         catalog,
         cloud: &cloud,
         cluster: &cluster,
+        never_bound: None,
     };
     let settings = Settings {
         deployment: "carpool-test".into(),
@@ -326,4 +332,46 @@ fn a_ready_wave_is_handed_to_its_pending_pods_before_its_nodes_lose_the_taint() 
     }
     let nodes = block_on(cluster.nodes()).unwrap();
     assert!(nodes.iter().all(|n| wave_of(n).is_none()), "no node keeps the taint");
+}
+
+// A pod kube-scheduler leaves pending once its wave is handed and released (the hold ran
+// out) is planned again by the run that launched the wave, after the scheduler had its
+// chance (the batch maximum after the release), even though the watch was over: the
+// run stays open for it instead of leaving it to the next run a minute later.
+#[test]
+fn a_pod_its_wave_did_not_take_is_planned_again_by_the_same_run() {
+    let (cloud, cluster, store, clock) = world();
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let kubelets = Kubelets {
+        clock,
+        catalog,
+        cloud: &cloud,
+        cluster: &cluster,
+        never_bound: Some("web-3"),
+    };
+    let settings = Settings {
+        deployment: "carpool-test".into(),
+        watch: Duration::from_secs(5),
+        release_limit: Duration::from_secs(40),
+        ..Settings::default()
+    };
+    let mut run = Provisioner::new(&cloud, &cluster, &store, &kubelets, settings, "run-1");
+    let report = block_on(run.run(&region)).unwrap();
+    assert_eq!(report.handed.len(), 1, "{:?}", report.handed);
+    assert!(
+        !report.released.is_empty(),
+        "the hold ran out and the wave was released"
+    );
+    let again: Vec<_> = report.batches.iter().skip(1).collect();
+    assert!(
+        again.iter().any(|b| b.pods_seen == 1),
+        "a later batch of the same run re-checked the pod left pending: {:?}",
+        report.batches
+    );
+    assert!(
+        report.watched_ms > 15_000,
+        "the watch stayed open past its 5 s for the re-check: {} ms",
+        report.watched_ms
+    );
 }

@@ -245,7 +245,23 @@ impl Scene {
             if running == n {
                 Ok(pods)
             } else {
-                bail!("{running} of {} Running", pods.len())
+                // Which pods are not Running, where, and what kube-scheduler last said.
+                let stuck: Vec<String> = pods
+                    .iter()
+                    .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"))
+                    .map(|p| {
+                        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                        let said = p
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+                            .and_then(|c| c.message.clone())
+                            .unwrap_or_default();
+                        format!("{} on {node:?}: {said}", pod_key(p))
+                    })
+                    .collect();
+                bail!("{running} of {} Running; not Running: {stuck:?}", pods.len())
             }
         })
         .await
@@ -439,10 +455,11 @@ impl Landing {
     /// count and the cost are the plan's.
     ///
     /// `CARPOOL_E2E_STRICT=1` (the by-hand runs of issue 17) holds every run to that. By
-    /// default, as in CI, one node more is tolerated: a wave's nodes are released by one
-    /// PATCH each, and a kube-scheduler that binds the head of its queue to the first
-    /// node released, before it sees the others, can still strand one pod (seen in a few
-    /// runs of ten; see the closing note of issue 17). Today's design launched 2 or 3 more.
+    /// default, as in CI, one node more is tolerated: the wave is handed to its pods all
+    /// at once, but kube-scheduler still takes them in its backoff queue's order, which
+    /// the fit replays only in samples, and in about one run of ten of the 50-pod test it
+    /// strands a pod or two that the run then launches for (see the closing note of
+    /// issue 17). The design before waves launched 2 or 3 more in every run.
     fn expect_as_planned(&self, report: &RunReport) -> Result<()> {
         let strict = std::env::var("CARPOOL_E2E_STRICT").is_ok_and(|v| v == "1");
         let tolerated = usize::from(!strict);
@@ -526,8 +543,9 @@ async fn fifty(scene: &Scene) -> Result<()> {
             .collect::<Vec<_>>()
     );
     print_wave(&report);
-    let pods = scene.wait_running(50).await?;
+    let pods = scene.wait_running(50).await;
     print_schedule(scene, releases).await?;
+    let pods = pods?;
     let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
     landing.print("fifty");
     landing.expect_as_planned(&report)?;
@@ -687,8 +705,9 @@ async fn mixed(scene: &Scene) -> Result<()> {
     let first = report.batches.first().context("a batch")?;
     ensure!(first.pods_on_new_nodes == PODS, "{:?}", report.batches);
     print_wave(&report);
-    let pods = scene.wait_running(PODS).await?;
+    let pods = scene.wait_running(PODS).await;
     print_schedule(scene, releases).await?;
+    let pods = pods?;
     let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
     landing.print("mixed");
     landing.expect_as_planned(&report)?;

@@ -212,6 +212,9 @@ pub struct Provisioner<'a, C, K, S, T> {
     handed: std::collections::BTreeMap<String, crate::ports::EpochMillis>,
     /// When each of this run's waves was seen released.
     released_at: HashMap<String, SystemTime>,
+    /// Until when the watch stays open for the pods of a wave released while they were
+    /// still pending.
+    recheck_until: Option<SystemTime>,
     recent_events: SharedRecentEvents,
 }
 
@@ -235,6 +238,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             wave_pods: HashMap::new(),
             handed: std::collections::BTreeMap::new(),
             released_at: HashMap::new(),
+            recheck_until: None,
             recent_events: SharedRecentEvents::default(),
         }
     }
@@ -306,6 +310,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         let release_end = start + self.settings.release_limit.max(self.settings.watch);
         loop {
             let now = self.clock.now();
+            // A wave released while some of its pods were still pending keeps the watch
+            // open until they can be planned again (`wave_settled_for`), so the run that
+            // launched the wave provides for what kube-scheduler left over.
+            let deadline = self
+                .recheck_until
+                .map_or(deadline, |r| deadline.max(r.min(release_end)));
             if now >= deadline && !batcher.is_open() && !first {
                 // The watch is over; the run goes on only to release its own waves.
                 if self.waves.is_empty() || now >= release_end {

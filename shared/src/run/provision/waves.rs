@@ -126,6 +126,16 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             });
             self.handed.insert(wave, now);
         }
+        // A wave of this run released with pods still pending (the hold ran out): the watch
+        // stays open until they may be planned again, and a poll more.
+        if step
+            .untaint
+            .iter()
+            .any(|u| self.waves.contains(&u.wave) && waiting.get(&u.wave).is_some_and(|n| *n > 0))
+        {
+            let until = self.clock.now() + self.settings.batch_max + self.settings.poll * 2;
+            self.recheck_until = Some(self.recheck_until.map_or(until, |r| r.max(until)));
+        }
         let (released, errors) = self.untaint_all(&nodes, step.untaint).await;
         if errors.is_empty() {
             let mut nodes = nodes;
