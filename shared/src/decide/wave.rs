@@ -134,9 +134,10 @@ pub struct HandOff {
 }
 
 /// Splits the `due` releases: a wave of the run's `own` that is due for being Ready is
-/// handed to its pods first, when `pending` counts some of them; once handed (at the time in `handed`), its taint comes off
-/// when `pending` counts none of its pods or [`HAND_HOLD`] has passed. A wave past its
-/// deadline, a wave no record names and a wave of another run lose the taint at once.
+/// handed to its pods first, when `pending` counts some of them; once handed (at the
+/// time in `handed`), its taint comes off when `pending` counts none of its pods or
+/// [`HAND_HOLD`] has passed. A wave past its deadline, a wave no record names and a wave
+/// of another run lose the taint at once.
 pub fn hand_off(
     due: Vec<Untaint>,
     own: &BTreeSet<String>,

@@ -8,10 +8,10 @@
 //! settled, its watch loop also releases at every poll, and the run goes on after its
 //! watch, up to [`super::Settings::release_limit`], until they are.
 
+use std::collections::BTreeMap;
+
 use futures_util::future::join_all;
 use k8s_openapi::api::core::v1::Node;
-
-use std::collections::BTreeMap;
 
 use super::Provisioner;
 use super::report::RunReport;
