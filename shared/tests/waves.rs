@@ -274,12 +274,13 @@ impl Timer for Kubelets<'_> {
     }
 }
 
-// Issue 17: removing the taint takes one write per node, and kube-scheduler binds the
-// head of its queue to the first node it sees released. The run hands the wave to its
-// pods first: every pod planned into it gets the wave's toleration, all before any node
-// loses the taint, and the taint comes off once they are placed.
-#[test]
-fn a_ready_wave_is_handed_to_its_pending_pods_before_its_nodes_lose_the_taint() {
+/// One run over [`world`] with a 5-s watch and `release_limit`, the kubelets and the
+/// scheduler played by [`Kubelets`] (which never binds `never_bound`); its report and
+/// the cluster after it.
+fn run_with_kubelets(
+    never_bound: Option<&str>,
+    release_limit: Duration,
+) -> (carpool::run::provision::RunReport, FakeCluster) {
     let (cloud, cluster, store, clock) = world();
     let catalog = Catalog::embedded().unwrap();
     let region = catalog.region("us-east-1").unwrap();
@@ -288,16 +289,30 @@ fn a_ready_wave_is_handed_to_its_pending_pods_before_its_nodes_lose_the_taint() 
         catalog,
         cloud: &cloud,
         cluster: &cluster,
-        never_bound: None,
+        never_bound,
     };
     let settings = Settings {
         deployment: "carpool-test".into(),
         watch: Duration::from_secs(5),
-        release_limit: Duration::from_secs(30),
+        release_limit,
         ..Settings::default()
     };
     let mut run = Provisioner::new(&cloud, &cluster, &store, &kubelets, settings, "run-1");
     let report = block_on(run.run(&region)).unwrap();
+    (report, cluster)
+}
+
+// Issue 17: removing the taint takes one write per node, and kube-scheduler binds the
+// head of its queue to the first node it sees released. The run hands the wave to its
+// pods first: every pod planned into it gets the wave's toleration, all before any node
+// loses the taint, and the taint comes off once they are placed. A pod's own toleration
+// update requeues it (TaintToleration `isSchedulableAfterPodTolerationChange`,
+// pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go), and the filter
+// then passes every node of the wave (`Filter`, `FindMatchingUntoleratedTaint`), which
+// the played scheduler does with `untolerated`.
+#[test]
+fn a_ready_wave_is_handed_to_its_pending_pods_before_its_nodes_lose_the_taint() {
+    let (report, cluster) = run_with_kubelets(None, Duration::from_secs(30));
     let launched = report.launched().count();
     assert!(launched > 1, "{:?}", report.batches);
 
@@ -340,24 +355,7 @@ fn a_ready_wave_is_handed_to_its_pending_pods_before_its_nodes_lose_the_taint() 
 // run stays open for it instead of leaving it to the next run a minute later.
 #[test]
 fn a_pod_its_wave_did_not_take_is_planned_again_by_the_same_run() {
-    let (cloud, cluster, store, clock) = world();
-    let catalog = Catalog::embedded().unwrap();
-    let region = catalog.region("us-east-1").unwrap();
-    let kubelets = Kubelets {
-        clock,
-        catalog,
-        cloud: &cloud,
-        cluster: &cluster,
-        never_bound: Some("web-3"),
-    };
-    let settings = Settings {
-        deployment: "carpool-test".into(),
-        watch: Duration::from_secs(5),
-        release_limit: Duration::from_secs(40),
-        ..Settings::default()
-    };
-    let mut run = Provisioner::new(&cloud, &cluster, &store, &kubelets, settings, "run-1");
-    let report = block_on(run.run(&region)).unwrap();
+    let (report, _) = run_with_kubelets(Some("web-3"), Duration::from_secs(40));
     assert_eq!(report.handed.len(), 1, "{:?}", report.handed);
     assert!(
         !report.released.is_empty(),

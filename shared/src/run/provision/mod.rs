@@ -321,7 +321,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 if self.waves.is_empty() || now >= release_end {
                     break;
                 }
-                self.release_waves(report).await;
+                self.release_waves(report, None).await;
                 self.renew_if_due(lease).await?;
                 self.clock.sleep(self.settings.poll).await;
                 continue;
@@ -360,7 +360,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 .filter(|k| self.wave_settled_for(k, now))
                 .collect();
             batcher.observe(now, pending);
+            // The poll is what the wave release reads of the pending pods, unless a batch
+            // (seconds long) ran since.
+            let mut fresh = Some(&polled);
             if batcher.is_due(now) || (now >= deadline && batcher.is_open()) {
+                fresh = None;
                 let pods = batcher.take();
                 match self.batch(region).await {
                     Ok(batch) => {
@@ -382,7 +386,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 self.housekeep(region, report, &mut faults).await?;
             }
             if !self.waves.is_empty() {
-                self.release_waves(report).await;
+                self.release_waves(report, fresh.map(Vec::as_slice)).await;
             }
             self.renew_if_due(lease).await?;
             if self.clock.now() >= deadline && !batcher.is_open() && self.waves.is_empty() {

@@ -72,8 +72,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     }
 
     /// Lists the nodes and launches, releases what is due, and forgets this run's waves
-    /// that are settled. Errors are logged and retried at the next poll.
-    pub(crate) async fn release_waves(&mut self, report: &mut RunReport) {
+    /// that are settled. `polled`: the pending pods as the watch just listed them, read
+    /// instead of listing them again. Errors are logged and retried at the next poll.
+    pub(crate) async fn release_waves(&mut self, report: &mut RunReport, polled: Option<&[Pod]>) {
         let listed = async {
             let waves: Vec<String> = self.waves.iter().cloned().collect();
             let nodes = self
@@ -98,26 +99,30 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let ready_own = due
             .iter()
             .any(|u| self.waves.contains(&u.wave) && matches!(u.why, Release::AllReady | Release::Grace { .. }));
-        let pending: Vec<Pod> = if ready_own {
-            match self.cluster.pending_pods().await {
-                Ok(pods) => pods,
+        let listed_now: Vec<Pod>;
+        let pending: &[Pod] = match polled {
+            _ if !ready_own => &[],
+            Some(pods) => pods,
+            None => match self.cluster.pending_pods().await {
+                Ok(pods) => {
+                    listed_now = pods;
+                    &listed_now
+                }
                 Err(e) => {
                     tracing::warn!(error = %Chain(&e), "wave release: could not list pending pods");
                     return;
                 }
-            }
-        } else {
-            Vec::new()
+            },
         };
         let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
-        for p in &pending {
+        for p in pending {
             if let Some(w) = self.wave_pods.get(&pod_key(p)) {
                 *waiting.entry(w.clone()).or_default() += 1;
             }
         }
         let step = hand_off(due, &self.waves, &self.handed, &waiting, now);
         for wave in step.hand {
-            let pods = self.hand(&wave, &pending).await;
+            let pods = self.hand(&wave, pending).await;
             tracing::info!(wave = %wave, pods, "launch wave handed to its pending pods");
             report.handed.push(Handed {
                 wave: wave.clone(),
