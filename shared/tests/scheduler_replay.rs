@@ -4,7 +4,7 @@
 
 use carpool::catalog::{Catalog, RegionCatalog};
 use carpool::decide::checker::{NodeRef, Order, check, replay};
-use carpool::decide::scheduler_fit::fit;
+use carpool::decide::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
 use carpool::decide::{PlannedNode, ProvisioningPlan};
 use carpool::fixtures::{NodePoolBuilder, PodBuilder};
 use carpool::model::{CapacityType, Resources};
@@ -119,6 +119,23 @@ fn the_scheduler_spreads_the_first_pods_over_the_emptiest_node_and_strands_the_b
     );
 }
 
+// The same plan handed to its pods biggest first (decide/hand_tiers.rs): the big pod is
+// requeued alone and bound first, to the emptiest node that fits it
+// (`leastRequestedScore`), and the small ones fill what is left, in whatever order the
+// scheduler's queues give them back. No order of the small tier strands a pod.
+#[test]
+fn a_wave_handed_biggest_first_strands_no_pod_where_queue_order_does() {
+    let (s, p) = packed();
+    for seed in 1..=16 {
+        let r = replay(&s, &region(), &p, Order::Tiered(seed));
+        assert_eq!(r.stranded, vec![], "seed {seed}, bound: {:?}", r.bound);
+        assert_eq!(
+            r.bound[0].0, "default/big",
+            "seed {seed}: the big pod's tier goes first"
+        );
+    }
+}
+
 // queuesort/priority_sort.go `Less`: a higher priority goes first, whatever its age.
 #[test]
 fn a_higher_priority_pod_is_bound_first_and_finds_its_room() {
@@ -152,7 +169,7 @@ fn fit_provides_for_the_stranded_pod_by_the_cheaper_fix_until_no_order_strands_a
         };
         price("m5.2xlarge") - price("m5.xlarge")
     };
-    let (fitted, fitting) = fit(&s, &region, p);
+    let (fitted, fitting) = fit(&s, &region, p, &WHOLE_ORDERS);
     assert_eq!(fitting.stranded, Vec::<String>::new(), "{fitting:?}");
     assert!(!fitting.grown.is_empty() || !fitting.added.is_empty(), "{fitting:?}");
     assert!(
@@ -187,7 +204,7 @@ fn fit_grows_a_node_to_its_cheapest_big_enough_alternative() {
     ];
     items.extend(s.pods.iter().map(|p| serde_json::to_value(p).unwrap()));
     let s = snapshot(&items);
-    let (fitted, fitting) = fit(&s, &region(), p);
+    let (fitted, fitting) = fit(&s, &region(), p, &WHOLE_ORDERS);
     assert_eq!(fitting.stranded, Vec::<String>::new(), "{fitting:?}");
     assert_eq!(
         fitting.grown.iter().map(|g| (g.0, g.2.as_str())).collect::<Vec<_>>(),
@@ -211,7 +228,7 @@ fn a_nodepool_with_limits_is_not_grown_past_its_plan() {
     ];
     items.extend(s.pods.iter().map(|p| serde_json::to_value(p).unwrap()));
     let s = snapshot(&items);
-    let (fitted, fitting) = fit(&s, &region(), p.clone());
+    let (fitted, fitting) = fit(&s, &region(), p.clone(), &WHOLE_ORDERS);
     assert_eq!(fitted, p);
     assert_eq!(fitting.stranded, ["default/big"], "{fitting:?}");
 }
@@ -226,7 +243,20 @@ fn a_plan_the_scheduler_cannot_strand_is_not_changed() {
     ];
     let s = snapshot(&items);
     let p = plan(vec![node("c5.large", &["c5.xlarge"], &["a1", "a2"])]);
-    let (fitted, fitting) = fit(&s, &region(), p.clone());
-    assert_eq!(fitted, p);
-    assert!(fitting.grown.is_empty() && fitting.stranded.is_empty(), "{fitting:?}");
+    for orders in [&HANDED_ORDERS, &WHOLE_ORDERS] {
+        let (fitted, fitting) = fit(&s, &region(), p.clone(), orders);
+        assert_eq!(fitted, p);
+        assert!(fitting.grown.is_empty() && fitting.stranded.is_empty(), "{fitting:?}");
+    }
+}
+
+// The packed plan that queue order strands (above) costs nothing more when its wave is
+// handed to its pods biggest first: the big pod is bound before the small ones can cut
+// its room up, whatever order the small tier comes back in, so the fit grows nothing.
+#[test]
+fn a_plan_handed_biggest_first_is_fitted_without_growing_a_node() {
+    let (s, p) = packed();
+    let (fitted, fitting) = fit(&s, &region(), p.clone(), &HANDED_ORDERS);
+    assert_eq!(fitted, p, "{fitting:?}");
+    assert!(fitting.stranded.is_empty() && fitting.cost_added == 0.0, "{fitting:?}");
 }

@@ -90,19 +90,75 @@ pub struct Binding {
 
 /// The pods of `namespace` that kube-scheduler bound, in the order it bound them.
 pub async fn bindings(kube: kube::Client, namespace: &str) -> Result<Vec<Binding>> {
+    let events = scheduler_events(kube, namespace, "Scheduled").await?;
+    Ok(events
+        .into_iter()
+        .filter_map(|e| {
+            // "Successfully assigned <ns>/<pod> to <node>"
+            let node = e.message.rsplit(" to ").next()?.to_string();
+            Some(Binding {
+                at: e.at,
+                pod: e.pod,
+                node,
+            })
+        })
+        .collect())
+}
+
+/// A pod kube-scheduler last failed to place.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// When it last said so (an event repeated is kept once, with a series).
+    pub at: SystemTime,
+    /// The pod's name.
+    pub pod: String,
+    /// What it said: how many nodes, and why each was refused.
+    pub message: String,
+}
+
+/// The last time kube-scheduler failed to place each pod of `namespace`, in time order.
+pub async fn failures(kube: kube::Client, namespace: &str) -> Result<Vec<Failure>> {
+    let events = scheduler_events(kube, namespace, "FailedScheduling").await?;
+    Ok(events
+        .into_iter()
+        .map(|e| Failure {
+            at: e.at,
+            pod: e.pod,
+            message: e.message,
+        })
+        .collect())
+}
+
+struct PodEvent {
+    at: SystemTime,
+    pod: String,
+    message: String,
+}
+
+/// The events of `reason` on the pods of `namespace`, by when each was last observed.
+async fn scheduler_events(kube: kube::Client, namespace: &str, reason: &str) -> Result<Vec<PodEvent>> {
     let api: Api<Event> = Api::namespaced(kube, namespace);
-    let events = api.list(&ListParams::default().fields("reason=Scheduled")).await?;
-    let mut out: Vec<Binding> = events
+    let events = api
+        .list(&ListParams::default().fields(&format!("reason={reason}")))
+        .await
+        .with_context(|| format!("listing {reason} events"))?;
+    let mut out: Vec<PodEvent> = events
         .items
         .into_iter()
         .filter_map(|e| {
-            let at = e.event_time.as_ref().map(|t| SystemTime::from(t.0))?;
-            let pod = e.involved_object.name.clone()?;
-            // "Successfully assigned <ns>/<pod> to <node>"
-            let node = e.message.as_deref()?.rsplit(" to ").next()?.to_string();
-            Some(Binding { at, pod, node })
+            let last = e
+                .series
+                .as_ref()
+                .and_then(|s| s.last_observed_time.as_ref())
+                .map(|t| t.0);
+            let at = SystemTime::from(last.or_else(|| e.event_time.as_ref().map(|t| t.0))?);
+            Some(PodEvent {
+                at,
+                pod: e.involved_object.name.clone()?,
+                message: e.message.clone()?,
+            })
         })
         .collect();
-    out.sort_by_key(|b| b.at);
+    out.sort_by_key(|e| e.at);
     Ok(out)
 }

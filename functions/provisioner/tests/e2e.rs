@@ -544,7 +544,7 @@ async fn fifty(scene: &Scene) -> Result<()> {
     );
     print_wave(&report);
     let pods = scene.wait_running(50).await;
-    print_schedule(scene, releases).await?;
+    print_schedule(scene, releases, &report).await?;
     let pods = pods?;
     let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
     landing.print("fifty");
@@ -600,10 +600,18 @@ async fn fifty(scene: &Scene) -> Result<()> {
 fn print_wave(report: &RunReport) {
     if let Some(first) = report.batches.first() {
         eprintln!("fitted to kube-scheduler: {:?}", first.fitting);
+        eprintln!(
+            "first batch: snapshot {} ms, plan {} ms, launch {} ms",
+            first.snapshot_ms, first.plan_ms, first.launch_ms
+        );
     }
     eprintln!(
         "handed to their pods: {:?}",
-        report.handed.iter().map(|h| (&h.wave, h.pods)).collect::<Vec<_>>()
+        report
+            .handed
+            .iter()
+            .map(|h| (&h.wave, h.tier, h.pods))
+            .collect::<Vec<_>>()
     );
     eprintln!(
         "released from their wave: {:?}",
@@ -618,7 +626,11 @@ fn print_wave(report: &RunReport) {
 
 /// Prints, in time order, when each node of the wave lost its startup taint and where
 /// kube-scheduler bound each pod: the trace that tells a stranded pod's story.
-async fn print_schedule(scene: &Scene, releases: carpool_tests::schedule_log::ReleaseLog) -> Result<()> {
+async fn print_schedule(
+    scene: &Scene,
+    releases: carpool_tests::schedule_log::ReleaseLog,
+    report: &RunReport,
+) -> Result<()> {
     let released = releases.stop().await?;
     let bound = carpool_tests::schedule_log::bindings(scene.kube.clone(), &scene.name).await?;
     let types: HashMap<String, String> = Api::<Node>::all(scene.kube.clone())
@@ -636,7 +648,16 @@ async fn print_schedule(scene: &Scene, releases: carpool_tests::schedule_log::Re
             Some((n.metadata.name?, t))
         })
         .collect();
-    let Some(start) = released.values().chain(bound.iter().map(|b| &b.at)).min().copied() else {
+    // From the first hand-off, or else the first release or binding.
+    let handed = report
+        .handed
+        .iter()
+        .map(|h| SystemTime::UNIX_EPOCH + Duration::from_millis(h.at.unsigned_abs()));
+    let Some(start) = handed
+        .chain(released.values().copied())
+        .chain(bound.iter().map(|b| b.at))
+        .min()
+    else {
         return Ok(());
     };
     let ms = |t: SystemTime| t.duration_since(start).map_or(0, |d| d.as_millis());
@@ -649,6 +670,12 @@ async fn print_schedule(scene: &Scene, releases: carpool_tests::schedule_log::Re
             )
         })
         .collect();
+    lines.extend(report.handed.iter().map(|h| {
+        (
+            SystemTime::UNIX_EPOCH + Duration::from_millis(h.at.unsigned_abs()),
+            format!("handed tier {} of {} to {} pods", h.tier, h.wave, h.pods),
+        )
+    }));
     lines.extend(bound.iter().map(|b| {
         let app = b.pod.split('-').next().unwrap_or("");
         (
@@ -660,6 +687,12 @@ async fn print_schedule(scene: &Scene, releases: carpool_tests::schedule_log::Re
                 types.get(&b.node).map_or("?", String::as_str)
             ),
         )
+    }));
+    let failed = carpool_tests::schedule_log::failures(scene.kube.clone(), &scene.name).await?;
+    lines.extend(failed.iter().filter(|f| f.at >= start).map(|f| {
+        let app = f.pod.split('-').next().unwrap_or("");
+        let said: String = f.message.chars().take(240).collect();
+        (f.at, format!("failed {app} {}: {said}", f.pod))
     }));
     lines.sort_by_key(|l| l.0);
     for (t, line) in lines {
@@ -706,7 +739,7 @@ async fn mixed(scene: &Scene) -> Result<()> {
     ensure!(first.pods_on_new_nodes == PODS, "{:?}", report.batches);
     print_wave(&report);
     let pods = scene.wait_running(PODS).await;
-    print_schedule(scene, releases).await?;
+    print_schedule(scene, releases, &report).await?;
     let pods = pods?;
     let landing = Landing::read(scene, &report, &pods, &clock.stop().await?).await?;
     landing.print("mixed");

@@ -40,6 +40,7 @@ pub mod checker;
 pub mod daemonsets;
 pub mod disruption;
 pub mod drain;
+pub mod hand_tiers;
 pub mod housekeeping;
 pub mod in_flight;
 pub mod interruption;

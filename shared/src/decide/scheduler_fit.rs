@@ -1,8 +1,8 @@
 //! A plan made to fit kube-scheduler's own choices.
 //!
 //! The planner packs each pod onto the node it chose; kube-scheduler then binds the pods
-//! its own way, by its queue order and its least-allocated scoring, once the launch wave
-//! is released. [`fit`] replays that ([`super::checker::replay`]) and, while the replay
+//! its own way, in the order the launch wave is handed to them (the biggest first,
+//! [`super::hand_tiers`]) and by its least-allocated scoring. [`fit`] replays that ([`super::checker::replay`]) and, while the replay
 //! strands a pod, grows one new node to the cheapest of its alternatives that takes the
 //! pod where the scheduler would leave it room (the upgrade that costs least among the
 //! nodes that accept the pod but for room), then replays again. A pod that no upgrade
@@ -25,10 +25,26 @@ use crate::snapshot::Snapshot;
 /// Rounds per plan at most: each fixes one stranded pod.
 pub const MAX_ROUNDS: usize = 16;
 
-/// The orders each round replays: the scheduler's queue order and eight shuffles of it,
-/// with ties between nodes broken at random (see [`Order::Shuffled`]); a pod stranded in
-/// any of them is fixed.
-pub const ORDERS: [Order; 9] = [
+/// The orders each round replays when the plan's waves are handed to their pods
+/// ([`crate::decide::wave::hand_off`]): tier by tier, the biggest first, shuffled within
+/// each tier, with ties between nodes broken at random (see [`Order::Tiered`]); a pod
+/// stranded in any of them is fixed.
+pub const HANDED_ORDERS: [Order; 9] = [
+    Order::Tiered(1),
+    Order::Tiered(2),
+    Order::Tiered(3),
+    Order::Tiered(4),
+    Order::Tiered(5),
+    Order::Tiered(6),
+    Order::Tiered(7),
+    Order::Tiered(8),
+    Order::Tiered(9),
+];
+
+/// The orders each round replays when the plan's nodes reach kube-scheduler without
+/// a hand-off (launch waves turned off): its queue order and eight shuffles of it (see
+/// [`Order::Shuffled`]).
+pub const WHOLE_ORDERS: [Order; 9] = [
     Order::Queue,
     Order::Shuffled(1),
     Order::Shuffled(2),
@@ -169,9 +185,15 @@ fn stranded_in(
     all
 }
 
-/// `plan`, grown until kube-scheduler's replay strands none of its pods, or no upgrade
-/// helps, or [`MAX_ROUNDS`]; and what changed.
-pub fn fit(snapshot: &Snapshot, region: &RegionCatalog<'_>, mut plan: ProvisioningPlan) -> (ProvisioningPlan, Fitting) {
+/// `plan`, grown until kube-scheduler's replay in `orders` ([`HANDED_ORDERS`] or
+/// [`WHOLE_ORDERS`]) strands none of its pods, or no upgrade helps, or [`MAX_ROUNDS`];
+/// and what changed.
+pub fn fit(
+    snapshot: &Snapshot,
+    region: &RegionCatalog<'_>,
+    mut plan: ProvisioningPlan,
+    orders: &[Order],
+) -> (ProvisioningPlan, Fitting) {
     let mut fitting = Fitting::default();
     if plan.nodes.is_empty() {
         return (plan, fitting);
@@ -188,7 +210,11 @@ pub fn fit(snapshot: &Snapshot, region: &RegionCatalog<'_>, mut plan: Provisioni
         fitting.skipped = true;
         return (plan, fitting);
     }
-    let orders: &[Order] = if checks > SHUFFLE_BUDGET { &ORDERS[..1] } else { &ORDERS };
+    let orders: &[Order] = if checks > SHUFFLE_BUDGET {
+        &orders[..orders.len().min(1)]
+    } else {
+        orders
+    };
     let mut own_nodes: HashMap<String, Option<PlannedNode>> = HashMap::new();
     let mut added_for: HashSet<String> = HashSet::new();
     let mut stranded = stranded_in(snapshot, region, &plan, orders);
@@ -244,6 +270,10 @@ pub fn fit(snapshot: &Snapshot, region: &RegionCatalog<'_>, mut plan: Provisioni
                 .is_none_or(|b| (distinct, adds, added) < (b.0, matches!(b.3, Fix::Add(_)), b.1))
             {
                 best = Some((distinct, added, pod, fix, next, left));
+            }
+            // A growth that strands nothing: the candidates after it cost as much or more.
+            if distinct == 0 && !adds {
+                break;
             }
         }
         let Some((_, added, pod, fix, next, left)) = best else {

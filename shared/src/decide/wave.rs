@@ -23,8 +23,10 @@
 //! A wave the run that launched it still holds is first **handed to its pods**
 //! ([`hand_off`]): each pod planned into the wave that is still pending gets the
 //! toleration [`wave_toleration`], and kube-scheduler places it at once among all the
-//! wave's nodes, which it may now use though they are still tainted. The taint comes off
-//! once none of those pods is pending, or [`HAND_HOLD`] after the hand-off.
+//! wave's nodes, which it may now use though they are still tainted. The pods are handed
+//! in tiers, the biggest first ([`super::hand_tiers`]), so that the scheduler's spreading
+//! of the small ones cannot cut up the room the plan kept for a big one. The taint comes
+//! off once none of those pods is pending, or [`HAND_HOLD`] after the last tier.
 //!
 //! Why by pod and not by node: removing the taint takes one write per node, and
 //! kube-scheduler binds the head of its queue to the first node it sees released, before
@@ -47,6 +49,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use serde::{Deserialize, Serialize};
 
+use super::hand_tiers::TIER_HOLD;
+use super::in_flight::EPHEMERAL_TAINTS;
 use crate::model::node::instance_id_from_provider_id;
 use crate::ports::{EpochMillis, LaunchRecord, LaunchState};
 
@@ -107,45 +111,68 @@ pub fn wave_toleration(wave: &str) -> Toleration {
     }
 }
 
-/// How long a wave handed to its pods keeps its taint while some of them are still
-/// pending: kube-scheduler places a requeued pod within milliseconds, so this only bounds
-/// a pod it cannot place; the wave's room then goes to any pod.
+/// How long a wave keeps its taint once its last tier is handed while some of its pods
+/// are still pending: kube-scheduler places a requeued pod within milliseconds, so this
+/// only bounds a pod it cannot place; the wave's room then goes to any pod.
 pub const HAND_HOLD: Duration = Duration::from_secs(5);
 
-/// A wave handed to its pods.
+/// One tier of a wave handed to its pods.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Handed {
     /// The wave.
     pub wave: String,
+    /// The tier ([`super::hand_tiers`]): 0 for the biggest pods.
+    #[serde(default)]
+    pub tier: usize,
     /// Its pods that were pending and now tolerate it.
     pub pods: usize,
     /// When.
     pub at: EpochMillis,
 }
 
+/// How far a wave has been handed: its last tier handed, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handing {
+    /// The tier.
+    pub tier: usize,
+    /// When it was handed.
+    pub at: EpochMillis,
+}
+
+/// The pending pods of each wave, counted by their tier ([`super::hand_tiers::tiers`]).
+pub type Waiting = BTreeMap<String, BTreeMap<usize, usize>>;
+
 /// What to do with the due releases ([`releases`]) of a run that holds some waves.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HandOff {
-    /// The waves to hand to their pending pods now (the run's own, released for
-    /// [`Release::AllReady`] or [`Release::Grace`], not handed yet).
-    pub hand: Vec<String>,
+    /// The waves to hand to their pending pods now, each with the tier handed (the
+    /// run's own waves, released for [`Release::AllReady`] or [`Release::Grace`]).
+    pub hand: Vec<(String, usize)>,
     /// The nodes whose taint comes off now.
     pub untaint: Vec<Untaint>,
 }
 
-/// Splits the `due` releases: a wave of the run's `own` that is due for being Ready is
-/// handed to its pods first, when `pending` counts some of them; once handed (at the
-/// time in `handed`), its taint comes off when `pending` counts none of its pods or
-/// [`HAND_HOLD`] has passed. A wave past its deadline, a wave no record names and a wave
-/// of another run lose the taint at once.
+/// Splits the `due` releases. A wave of the run's `own` that is due for being Ready is
+/// handed to its pods first, tier by tier (the biggest first, [`super::hand_tiers`]),
+/// while `pending` counts some of them:
+///
+/// - not handed yet: its first tier with pods pending is handed;
+/// - handed up to a tier (`handed`): the next tier with pods pending is handed once no
+///   pod of that tier or an earlier one is pending, or [`TIER_HOLD`] after it;
+/// - every tier with pods pending handed: its taint comes off once none is pending, or
+///   [`HAND_HOLD`] after the last tier.
+///
+/// A wave past its deadline, a wave no record names and a wave of another run lose the
+/// taint at once.
 pub fn hand_off(
     due: Vec<Untaint>,
     own: &BTreeSet<String>,
-    handed: &BTreeMap<String, EpochMillis>,
-    pending: &BTreeMap<String, usize>,
+    handed: &BTreeMap<String, Handing>,
+    pending: &Waiting,
     now: EpochMillis,
 ) -> HandOff {
-    let hold = i64::try_from(HAND_HOLD.as_millis()).unwrap_or(i64::MAX);
+    let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let empty = BTreeMap::new();
     let mut out = HandOff::default();
     for u in due {
         let ready = matches!(u.why, Release::AllReady | Release::Grace { .. });
@@ -153,20 +180,35 @@ pub fn hand_off(
             out.untaint.push(u);
             continue;
         }
-        let waiting = pending.get(&u.wave).copied().unwrap_or(0);
-        match handed.get(&u.wave) {
+        let tiers: Vec<usize> = pending
+            .get(&u.wave)
+            .unwrap_or(&empty)
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(t, _)| *t)
+            .collect();
+        let next = match handed.get(&u.wave) {
             // Nothing of it left pending: nothing to hand.
-            None if waiting == 0 => out.untaint.push(u),
-            None => {
-                if !out.hand.contains(&u.wave) {
-                    out.hand.push(u.wave.clone());
+            _ if tiers.is_empty() => None,
+            None => tiers.first().copied(),
+            Some(h) => {
+                let later = tiers.iter().copied().find(|t| *t > h.tier);
+                let placed = tiers.iter().all(|t| *t > h.tier);
+                match later {
+                    Some(t) if placed || now >= h.at.saturating_add(millis(TIER_HOLD)) => Some(t),
+                    Some(_) => continue,
+                    None if now >= h.at.saturating_add(millis(HAND_HOLD)) => None,
+                    None => continue,
                 }
             }
-            Some(&at) => {
-                if waiting == 0 || now >= at.saturating_add(hold) {
-                    out.untaint.push(u);
+        };
+        match next {
+            Some(t) => {
+                if !out.hand.iter().any(|(w, _)| *w == u.wave) {
+                    out.hand.push((u.wave.clone(), t));
                 }
             }
+            None => out.untaint.push(u),
         }
     }
     out
@@ -216,8 +258,22 @@ pub struct Untaint {
 }
 
 /// When a Ready node became Ready (its condition's `lastTransitionTime`), `None` when it
-/// is not Ready.
+/// is not Ready, or still carries a taint Kubernetes puts on a starting node.
+///
+/// The node lifecycle controller removes `node.kubernetes.io/not-ready` only once it sees
+/// the Ready condition (`doNoScheduleTaintingPass`,
+/// `pkg/controller/nodelifecycle/node_lifecycle_controller.go`), some milliseconds after
+/// it. A wave handed meanwhile is used by kube-scheduler without that node (measured on
+/// the stress e2e: six 3-CPU pods on two of the three big nodes, and four pods left with
+/// no room), so such a node is not Ready for its wave yet.
 fn ready_since(node: &Node) -> Option<EpochMillis> {
+    let starting = node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
+        ts.iter()
+            .any(|t| t.key != WAVE_TAINT && EPHEMERAL_TAINTS.contains(&t.key.as_str()))
+    });
+    if starting {
+        return None;
+    }
     let c = node
         .status
         .as_ref()?
@@ -339,26 +395,55 @@ mod tests {
         }
     }
 
+    fn waiting(wave: &str, tiers: &[(usize, usize)]) -> Waiting {
+        [(wave.to_string(), tiers.iter().copied().collect())].into()
+    }
+
+    fn handed(wave: &str, tier: usize, at: EpochMillis) -> BTreeMap<String, Handing> {
+        [(wave.to_string(), Handing { tier, at })].into()
+    }
+
     #[test]
-    fn a_ready_wave_of_the_run_is_handed_to_its_pods_before_any_node_loses_its_taint() {
+    fn a_ready_wave_of_the_run_is_handed_to_its_biggest_pods_before_any_node_loses_its_taint() {
         let own: BTreeSet<String> = ["w-b1".to_string()].into();
         let plan = hand_off(
             vec![due("a", "w-b1", Release::AllReady), due("b", "w-b1", Release::AllReady)],
             &own,
             &BTreeMap::new(),
-            &[("w-b1".to_string(), 3)].into(),
+            &waiting("w-b1", &[(0, 2), (2, 3)]),
             1_000,
         );
-        assert_eq!(plan.hand, vec!["w-b1".to_string()]);
+        assert_eq!(plan.hand, vec![("w-b1".to_string(), 0)]);
         assert!(plan.untaint.is_empty(), "{plan:?}");
     }
 
     #[test]
-    fn a_handed_wave_loses_its_taint_once_its_pods_are_placed_or_after_the_hold() {
+    fn the_next_tier_is_handed_once_the_previous_is_placed_or_after_the_tier_hold() {
         let own: BTreeSet<String> = ["w-b1".to_string()].into();
-        let handed: BTreeMap<String, EpochMillis> = [("w-b1".to_string(), 1_000)].into();
         let both = || vec![due("a", "w-b1", Release::AllReady), due("b", "w-b1", Release::AllReady)];
-        let waiting: BTreeMap<String, usize> = [("w-b1".to_string(), 1)].into();
+        let after_first = handed("w-b1", 0, 1_000);
+        // The big pods still pending: the small ones wait.
+        let waiting_big = waiting("w-b1", &[(0, 1), (1, 4)]);
+        assert_eq!(
+            hand_off(both(), &own, &after_first, &waiting_big, 1_500),
+            HandOff::default()
+        );
+        // The big pods placed: the next tier with pods pending.
+        let placed = hand_off(both(), &own, &after_first, &waiting("w-b1", &[(0, 0), (2, 4)]), 1_500);
+        assert_eq!(placed.hand, vec![("w-b1".to_string(), 2)]);
+        assert!(placed.untaint.is_empty());
+        // A big pod the scheduler does not place holds the others back only so long.
+        let hold = i64::try_from(TIER_HOLD.as_millis()).unwrap();
+        let late = hand_off(both(), &own, &after_first, &waiting_big, 1_000 + hold);
+        assert_eq!(late.hand, vec![("w-b1".to_string(), 1)]);
+    }
+
+    #[test]
+    fn a_wave_handed_to_every_tier_loses_its_taint_once_its_pods_are_placed_or_after_the_hold() {
+        let own: BTreeSet<String> = ["w-b1".to_string()].into();
+        let handed = handed("w-b1", 2, 1_000);
+        let both = || vec![due("a", "w-b1", Release::AllReady), due("b", "w-b1", Release::AllReady)];
+        let waiting = waiting("w-b1", &[(2, 1)]);
         assert_eq!(hand_off(both(), &own, &handed, &waiting, 2_000), HandOff::default());
         let placed = hand_off(both(), &own, &handed, &BTreeMap::new(), 2_000);
         assert_eq!(placed.untaint.len(), 2);
@@ -370,7 +455,8 @@ mod tests {
     #[test]
     fn a_wave_past_its_deadline_unknown_or_of_another_run_loses_its_taint_at_once() {
         let own: BTreeSet<String> = ["mine-b1".to_string()].into();
-        let waiting: BTreeMap<String, usize> = [("mine-b1".to_string(), 2), ("theirs-b1".to_string(), 2)].into();
+        let mut pending = waiting("mine-b1", &[(0, 2)]);
+        pending.extend(waiting("theirs-b1", &[(0, 2)]));
         let plan = hand_off(
             vec![
                 due("a", "mine-b1", Release::Deadline { release_by: 5 }),
@@ -379,7 +465,7 @@ mod tests {
             ],
             &own,
             &BTreeMap::new(),
-            &waiting,
+            &pending,
             10,
         );
         assert!(plan.hand.is_empty());

@@ -48,6 +48,7 @@ use super::violation::NodeRef;
 use super::volumes::PodVolumes;
 use super::{node_affinity, spread, tolerations};
 use crate::catalog::RegionCatalog;
+use crate::decide::hand_tiers;
 use crate::decide::plan::ProvisioningPlan;
 use crate::model::Resources;
 use crate::model::pod::Pod;
@@ -106,6 +107,10 @@ pub enum Order {
     /// pods come back from the scheduler's backoff queue by when each last failed, not
     /// by age; shuffles stand for that order, which no one can know beforehand.
     Shuffled(u64),
+    /// The order a wave is handed to its pods ([`crate::decide::hand_tiers`]): tier by
+    /// tier, the biggest first, the pods of each tier shuffled with this seed (they are
+    /// handed together, and requeued in no known order).
+    Tiered(u64),
 }
 
 /// xorshift64*: a deterministic random sequence, so that a plan's replay is a pure
@@ -132,23 +137,33 @@ fn queue_order<'a>(pods: &mut [(&'a str, &'a Pod)], order: Order) {
         let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond());
         (Reverse(priority(p)), created, *k)
     });
-    if let Order::Shuffled(seed) = order {
-        // Fisher-Yates within each run of equal priority.
-        let mut rng = Rng::new(seed);
-        let mut next = || rng.next();
-        let mut start = 0;
-        while start < pods.len() {
-            let p = priority(pods[start].1);
-            let end = pods[start..]
-                .iter()
-                .position(|(_, q)| priority(q) != p)
-                .map_or(pods.len(), |n| start + n);
-            for i in (start + 1..end).rev() {
-                let j = start + (next() % ((i - start + 1) as u64)) as usize;
-                pods.swap(i, j);
-            }
-            start = end;
+    // The pods are shuffled within each run of equal `groups`.
+    let (seed, groups): (u64, Vec<i64>) = match order {
+        Order::Queue => return,
+        // Within each run of equal priority.
+        Order::Shuffled(seed) => (seed, pods.iter().map(|(_, p)| i64::from(priority(p))).collect()),
+        // Within each tier.
+        Order::Tiered(seed) => {
+            let tiers = hand_tiers::tiers(pods.iter().copied());
+            let tier = |k: &str| tiers.get(k).map_or(i64::MAX, |&t| t as i64);
+            pods.sort_by_key(|(k, _)| tier(k));
+            (seed, pods.iter().map(|(k, _)| tier(k)).collect())
         }
+    };
+    // Fisher-Yates within each group.
+    let mut rng = Rng::new(seed);
+    let mut next = || rng.next();
+    let mut start = 0;
+    while start < pods.len() {
+        let end = groups[start..]
+            .iter()
+            .position(|g| *g != groups[start])
+            .map_or(pods.len(), |n| start + n);
+        for i in (start + 1..end).rev() {
+            let j = start + (next() % ((i - start + 1) as u64)) as usize;
+            pods.swap(i, j);
+        }
+        start = end;
     }
 }
 
@@ -309,7 +324,7 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
     // queue-order one takes the first.
     let mut ties = match order {
         Order::Queue => None,
-        Order::Shuffled(seed) => Some(Rng::new(seed ^ 0x5DEE_CE66)),
+        Order::Shuffled(seed) | Order::Tiered(seed) => Some(Rng::new(seed ^ 0x5DEE_CE66)),
     };
     let mut out = Replay::default();
     for (k, pod) in pods {

@@ -13,10 +13,11 @@ use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::ami_requirements::narrow_to_images;
 use crate::decide::backoff;
+use crate::decide::checker::Order;
 use crate::decide::in_flight::capacity_view;
 use crate::decide::nodepools;
 use crate::decide::reservation::keep_reserved;
-use crate::decide::scheduler_fit::fit;
+use crate::decide::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
 use crate::decide::subnet_zones::narrow_to_subnet_zones;
 use crate::decide::templates::Skipped;
 use crate::decide::unschedulable::Reason;
@@ -152,7 +153,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             // Grown where kube-scheduler's own placement would strand a pod.
             let plan = provisioning_plan(&view, &region);
             let plan = if self.settings.fit_to_scheduler {
-                let (plan, fitting) = fit(&view, &region, plan);
+                // Waves are handed to their pods biggest first; without waves, the nodes
+                // reach the scheduler one by one, in no order the plan knows.
+                let orders: &[Order] = if wave.is_some() { &HANDED_ORDERS } else { &WHOLE_ORDERS };
+                let (plan, fitting) = fit(&view, &region, plan, orders);
                 if fitting.skipped {
                     tracing::info!(
                         "plan not fitted to kube-scheduler's placement: the cluster is too large for a replay within the run's time"
@@ -205,6 +209,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 .await;
             report.launch_ms += elapsed_ms(launch_start, self.clock.now());
 
+            let tiers = crate::decide::hand_tiers::of_plan(&snapshot, &plan);
             let mut out_of_capacity = false;
             let mut failed: Vec<super::report::LaunchFailure> = Vec::new();
             for (node, outcome) in plan.nodes.iter().zip(outcomes) {
@@ -225,6 +230,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                             self.waves.insert(w.id.clone());
                             self.wave_pods
                                 .extend(node.pods.iter().map(|p| (p.clone(), w.id.clone())));
+                            self.hand_tiers.extend(
+                                node.pods
+                                    .iter()
+                                    .map(|p| (p.clone(), tiers.get(p).copied().unwrap_or(0))),
+                            );
                         }
                     }
                     LaunchOutcome::OutOfCapacity(offerings, failure) => {

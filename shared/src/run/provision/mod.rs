@@ -208,8 +208,11 @@ pub struct Provisioner<'a, C, K, S, T> {
     waves: std::collections::BTreeSet<String>,
     /// The wave each pod of this run's launches was planned into.
     wave_pods: HashMap<String, String>,
-    /// When each of this run's waves was handed to its pending pods.
-    handed: std::collections::BTreeMap<String, crate::ports::EpochMillis>,
+    /// The tier each pod of `wave_pods` is handed its wave in
+    /// ([`crate::decide::hand_tiers`]).
+    hand_tiers: HashMap<String, usize>,
+    /// How far each of this run's waves was handed to its pending pods.
+    handed: std::collections::BTreeMap<String, crate::decide::wave::Handing>,
     /// When each of this run's waves was seen released.
     released_at: HashMap<String, SystemTime>,
     /// Until when the watch stays open for the pods of a wave released while they were
@@ -236,6 +239,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             batches: 0,
             waves: std::collections::BTreeSet::new(),
             wave_pods: HashMap::new(),
+            hand_tiers: HashMap::new(),
             handed: std::collections::BTreeMap::new(),
             released_at: HashMap::new(),
             recheck_until: None,

@@ -1,5 +1,6 @@
-//! Releasing launch waves: a wave this run holds is first handed to its pending pods
-//! (each gets the wave's toleration, [`crate::decide::wave::hand_off`]), then the nodes
+//! Releasing launch waves: a wave this run holds is first handed to its pending pods,
+//! the biggest first (each gets the wave's toleration, tier by tier,
+//! [`crate::decide::wave::hand_off`]), then the nodes
 //! [`crate::decide::wave::releases`] names lose the wave taint, all at once: one
 //! conditional write per node, as listed, all concurrent.
 //!
@@ -8,15 +9,15 @@
 //! settled, its watch loop also releases at every poll, and the run goes on after its
 //! watch, up to [`super::Settings::release_limit`], until they are.
 
-use std::collections::BTreeMap;
-
 use futures_util::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 
 use super::Provisioner;
 use super::report::RunReport;
 use crate::decide::pod::pod_key;
-use crate::decide::wave::{Handed, Release, Untaint, hand_off, releases, settled, wave_taint, wave_toleration};
+use crate::decide::wave::{
+    Handed, Handing, Release, Untaint, Waiting, hand_off, releases, settled, wave_taint, wave_toleration,
+};
 use crate::error_chain::Chain;
 use crate::model::pod::Pod;
 use crate::ports::{Cloud, Cluster, ClusterError, EpochMillis, LaunchRecord, StateStore, Timer, epoch_millis};
@@ -114,29 +115,32 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 }
             },
         };
-        let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
+        let mut waiting = Waiting::new();
         for p in pending {
-            if let Some(w) = self.wave_pods.get(&pod_key(p)) {
-                *waiting.entry(w.clone()).or_default() += 1;
+            let key = pod_key(p);
+            if let Some(w) = self.wave_pods.get(&key) {
+                let tier = self.hand_tiers.get(&key).copied().unwrap_or(0);
+                *waiting.entry(w.clone()).or_default().entry(tier).or_default() += 1;
             }
         }
         let step = hand_off(due, &self.waves, &self.handed, &waiting, now);
-        for wave in step.hand {
-            let pods = self.hand(&wave, pending).await;
-            tracing::info!(wave = %wave, pods, "launch wave handed to its pending pods");
+        for (wave, tier) in step.hand {
+            let pods = self.hand(&wave, tier, pending).await;
+            tracing::info!(wave = %wave, tier, pods, "launch wave handed to its pending pods");
             report.handed.push(Handed {
                 wave: wave.clone(),
+                tier,
                 pods,
                 at: now,
             });
-            self.handed.insert(wave, now);
+            self.handed.insert(wave, Handing { tier, at: now });
         }
         // A wave of this run released with pods still pending (the hold ran out): the watch
         // stays open until they may be planned again, and a poll more.
         if step
             .untaint
             .iter()
-            .any(|u| self.waves.contains(&u.wave) && waiting.get(&u.wave).is_some_and(|n| *n > 0))
+            .any(|u| self.waves.contains(&u.wave) && waiting.get(&u.wave).is_some_and(|t| t.values().any(|n| *n > 0)))
         {
             let until = self.clock.now() + self.settings.batch_max + self.settings.poll * 2;
             self.recheck_until = Some(self.recheck_until.map_or(until, |r| r.max(until)));
@@ -168,14 +172,18 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         report.released.extend(released);
     }
 
-    /// Adds `wave`'s toleration to each of the `pending` pods this run planned into it,
-    /// all concurrent; returns how many took it. A pod that refuses it, or is gone, waits
-    /// for the taint to come off like any other.
-    async fn hand(&self, wave: &str, pending: &[Pod]) -> usize {
+    /// Adds `wave`'s toleration to each of the `pending` pods this run planned into it in
+    /// `tier`, all concurrent; returns how many took it. A pod that refuses it, or is
+    /// gone, waits for the taint to come off like any other.
+    async fn hand(&self, wave: &str, tier: usize, pending: &[Pod]) -> usize {
         let toleration = wave_toleration(wave);
         let calls = pending
             .iter()
-            .filter(|p| self.wave_pods.get(&pod_key(p)).is_some_and(|w| w == wave))
+            .filter(|p| {
+                let key = pod_key(p);
+                self.wave_pods.get(&key).is_some_and(|w| w == wave)
+                    && self.hand_tiers.get(&key).copied().unwrap_or(0) == tier
+            })
             .map(|p| {
                 let toleration = &toleration;
                 async move {
