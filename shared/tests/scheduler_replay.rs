@@ -136,6 +136,45 @@ fn a_wave_handed_biggest_first_strands_no_pod_where_queue_order_does() {
     }
 }
 
+// podtopologyspread/scoring.go (`Score`, `NormalizeScore`) with the system default
+// constraints (plugin.go `systemDefaultConstraints`: hostname maxSkew 3, zone maxSkew 5),
+// weight 2 in default_plugins.go `getDefaultPlugins`: the second pod of a ReplicaSet
+// goes to the node without its sibling, though least-allocated alone prefers the bigger
+// node that has it. A pod of no controller has no default spread, and follows the room.
+#[test]
+fn the_scheduler_spreads_a_replicasets_pods_over_nodes_and_a_lone_pod_follows_the_room() {
+    let placed = |owned: bool| {
+        let web = |name: &str, at: &str| {
+            let p = pod(name, "500m", at);
+            if owned {
+                p.owner("apps/v1", "ReplicaSet", "web-rs")
+            } else {
+                p
+            }
+        };
+        let items = [
+            pool(),
+            web("web1", "2026-12-01T10:00:00Z").build(),
+            web("web2", "2026-12-01T10:00:01Z").build(),
+        ];
+        let p = plan(vec![
+            node("m5.4xlarge", &[], &["web1"]),
+            node("m5.xlarge", &[], &["web2"]),
+        ]);
+        let r = replay(&snapshot(&items), &region(), &p, Order::Queue);
+        assert_eq!(r.stranded, vec![]);
+        r.bound
+            .iter()
+            .map(|(_, n)| match n {
+                NodeRef::New(n) => n.index,
+                NodeRef::Existing(_) => usize::MAX,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(placed(true), [0, 1], "siblings spread over the nodes");
+    assert_eq!(placed(false), [0, 0], "the emptiest node takes both");
+}
+
 // queuesort/priority_sort.go `Less`: a higher priority goes first, whatever its age.
 #[test]
 fn a_higher_priority_pod_is_bound_first_and_finds_its_room() {

@@ -56,6 +56,7 @@ pub mod replay;
 mod requests;
 mod selector;
 mod spread;
+mod spread_score;
 mod state;
 mod tolerations;
 mod violation;
@@ -63,7 +64,7 @@ mod volumes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-pub use replay::{Order, Replay, Stranded, Upgrade, replay};
+pub use replay::{Order, Replay, Stranded, Upgrade, replay, stranded_pods};
 pub use violation::{NewNode, NodeRef, TypeProblem, Violation};
 
 use self::daemonsets::{Daemon, overhead};

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::{HashMap, HashSet};
 
-use super::checker::{Order, Stranded, Upgrade, replay};
+use super::checker::{Order, Stranded, Upgrade, replay, stranded_pods};
 use super::plan::{PlannedNode, ProvisioningPlan};
 use super::pod::{is_provisionable, pod_key};
 use crate::catalog::RegionCatalog;
@@ -112,6 +112,9 @@ fn own_node(snapshot: &Snapshot, region: &RegionCatalog<'_>, pod: &str) -> Optio
 /// Fixes looked ahead at per round: the cheapest by the price they add.
 pub const LOOKAHEAD: usize = 8;
 
+/// Orders each fix looked ahead at is replayed in, of those the fit replays.
+pub const QUICK_ORDERS: usize = 3;
+
 /// The fixes for the stranded pods, cheapest first, by the price they add.
 fn fixes(
     snapshot: &Snapshot,
@@ -170,7 +173,8 @@ fn apply(plan: &mut ProvisioningPlan, pod: &str, fix: &Fix, added: f64) {
     plan.cost_per_hour += added;
 }
 
-/// The pods the replays in `orders` strand, each once, sorted.
+/// The pods the replays in `orders` strand, sorted, with the upgrades that would place
+/// them.
 fn stranded_in(
     snapshot: &Snapshot,
     region: &RegionCatalog<'_>,
@@ -183,6 +187,16 @@ fn stranded_in(
         .collect();
     all.sort_by(|a, b| a.pod.cmp(&b.pod));
     all
+}
+
+/// How many distinct pods the replays in `orders` strand (no upgrades worked out).
+fn count_stranded(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &ProvisioningPlan, orders: &[Order]) -> usize {
+    let pods: HashSet<String> = orders
+        .iter()
+        .flat_map(|&o| stranded_pods(snapshot, region, plan, o).stranded)
+        .map(|s| s.pod)
+        .collect();
+    pods.len()
 }
 
 /// `plan`, grown until kube-scheduler's replay in `orders` ([`HANDED_ORDERS`] or
@@ -215,7 +229,21 @@ pub fn fit(
     } else {
         orders
     };
+    let quick = &orders[..orders.len().min(QUICK_ORDERS)];
     let mut own_nodes: HashMap<String, Option<PlannedNode>> = HashMap::new();
+    let controllers: HashMap<String, String> = snapshot
+        .pods
+        .iter()
+        .filter_map(|p| {
+            let owner = p
+                .metadata
+                .owner_references
+                .as_ref()?
+                .iter()
+                .find(|o| o.controller == Some(true))?;
+            Some((pod_key(p), format!("{}/{}", owner.kind, owner.uid)))
+        })
+        .collect();
     let mut added_for: HashSet<String> = HashSet::new();
     let mut stranded = stranded_in(snapshot, region, &plan, orders);
     fitting.replays += orders.len();
@@ -230,55 +258,60 @@ pub fn fit(
             if added_for.contains(pod) {
                 return None;
             }
-            if let Some(known) = own_nodes.get(pod) {
-                return known.clone();
+            // Pods of one controller share their template, and so their own node.
+            let kin = controllers.get(pod).cloned().unwrap_or_else(|| pod.to_string());
+            let for_pod = |n: &Option<PlannedNode>| {
+                n.clone().map(|mut n| {
+                    n.pods = vec![pod.to_string()];
+                    n
+                })
+            };
+            if let Some(known) = own_nodes.get(&kin) {
+                return for_pod(known);
             }
             if spent.saturating_mul(checks) >= CHECK_BUDGET {
                 return None;
             }
             spent += 1;
-            own_nodes
-                .entry(pod.to_string())
-                .or_insert_with(|| own_node(snapshot, region, pod))
-                .clone()
+            for_pod(own_nodes.entry(kin).or_insert_with(|| own_node(snapshot, region, pod)))
         };
         let candidates = fixes(snapshot, &stranded, &plan, &mut own);
         fitting.replays = spent;
-        // Each of the cheapest fixes is tried, and the one that leaves the fewest pods
+        // Each of the cheapest fixes is tried (in the first [`QUICK_ORDERS`] orders; the
+        // one chosen is then replayed in all), and the one that leaves the fewest pods
         // stranded wins; on a tie, growing a node before adding one, then the cheaper.
         // The cheapest alone may only move the problem, and an added node is the least
         // predictable fix: empty, it scores best for the scheduler's next small pods
         // (measured on the stress e2e: with adds preferred when cheaper, 3 runs of 5
         // stranded a pod; growing, none of 10).
-        let mut best: Option<(usize, f64, String, Fix, ProvisioningPlan, Vec<Stranded>)> = None;
+        let mut best: Option<(usize, f64, String, Fix, ProvisioningPlan)> = None;
         for (pod, fix, added) in candidates.into_iter().take(LOOKAHEAD) {
             if fitting.replays.saturating_mul(checks) >= CHECK_BUDGET {
                 break;
             }
             let mut next = plan.clone();
             apply(&mut next, &pod, &fix, added);
-            let left = stranded_in(snapshot, region, &next, orders);
-            fitting.replays += orders.len();
-            let distinct = {
-                let mut pods: Vec<&str> = left.iter().map(|s| s.pod.as_str()).collect();
-                pods.dedup();
-                pods.len()
-            };
+            let distinct = count_stranded(snapshot, region, &next, quick);
+            fitting.replays += quick.len();
             let adds = matches!(fix, Fix::Add(_));
             if best
                 .as_ref()
                 .is_none_or(|b| (distinct, adds, added) < (b.0, matches!(b.3, Fix::Add(_)), b.1))
             {
-                best = Some((distinct, added, pod, fix, next, left));
+                best = Some((distinct, added, pod, fix, next));
             }
             // A growth that strands nothing: the candidates after it cost as much or more.
             if distinct == 0 && !adds {
                 break;
             }
         }
-        let Some((_, added, pod, fix, next, left)) = best else {
+        let Some((_, added, pod, fix, next)) = best else {
             break;
         };
+        // The pods the chosen plan strands in every order, with their upgrades, for the
+        // next round.
+        let left = stranded_in(snapshot, region, &next, orders);
+        fitting.replays += orders.len();
         match &fix {
             Fix::Grow(u) => fitting.grown.push((
                 u.node,

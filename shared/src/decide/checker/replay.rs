@@ -31,9 +31,11 @@
 //! `NoExecute` taints are tolerated, its node selector and required node affinity hold,
 //! its volumes allow it, and each `DoNotSchedule` spread keeps its skew (the domains
 //! are the nodes that exist then, the wave's included: kube-scheduler knows no node to
-//! come). Not replayed, so that the replay never strands a pod the scheduler would place:
-//! inter-pod affinity, host ports, and the spread and affinity *scores* (they matter for
-//! pods without resources to tell nodes apart).
+//! come). Scored as well: the spread score, the pod's soft spreads or the system
+//! defaults by its controller ([`super::spread_score`], weight 2), which spreads the pods
+//! of one Deployment over zones and nodes. Not replayed, so that the replay never strands
+//! a pod the scheduler would place: inter-pod affinity, host ports, and the affinity
+//! scores.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
@@ -46,12 +48,12 @@ use super::selector::{self, Labels};
 use super::state::{self, FinalState, Placed};
 use super::violation::NodeRef;
 use super::volumes::PodVolumes;
-use super::{node_affinity, spread, tolerations};
+use super::{node_affinity, spread, spread_score, tolerations};
 use crate::catalog::RegionCatalog;
 use crate::decide::hand_tiers;
 use crate::decide::plan::ProvisioningPlan;
-use crate::model::Resources;
 use crate::model::pod::Pod;
+use crate::model::{InstanceType, Resources};
 use crate::snapshot::Snapshot;
 
 /// What the scheduler counts for a container without a cpu request (millicores).
@@ -283,6 +285,22 @@ fn spread_views(pod: &Pod, state: &FinalState<'_>) -> Vec<SpreadView> {
 /// nodes and the plan's new ones, all up, and the pods the plan places; see the module
 /// doc.
 pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &ProvisioningPlan, order: Order) -> Replay {
+    replay_with(snapshot, region, plan, order, true)
+}
+
+/// [`replay`] without the upgrades of the pods it strands (left empty): which pods
+/// strand, at a fraction of the cost.
+pub fn stranded_pods(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &ProvisioningPlan, order: Order) -> Replay {
+    replay_with(snapshot, region, plan, order, false)
+}
+
+fn replay_with(
+    snapshot: &Snapshot,
+    region: &RegionCatalog<'_>,
+    plan: &ProvisioningPlan,
+    order: Order,
+    with_upgrades: bool,
+) -> Replay {
     let pools: Vec<Pool> = nodepools::pools(&snapshot.nodepools, &snapshot.nodeclasses, &snapshot.nodes);
     let daemons = Daemon::all(&snapshot.daemonsets);
     let planned: Vec<&str> = plan
@@ -327,6 +345,9 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
         Order::Shuffled(seed) | Order::Tiered(seed) => Some(Rng::new(seed ^ 0x5DEE_CE66)),
     };
     let mut out = Replay::default();
+    let mut types_by_name: Option<HashMap<&str, &InstanceType>> = None;
+    // Each new node's alternatives with their allocatable, worked out once per replay.
+    let mut shaped: HashMap<usize, Vec<(&InstanceType, Resources)>> = HashMap::new();
     for (k, pod) in pods {
         let Some(spec) = pod.spec.as_ref() else { continue };
         let Ok(mut requests) = pod_requests(spec) else { continue };
@@ -335,8 +356,7 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
         let tols = spec.tolerations.clone().unwrap_or_default();
         let volumes = PodVolumes::of(pod, snapshot);
         let spreads = spread_views(pod, &state);
-        let mut best: Option<(i64, usize)> = None;
-        let mut tied = 0u64;
+        let mut feasible: Vec<(usize, i64)> = Vec::new();
         let mut short_of_room = Vec::new();
         for (i, n) in state.nodes.iter().enumerate() {
             let admits = n.usable
@@ -358,7 +378,14 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
                 continue;
             }
             let used = scored[i];
-            let s = score((used.0 + cpu, used.1 + memory), &n.allocatable);
+            feasible.push((i, score((used.0 + cpu, used.1 + memory), &n.allocatable)));
+        }
+        let nodes: Vec<usize> = feasible.iter().map(|(i, _)| *i).collect();
+        let spread = spread_score::scores(pod, &state, &nodes);
+        let mut best: Option<(i64, usize)> = None;
+        let mut tied = 0u64;
+        for ((i, fit), spread) in feasible.into_iter().zip(spread) {
+            let s = fit + spread_score::WEIGHT * spread;
             match best {
                 Some((b, _)) if s < b => {}
                 Some((b, _)) if s == b => {
@@ -390,10 +417,21 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
                 out.bound.push((k.to_string(), state.nodes[i].name.clone()));
             }
             None => {
-                let upgrades = short_of_room
-                    .iter()
-                    .filter_map(|(index, pool, used)| upgrade(plan, region, &pools[*pool], *index, used, &requests))
-                    .collect();
+                let upgrades = if with_upgrades {
+                    let by_name = types_by_name
+                        .get_or_insert_with(|| region.types().iter().map(|t| (t.name.as_str(), *t)).collect());
+                    short_of_room
+                        .iter()
+                        .filter_map(|(index, pool, used)| {
+                            let alternatives = shaped
+                                .entry(*index)
+                                .or_insert_with(|| shaped_alternatives(plan, by_name, &pools[*pool], *index));
+                            upgrade(plan, region, alternatives, *index, used, &requests)
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 out.stranded.push(Stranded {
                     pod: k.to_string(),
                     requests,
@@ -411,7 +449,7 @@ pub fn replay(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisioni
 fn upgrade(
     plan: &ProvisioningPlan,
     region: &RegionCatalog<'_>,
-    pool: &Pool,
+    alternatives: &[(&InstanceType, Resources)],
     index: usize,
     used: &Resources,
     requests: &Resources,
@@ -420,11 +458,8 @@ fn upgrade(
     let need = used
         .plus(requests)
         .max(&pn.daemonset_overhead.plus(&pn.requests).plus(requests));
-    let fits: Vec<(&crate::model::InstanceType, Resources)> = pn
-        .instance_types
+    let fits: Vec<&(&InstanceType, Resources)> = alternatives
         .iter()
-        .filter_map(|name| region.types().iter().find(|t| &t.name == name).copied())
-        .map(|it| (it, pool.shaped(it).allocatable))
         .filter(|(_, allocatable)| need.fits_in(allocatable).is_ok())
         .collect();
     let (it, allocatable) = fits.first()?;
@@ -435,5 +470,22 @@ fn upgrade(
         alternatives: fits.iter().map(|(t, _)| t.name.clone()).collect(),
         price_per_hour: price,
         allocatable: allocatable.clone(),
+    })
+}
+
+/// The alternatives of the plan's new node `index`, in its order, with the allocatable
+/// `pool` gives each.
+fn shaped_alternatives<'t>(
+    plan: &ProvisioningPlan,
+    by_name: &HashMap<&str, &'t InstanceType>,
+    pool: &Pool,
+    index: usize,
+) -> Vec<(&'t InstanceType, Resources)> {
+    plan.nodes.get(index).map_or_else(Vec::new, |pn| {
+        pn.instance_types
+            .iter()
+            .filter_map(|name| by_name.get(name.as_str()).copied())
+            .map(|it| (it, pool.shaped(it).allocatable))
+            .collect()
     })
 }

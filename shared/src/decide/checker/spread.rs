@@ -56,11 +56,16 @@ pub(super) struct Constraint<'a> {
 
 /// The pod's `DoNotSchedule` spreads.
 pub(super) fn constraints(pod: &Pod) -> Vec<Constraint<'_>> {
+    constraints_when(pod, "DoNotSchedule")
+}
+
+/// The pod's spreads whose `whenUnsatisfiable` is `when`.
+pub(super) fn constraints_when<'a>(pod: &'a Pod, when: &str) -> Vec<Constraint<'a>> {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     pod.spec
         .iter()
         .flat_map(|s| s.topology_spread_constraints.iter().flatten())
-        .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
+        .filter(|c| c.when_unsatisfiable == when)
         .map(|c| {
             let selector = c.label_selector.clone().map(|mut s| {
                 let exprs = s.match_expressions.get_or_insert_with(Vec::new);
