@@ -15,8 +15,9 @@
 //! `byCPUAndMemoryDescending`, `pkg/controllers/provisioning/scheduling/queue.go`), and
 //! the next tier once none of the previous one is pending, or [`TIER_HOLD`] after it.
 //! Higher priority comes before size, as in kube-scheduler's own queue (`PrioritySort`).
-//! There are at most [`MAX_TIERS`] tiers, so the smallest pods wait at most three polls
-//! more; the pods of the smallest sizes share the last one. Within a tier of one size the
+//! There are at most [`MAX_TIERS`] tiers, the pods of the smallest sizes sharing the
+//! last: the smallest pods wait a poll for each tier before theirs (three at most), or
+//! [`TIER_HOLD`] for a tier the scheduler does not place at once. Within a tier of one size the
 //! scheduler's order no longer matters; a tier that mixes sizes can still cut up room
 //! (measured on the stress e2e with three tiers: its 500m pods and 100m pods handed
 //! together left a 500m pod without room).

@@ -2,11 +2,12 @@
 //!
 //! The planner packs each pod onto the node it chose; kube-scheduler then binds the pods
 //! its own way, in the order the launch wave is handed to them (the biggest first,
-//! [`super::hand_tiers`]) and by its least-allocated scoring. [`fit`] replays that ([`super::checker::replay`]) and, while the replay
-//! strands a pod, grows one new node to the cheapest of its alternatives that takes the
-//! pod where the scheduler would leave it room (the upgrade that costs least among the
-//! nodes that accept the pod but for room), then replays again. A pod that no upgrade
-//! places is left as planned: the run's re-check launches for it if it stays pending.
+//! [`super::hand_tiers`]) and by its own scores (least-allocated, balanced, spread).
+//! [`fit`] replays that ([`super::checker::replay`]) and, while the replay strands a pod,
+//! grows one new node to the cheapest of its alternatives that takes the pod where the
+//! scheduler would leave it room, or gives the pod a node of its own, whichever strands
+//! fewest pods, then the cheaper; then replays again. A pod that no fix places is left as
+//! planned: the run's re-check launches for it if it stays pending.
 //!
 //! Growing a node keeps the plan valid: the node still holds the pods the plan put on it
 //! (the upgrade asks for them too), and its alternatives are those of its old list that
