@@ -438,8 +438,10 @@ async fn scaled_down(scene: &Scene) -> Result<()> {
             .collect::<Vec<_>>()
     );
     ensure!(!commands.is_empty(), "nothing was consolidated");
-    // The scale-down empties the biggest node (the ReplicaSet deletes pods from the node with
-    // the most of their kind first), and the replacement of another must evict through the PDB.
+    // The scale-down empties the biggest node: the ReplicaSet deletes first the pods on the
+    // node with the most of their kind (`getPodsToDelete` ranks by
+    // `getPodsRankedByRelatedPodsOnSameNode`, pkg/controller/replicaset/replica_set.go), and
+    // the replacement of another node must then evict through the PDB.
     ensure!(evicted > 0, "no pod was evicted, so the PDB was never put to the test");
     ensure!(
         after.len() < before.len(),
