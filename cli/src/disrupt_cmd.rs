@@ -6,8 +6,8 @@ use std::time::{Instant, SystemTime};
 
 use anyhow::Result;
 use carpool::catalog::Catalog;
-use carpool::decide::ami_requirements::{images_by_class_from_status, narrow_to_images};
 use carpool::decide::disruption::{CandidateReport, DisruptionCommand, DisruptionInput, DisruptionSettings, decide};
+use carpool::decide::provisioning::ami_requirements::{images_by_class_from_status, narrow_to_images};
 use carpool::snapshot::Snapshot;
 use clap::Args;
 use serde::Serialize;

@@ -20,13 +20,13 @@
 use std::collections::HashMap;
 
 use carpool::catalog::RegionCatalog;
-use carpool::decide::daemonsets::DaemonSetInfo;
-use carpool::decide::namespaces::Namespaces;
-use carpool::decide::plan::MAX_ALTERNATIVES;
-use carpool::decide::pod::{PodInfo, Volumes, is_provisionable};
-use carpool::decide::taints::untolerated;
-use carpool::decide::templates::{self, Template};
-use carpool::decide::unschedulable::Reason;
+use carpool::decide::provisioning::daemonsets::DaemonSetInfo;
+use carpool::decide::provisioning::namespaces::Namespaces;
+use carpool::decide::provisioning::plan::MAX_ALTERNATIVES;
+use carpool::decide::provisioning::pod::{PodInfo, Volumes, is_provisionable};
+use carpool::decide::provisioning::taints::untolerated;
+use carpool::decide::provisioning::templates::{self, Template};
+use carpool::decide::provisioning::unschedulable::Reason;
 use carpool::decide::{PlannedNode, ProvisioningPlan, Unschedulable};
 use carpool::model::well_known as wk;
 use carpool::model::{CapacityType, Resources};
@@ -69,7 +69,7 @@ fn offer_allowed(p: &PodInfo, zone: &str, capacity_type: CapacityType) -> bool {
     })
 }
 
-fn zone_spread_key(p: &PodInfo) -> Option<&carpool::decide::pod::Spread> {
+fn zone_spread_key(p: &PodInfo) -> Option<&carpool::decide::provisioning::pod::Spread> {
     p.spreads.iter().find(|s| s.hard && s.key == wk::ZONE)
 }
 

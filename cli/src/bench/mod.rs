@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::Result;
 use carpool::catalog::Catalog;
 use carpool::decide::checker::check;
-use carpool::decide::scheduler::Scheduler;
+use carpool::decide::provisioning::scheduler::Scheduler;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 

@@ -21,7 +21,7 @@ use carpool::decide::interruption::parse_event;
 use carpool::fakes::{FakeCloud, FakeCluster, FakeStore};
 use carpool::ports::{Clock, InstanceState, OfferingKey, StateStore, Timer};
 use carpool::run::consolidate::{ConsolidationSettings, Consolidator};
-use carpool::run::interruption::{Interrupter, InterruptionSettings};
+use carpool::run::disruption::{Disrupter, InterruptionSettings};
 use carpool::run::provision::{Provisioner, Settings};
 use serde_json::json;
 
@@ -319,7 +319,7 @@ pub fn run<'a>(
         }
         spent[0] += timer.elapsed().as_secs_f64();
         let timer = std::time::Instant::now();
-        let interrupter = Interrupter::new(&cloud, &cluster, &store, &clock, interruption.clone(), &owner);
+        let interrupter = Disrupter::new(&cloud, &cluster, &store, &clock, interruption.clone(), &owner);
         let warnings = std::mem::take(&mut lock(&clock.engine).world.warnings);
         for w in warnings {
             let time = lock(&clock.engine).world.time(w.at);

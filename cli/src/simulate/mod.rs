@@ -138,7 +138,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         .into());
     }
     let (templates, _) =
-        carpool::decide::templates::build(&snapshot.nodepools, &snapshot.nodeclasses, &region, &[], &[]);
+        carpool::decide::provisioning::templates::build(&snapshot.nodepools, &snapshot.nodeclasses, &region, &[], &[]);
     let mut keep: std::collections::BTreeSet<String> = templates
         .iter()
         .flat_map(|t| t.types.iter().map(|o| o.instance_type.name.clone()))

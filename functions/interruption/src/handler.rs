@@ -20,8 +20,8 @@ use carpool::catalog::RegionCatalog;
 use carpool::decide::interruption::{EventError, InputRecord, InterruptionEvent, parse_event, parse_input};
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use carpool::run::disruption::{Disrupter, EventReport, InterruptionError, InterruptionSettings};
 use carpool::run::interruption::metrics::event_metrics;
-use carpool::run::interruption::{EventReport, Interrupter, InterruptionError, InterruptionSettings};
 use carpool::run::price_refresh::LiveCatalog;
 use carpool::run::provision::ProvisionerConfig;
 use futures_util::future::join_all;
@@ -90,7 +90,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         until: SystemTime,
     ) -> Result<Vec<EventReport>, InterruptionError> {
         let region = self.catalog.region();
-        let interrupter = Interrupter::new(
+        let interrupter = Disrupter::new(
             &self.cloud,
             &self.cluster,
             &self.store,

@@ -10,7 +10,7 @@
 //! which `kubectl describe pod` shows as it shows core/v1 Events. Not through
 //! `kube::runtime::events::Recorder`: its dedupe key leaves the message out, so a pod whose
 //! reason changes within its 6-minute cache would get the old Event's count bumped, with
-//! the old message. The core rate-limits instead ([`carpool::decide::pod_events`]).
+//! the old message. The core rate-limits instead ([`carpool::decide::provisioning::pod_events`]).
 
 use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
@@ -367,7 +367,7 @@ impl Cluster for KubeCluster {
         if waves.is_empty() {
             return Ok(Vec::new());
         }
-        let selector = format!("{} in ({})", carpool::decide::wave::WAVE_LABEL, waves.join(","));
+        let selector = format!("{} in ({})", carpool::model::well_known::WAVE_LABEL, waves.join(","));
         self.list(&self.nodes_api(), ListParams::default().labels(&selector))
             .await
             .map_err(|e| map_err("nodes of waves", e))

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 
 use super::Injected;
-use crate::decide::pdb::covers;
+use crate::decide::disruption::pdb::covers;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
@@ -446,7 +446,7 @@ impl Cluster for FakeCluster {
         Ok(state
             .nodes
             .values()
-            .filter(|n| crate::decide::wave::in_waves(n, waves))
+            .filter(|n| crate::model::node::in_waves(n, waves))
             .cloned()
             .collect())
     }

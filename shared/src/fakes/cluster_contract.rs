@@ -250,7 +250,7 @@ impl ClusterScene {
                     &[
                         (KEEP_LABEL, "yes"),
                         ("kubernetes.io/hostname", &node_name),
-                        (crate::decide::wave::WAVE_LABEL, &format!("{unique}-w1")),
+                        (crate::model::well_known::WAVE_LABEL, &format!("{unique}-w1")),
                     ],
                 )
             },
@@ -556,7 +556,7 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
     storage_reads(cluster, scene).await;
 
     // A pending pod handed a wave: the toleration is added once, the others kept.
-    let wave = crate::decide::wave::wave_toleration(&format!("{ns}-w0"));
+    let wave = crate::decide::waves::wave::wave_toleration(&format!("{ns}-w0"));
     let listed = cluster.pending_pods().await.unwrap_or_default();
     let pod = listed.iter().find(|p| p.metadata.namespace.as_deref() == Some(ns));
     assert!(pod.is_some(), "the pending pod is listed: {listed:?}");

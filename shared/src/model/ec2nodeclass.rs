@@ -28,7 +28,7 @@ pub struct EC2NodeClass {
     /// The desired state.
     pub spec: EC2NodeClassSpec,
     /// Status as Karpenter writes it; only `subnets[].zoneID` is read (see
-    /// [`crate::decide::templates::zone_ids`]).
+    /// [`crate::decide::provisioning::templates::zone_ids`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<serde_json::Value>,
 }

@@ -4,26 +4,43 @@
 pub mod content_hash;
 pub mod duration;
 pub mod ec2nodeclass;
+pub mod image;
+pub mod instance;
 pub mod instance_type;
 pub mod kubelet;
+pub mod launch_request;
 pub mod manifest;
+pub mod market;
+pub mod metadata_patch;
 pub mod node;
+pub mod node_class_reason;
 pub mod nodepool;
 pub mod offering;
 pub mod pod;
+pub mod pod_event;
 pub mod pod_requests;
 pub mod pod_requirements;
 pub mod quantity;
+pub mod records;
 pub mod requirements;
 pub mod resources;
+pub mod time;
 pub mod well_known;
 
 pub use duration::NillableDuration;
 pub use ec2nodeclass::EC2NodeClass;
+pub use image::{ImageVariant, ResolvedImage};
+pub use instance::{Instance, InstanceState};
 pub use instance_type::{Arch, InstanceType};
+pub use metadata_patch::MetadataPatch;
 pub use node::Node;
 pub use nodepool::{Budget, BudgetNodes, ConsolidationPolicy, DisruptionReason, NodePool};
 pub use offering::{CapacityType, Offering};
+pub use pod_event::{EventReason, EventType, PodEvent, PodRef};
 pub use quantity::Quantity;
+pub use records::{
+    Backoff, DisruptionRecord, DisruptionStep, FailureReason, LaunchRecord, LaunchState, NodeRecord, Reservation,
+};
 pub use requirements::{NodeSelectorRequirement, Operator, Requirement, Requirements};
 pub use resources::Resources;
+pub use time::EpochMillis;

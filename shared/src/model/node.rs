@@ -89,6 +89,15 @@ pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
     id.starts_with("i-").then_some(id)
 }
 
+/// Whether `node` is labelled as a node of one of `waves`.
+pub fn in_waves(node: &K8sNode, waves: &[String]) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(super::well_known::WAVE_LABEL))
+        .is_some_and(|w| waves.contains(w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

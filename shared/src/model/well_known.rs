@@ -119,3 +119,48 @@ pub const OFFERING_LABELS: &[&str] = &[
 pub fn is_well_known(key: &str) -> bool {
     OFFERING_LABELS.contains(&key) || key == NODEPOOL || key == HOSTNAME || key == EC2NODECLASS
 }
+
+// Carpool's own labels, annotations and taints, and the Kubernetes ones its decisions read.
+
+/// The annotation of a static pod's mirror (`kubernetes.io/config.mirror`).
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The taint the planner's view puts on reserved capacity.
+pub const RESERVED_TAINT: &str = "carpool.sh/reserved";
+
+/// The annotation the volume controller sets on a claim once it is bound.
+pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+
+/// The node label (or annotation) with the hash of the template it was launched from.
+pub const NODEPOOL_HASH: &str = "carpool.sh/nodepool-hash";
+
+/// The node label (or annotation) with the AMI it booted.
+pub const IMAGE_ID: &str = "carpool.sh/image-id";
+
+/// The annotation a controller reads to pick which pod to delete first.
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// The taint Carpool sets on a node it disrupts.
+pub const DISRUPTED_TAINT: &str = "carpool.sh/disrupted";
+
+/// Annotations that keep a node, or the node of a pod, from voluntary disruption.
+pub const DO_NOT_DISRUPT: [&str; 2] = ["karpenter.sh/do-not-disrupt", "carpool.sh/do-not-disrupt"];
+
+/// The NodePool annotation that opts a pool in to acting on rebalance recommendations.
+pub const REBALANCE_ANNOTATION: &str = "carpool.sh/rebalance";
+
+/// The startup taint that holds a node back until its wave is released.
+pub const WAVE_TAINT: &str = "carpool.sh/wave";
+
+/// The label a node of a wave registers with, its value the wave id, so that a run lists
+/// only the nodes of the waves it holds back ([`crate::ports::Cluster::nodes_of_waves`]).
+pub const WAVE_LABEL: &str = "carpool.sh/wave";
+
+/// Taints a node carries while it starts, whatever its NodePool says: the kubelet's, the
+/// cloud provider's, and Carpool's own launch-wave taint.
+pub const EPHEMERAL_TAINTS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    WAVE_TAINT,
+];

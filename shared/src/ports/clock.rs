@@ -4,14 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-/// Milliseconds since the Unix epoch: how records hold time.
-pub type EpochMillis = i64;
-
-/// Converts a time to [`EpochMillis`] (0 before the epoch).
-pub fn epoch_millis(t: SystemTime) -> EpochMillis {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use crate::model::time::{EpochMillis, epoch_millis};
 
 /// The source of the current time. Decisions never read the clock; handlers ask this port
 /// and pass `now` in. The core has no implementation that reads the system time: the real

@@ -1,6 +1,5 @@
 //! The Cluster port: what Carpool reads from and writes to the Kubernetes API.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -8,8 +7,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
-use super::PodEvent;
 use crate::model::pod::Pod;
+use crate::model::pod_event::PodEvent;
 use crate::model::{EC2NodeClass, NodePool};
 
 /// What became of an eviction.
@@ -55,9 +54,7 @@ impl<T> Default for Validated<T> {
     }
 }
 
-/// Labels or annotations to change: `Some(value)` sets a key, `None` removes it. Keys not
-/// named are left alone.
-pub type MetadataPatch = BTreeMap<String, Option<String>>;
+pub use crate::model::metadata_patch::MetadataPatch;
 
 /// A Kubernetes API call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +135,7 @@ pub trait Cluster: Send + Sync {
     fn pending_pods(&self) -> impl Future<Output = Result<Vec<Pod>, ClusterError>> + Send;
     /// Every node.
     fn nodes(&self) -> impl Future<Output = Result<Vec<Node>, ClusterError>> + Send;
-    /// The nodes labelled [`crate::decide::wave::WAVE_LABEL`] with one of `waves`: the
+    /// The nodes labelled [`crate::model::well_known::WAVE_LABEL`] with one of `waves`: the
     /// nodes of launch waves still held back, which a run watches for every few seconds.
     /// By default, every node, filtered; the Kubernetes adapter asks the apiserver with a
     /// label selector, so that a run waiting on its wave does not list the whole cluster at
@@ -147,7 +144,7 @@ pub trait Cluster: Send + Sync {
         let waves = waves.to_vec();
         async move {
             let mut nodes = self.nodes().await?;
-            nodes.retain(|n| crate::decide::wave::in_waves(n, &waves));
+            nodes.retain(|n| crate::model::node::in_waves(n, &waves));
             Ok(nodes)
         }
     }

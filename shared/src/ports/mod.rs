@@ -10,9 +10,9 @@
 mod clock;
 mod cloud;
 mod cluster;
-mod pod_event;
 mod store;
 
+pub use crate::model::pod_event::{EventReason, EventType, MAX_MESSAGE_BYTES, PodEvent, PodRef};
 pub use clock::{Clock, EpochMillis, Timer, epoch_millis};
 pub use cloud::{BoxError, ConfiguredNodeRole, NodeClassReason};
 pub use cloud::{
@@ -20,7 +20,6 @@ pub use cloud::{
     SpotPrice, ZonalOffering,
 };
 pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
-pub use pod_event::{EventReason, EventType, MAX_MESSAGE_BYTES, PodEvent, PodRef};
 pub use store::{
     Backoff, DisruptionRecord, DisruptionStep, FailureReason, LaunchRecord, LaunchState, Lease, NodeRecord,
     Reservation, StateStore, StoreError, UnavailableOffering, sort_key,

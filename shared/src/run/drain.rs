@@ -3,7 +3,7 @@
 //! through it.
 //!
 //! - [`drain_pass`] is one pass: list the node's pods, order them
-//!   ([`crate::decide::drain`]), evict every pod of the current tier, and say what was
+//!   ([`crate::decide::disruption::drain`]), evict every pod of the current tier, and say what was
 //!   evicted, what was blocked and why (the PDBs that cover the pod, with the disruptions
 //!   they allow), what stays, and whether the node is drained.
 //! - [`drain`] runs passes until the node is drained or the deadline comes, waiting
@@ -35,8 +35,8 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::{Deserialize, Serialize};
 
-use crate::decide::drain::{DrainPod, StayReason, Staying, drain_order};
-use crate::decide::pdb::{PdbBudget, covering};
+use crate::decide::disruption::drain::{DrainPod, StayReason, Staying, drain_order};
+use crate::decide::disruption::pdb::{PdbBudget, covering};
 use crate::error_chain::Chain;
 use crate::model::pod::Pod;
 use crate::ports::{Cluster, ClusterError, Eviction, PodRef, Timer};
@@ -215,7 +215,7 @@ impl DrainError {
 }
 
 /// One pass over `node` at `now`: evicts every pod of the current tier (see
-/// [`crate::decide::drain`]) but those in `evicted_before` (accepted by earlier passes),
+/// [`crate::decide::disruption::drain`]) but those in `evicted_before` (accepted by earlier passes),
 /// and explains each blocked one. Logs `eviction blocked` (warn) for each, with fields
 /// `node`, `pod`, `pdb`, `disruptions_allowed` and `reason`.
 ///

@@ -13,6 +13,7 @@
 //!   when stale; every function that plans keeps one across invocations.
 
 pub mod consolidate;
+pub mod disruption;
 pub mod drain;
 pub mod interruption;
 pub mod price_refresh;

@@ -305,10 +305,7 @@ impl Ec2Cloud {
         // The node records the AMI it boots: the consolidator's drift compares it with the
         // images its class resolves later.
         let mut labels = request.labels.clone();
-        labels.insert(
-            carpool::decide::disruption::drift::IMAGE_KEY.to_string(),
-            image_id.clone(),
-        );
+        labels.insert(carpool::model::well_known::IMAGE_ID.to_string(), image_id.clone());
         let document = if al2 {
             al2_bootstrap::user_data(&self.cluster, &labels, &taints, node_class.spec.user_data.as_deref()).map_err(
                 |e| CloudError::NodeClass {

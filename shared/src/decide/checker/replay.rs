@@ -1,6 +1,6 @@
 //! kube-scheduler's own placement of a plan's pods, replayed: where the scheduler, not
 //! the planner, would bind each pending pod once the plan's nodes are up together (as a
-//! launch wave releases them, [`crate::decide::wave`]), and which pods it would strand.
+//! launch wave releases them, [`crate::decide::waves::wave`]), and which pods it would strand.
 //!
 //! The plan says which node each pod is for, but kube-scheduler does not read plans. It
 //! takes the pending pods one at a time, by priority and then by age (the `PrioritySort`
@@ -50,8 +50,8 @@ use super::violation::NodeRef;
 use super::volumes::PodVolumes;
 use super::{node_affinity, spread, spread_score, tolerations};
 use crate::catalog::RegionCatalog;
-use crate::decide::hand_tiers;
-use crate::decide::plan::ProvisioningPlan;
+use crate::decide::provisioning::plan::ProvisioningPlan;
+use crate::decide::waves::hand_tiers;
 use crate::model::pod::Pod;
 use crate::model::{InstanceType, Resources};
 use crate::snapshot::Snapshot;
@@ -109,7 +109,7 @@ pub enum Order {
     /// pods come back from the scheduler's backoff queue by when each last failed, not
     /// by age; shuffles stand for that order, which no one can know beforehand.
     Shuffled(u64),
-    /// The order a wave is handed to its pods ([`crate::decide::hand_tiers`]): tier by
+    /// The order a wave is handed to its pods ([`crate::decide::waves::hand_tiers`]): tier by
     /// tier, the biggest first, the pods of each tier shuffled with this seed (they are
     /// handed together, and requeued in no known order).
     Tiered(u64),

@@ -21,7 +21,7 @@ use super::requests::pod_requests;
 use super::selector::Labels;
 use super::violation::{NewNode, NodeRef};
 use crate::catalog::RegionCatalog;
-use crate::decide::plan::ProvisioningPlan;
+use crate::decide::provisioning::plan::ProvisioningPlan;
 use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::model::{InstanceType, Resources};

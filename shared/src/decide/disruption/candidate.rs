@@ -16,18 +16,13 @@ use serde::{Deserialize, Serialize};
 
 use super::cost::{eviction_cost, lifetime_remaining};
 use crate::catalog::RegionCatalog;
-use crate::decide::pdb::covering;
-use crate::decide::pod::pod_key;
-use crate::decide::replacement::moves;
+use crate::decide::disruption::pdb::covering;
+use crate::decide::disruption::replacement::moves;
+use crate::decide::provisioning::pod::pod_key;
 use crate::model::pod::Pod;
 use crate::model::well_known as wk;
+use crate::model::well_known::{DISRUPTED_TAINT, DO_NOT_DISRUPT};
 use crate::model::{CapacityType, NillableDuration, NodePool};
-
-/// Annotations that keep a node, or the node of a pod, from voluntary disruption.
-pub const DO_NOT_DISRUPT: [&str; 2] = ["karpenter.sh/do-not-disrupt", "carpool.sh/do-not-disrupt"];
-
-/// The taint Carpool sets on a node it disrupts.
-pub const DISRUPTED_TAINT: &str = "carpool.sh/disrupted";
 
 /// Why a node is not disrupted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

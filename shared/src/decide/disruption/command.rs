@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::decide::plan::PlannedNode;
+use crate::decide::provisioning::plan::PlannedNode;
 use crate::model::DisruptionReason;
 
 /// The method that found a command, in the order the methods are tried.

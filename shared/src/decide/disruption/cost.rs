@@ -5,9 +5,7 @@ use std::time::SystemTime;
 
 use crate::model::NillableDuration;
 use crate::model::pod::Pod;
-
-/// The annotation a controller reads to pick which pod to delete first.
-pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+use crate::model::well_known::POD_DELETION_COST;
 
 /// A pod's eviction cost: 1, plus its `pod-deletion-cost` over 2^27, plus its priority
 /// over 2^25, clamped to [-10, 10] (Karpenter's `EvictionCost`).

@@ -4,10 +4,10 @@
 //! `karpenter.sh/nodepool-hash` annotation, and `isAMIDrifted` in the AWS provider).
 //!
 //! Carpool records on the node, at launch:
-//! - [`HASH_KEY`] (a label): [`template_hash`] of its NodePool's template with its
+//! - [`NODEPOOL_HASH`] (a label): [`template_hash`] of its NodePool's template with its
 //!   EC2NodeClass's spec (Karpenter hashes the template alone and the class apart; one
 //!   hash is enough to say "changed");
-//! - [`IMAGE_KEY`] (when known): the AMI it booted.
+//! - [`IMAGE_ID`] (when known): the AMI it booted.
 //!
 //! A node whose labels its NodePool's requirements no longer allow is drifted too
 //! (Karpenter's `areRequirementsDrifted`).
@@ -18,16 +18,12 @@
 use super::Ctx;
 use super::candidate::Candidate;
 use super::command::{DisruptionCommand, Method};
-use crate::decide::ami_requirements::images_from_status;
+use crate::decide::provisioning::ami_requirements::images_from_status;
+use crate::model::ResolvedImage;
 use crate::model::content_hash::content_hash;
+use crate::model::well_known::{IMAGE_ID, NODEPOOL_HASH};
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::ResolvedImage;
 use std::collections::BTreeMap;
-
-/// The node label (or annotation) with the hash of the template it was launched from.
-pub const HASH_KEY: &str = "carpool.sh/nodepool-hash";
-/// The node label (or annotation) with the AMI it booted.
-pub const IMAGE_KEY: &str = "carpool.sh/image-id";
 
 /// The drift hash of a NodePool's template with its EC2NodeClass's spec. The template's
 /// requirements are left out, as Karpenter's `NodePool.Hash` leaves them out
@@ -59,7 +55,7 @@ pub fn drifted(
     let class = classes
         .iter()
         .find(|k| k.name() == pool.spec.template.spec.node_class_ref.name);
-    if let Some(hash) = recorded(c, HASH_KEY) {
+    if let Some(hash) = recorded(c, NODEPOOL_HASH) {
         let now = template_hash(pool, class);
         if hash != now {
             return Some(format!(
@@ -84,7 +80,7 @@ pub fn drifted(
             }
         }
     }
-    let image = recorded(c, IMAGE_KEY)?;
+    let image = recorded(c, IMAGE_ID)?;
     let class = class?;
     let images = match images.get(class.name()) {
         Some(now) => now.clone(),

@@ -29,11 +29,14 @@ pub mod budgets;
 pub mod candidate;
 pub mod command;
 pub mod cost;
+pub mod drain;
 pub mod drift;
 pub mod emptiness;
 pub mod expiration;
 pub mod multi_node;
+pub mod pdb;
 pub mod repair;
+pub mod replacement;
 pub mod savings;
 pub mod simulate;
 pub mod single_node;
@@ -47,14 +50,15 @@ use serde::{Deserialize, Serialize};
 
 use self::budgets::Allowance;
 pub use self::candidate::{BlockKind, Blocked, Candidate};
-use self::candidate::{DISRUPTED_TAINT, candidates, consolidatable};
+use self::candidate::{candidates, consolidatable};
 pub use self::command::{DisruptionCommand, Method, Move};
 use self::simulate::{Misfit, Placement, Pricer, place};
 use crate::catalog::RegionCatalog;
-use crate::decide::in_flight::EPHEMERAL_TAINTS;
-use crate::decide::pod::is_provisionable;
+use crate::decide::provisioning::pod::is_provisionable;
+use crate::model::ResolvedImage;
+use crate::model::well_known::DISRUPTED_TAINT;
+use crate::model::well_known::EPHEMERAL_TAINTS;
 use crate::model::{ConsolidationPolicy, DisruptionReason, NodePool};
-use crate::ports::ResolvedImage;
 use crate::snapshot::Snapshot;
 
 /// Settings of the disruption decision.

@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::command::{Move, replacement_name};
 use crate::catalog::RegionCatalog;
-use crate::decide::plan::PlannedNode;
-use crate::decide::scheduler::Scheduler;
+use crate::decide::provisioning::plan::PlannedNode;
+use crate::decide::provisioning::scheduler::Scheduler;
 use crate::model::{CapacityType, InstanceType, NodePool};
 use crate::snapshot::Snapshot;
 

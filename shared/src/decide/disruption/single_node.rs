@@ -15,7 +15,7 @@ use super::candidate::{BlockKind, Blocked};
 use super::command::{DisruptionCommand, Method};
 use super::savings::{Rules, consolidation};
 use super::simulate::Misfit;
-use crate::decide::replacement::prefer_on_demand;
+use crate::decide::disruption::replacement::prefer_on_demand;
 use crate::model::CapacityType;
 
 /// Finds the node to delete or replace now.

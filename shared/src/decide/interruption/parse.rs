@@ -19,7 +19,7 @@ use super::event::{
     StateChangeDetail,
 };
 use super::instance_ids;
-use crate::ports::EpochMillis;
+use crate::model::EpochMillis;
 
 /// An event, read and decided: what it is, which instances it names, what to do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -4,20 +4,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::report::{ConsolidationReport, RolledBack};
-use super::{ConsolidationError, Consolidator, GROUP_PREFIX, REASON_PREFIX, is_consolidation};
+use super::{ConsolidationError, Consolidator};
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::DisruptionCommand;
+use crate::decide::disruption::replacement::moving_pods;
 use crate::decide::interruption::EventKind;
-use crate::decide::replacement::moving_pods;
-use crate::decide::reservation::reservation_for;
+use crate::decide::provisioning::reservation::reservation_for;
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known as wk;
 use crate::ports::{
     Cloud, Cluster, ClusterError, DisruptionRecord, DisruptionStep, LaunchState, StateStore, StoreError, Timer,
     epoch_millis,
 };
-use crate::run::interruption::advance::{disrupted_taint, replacement_prefix};
-use crate::run::interruption::{EventReport, Interrupter, InterruptionSettings, Outcome};
+use crate::run::disruption::advance::{disrupted_taint, replacement_prefix};
+use crate::run::disruption::{Disrupter, EventReport, InterruptionSettings, Outcome};
+use crate::run::disruption::{GROUP_PREFIX, REASON_PREFIX, is_consolidation};
 use crate::run::provision::launch::LaunchOutcome;
 use crate::snapshot::Snapshot;
 
@@ -250,7 +251,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
         until: SystemTime,
         report: &mut ConsolidationReport,
     ) -> Result<bool, ConsolidationError> {
-        let interrupter = Interrupter::new(
+        let interrupter = Disrupter::new(
             self.cloud,
             self.cluster,
             self.store,

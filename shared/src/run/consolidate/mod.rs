@@ -18,7 +18,7 @@
 //!    (Karpenter validates its commands the same way, after 15 s).
 //! 4. **Start** it: a `DISRUPT#` record per node (reason `consolidation-<method>`), the
 //!    nodes tainted `carpool.sh/disrupted:NoSchedule`, the replacements launched through
-//!    the provisioner's path with their room [reserved](crate::decide::reservation) for the
+//!    the provisioner's path with their room [reserved](crate::decide::provisioning::reservation) for the
 //!    moving pods (so the provisioner launches nothing for them), then advanced as in 1.
 
 mod execute;
@@ -31,25 +31,14 @@ pub use report::{ConsolidationReport, RolledBack};
 
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::{DisruptionCommand, DisruptionInput, DisruptionSettings, decide};
-use crate::decide::nodepools;
-use crate::ports::{Cloud, Cluster, ClusterError, DisruptionRecord, StateStore, StoreError, Timer};
-use crate::run::interruption::InterruptionError;
+use crate::decide::provisioning::nodepools;
+use crate::ports::{Cloud, Cluster, ClusterError, StateStore, StoreError, Timer};
+use crate::run::disruption::InterruptionError;
 use crate::run::provision::{ProvisionError, Provisioner, Settings};
 use crate::snapshot::Snapshot;
 
 /// The consolidator's lease.
 pub const LEASE: &str = "consolidator";
-
-/// The prefix of a consolidation's `DISRUPT#` reason.
-pub const REASON_PREFIX: &str = "consolidation-";
-
-/// The prefix of a consolidation's group, in its records' `event_id`.
-pub const GROUP_PREFIX: &str = "consolidation:";
-
-/// Whether a disruption record is a consolidation's.
-pub fn is_consolidation(record: &DisruptionRecord) -> bool {
-    record.event_id.starts_with(GROUP_PREFIX)
-}
 
 /// The settings of a consolidator run.
 #[derive(Clone, Debug, PartialEq)]

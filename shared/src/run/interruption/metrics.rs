@@ -37,7 +37,7 @@ pub fn event_metrics(cluster: &str, timestamp: EpochMillis, report: &EventReport
 mod tests {
     use super::*;
     use crate::decide::interruption::EventKind;
-    use crate::run::interruption::Outcome;
+    use crate::run::disruption::Outcome;
 
     #[test]
     fn a_drained_spot_node_counts_under_its_kind_with_its_drain_time_and_blocked_pods() {

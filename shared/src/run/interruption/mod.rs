@@ -1,7 +1,7 @@
 //! The interruption function's run: an event about an instance becomes a disruption that
 //! survives crashes.
 //!
-//! For each instance an event names ([`Interrupter::handle`]):
+//! For each instance an event names ([`Disrupter::handle`]):
 //!
 //! 1. An event handled before (its `EVENT#` record) does nothing twice.
 //! 2. The instance's **actual** state is read from EC2: state-change events arrive out of
@@ -22,7 +22,7 @@
 //! the instance; once it is gone, delete the Node and the records. An invocation holds
 //! the record while it works (`held_by`, renewed every pass); a crashed or timed-out
 //! holder's record is taken over once its hold lapses, by the next event or by the
-//! scheduled [sweep](Interrupter::sweep), which resumes every disruption in progress.
+//! scheduled [sweep](Disrupter::sweep), which resumes every disruption in progress.
 //!
 //! Deadlines: a spot interruption, and an instance stopping or shutting down, go away
 //! whatever Carpool does, so the drain ends at the event's time plus
@@ -31,121 +31,20 @@
 //! scheduled change leave time: the drain retries blocked pods in later invocations,
 //! PDBs holding, and the instance is terminated only once drained.
 
-pub mod advance;
 pub mod metrics;
-pub mod report;
 
-use std::time::{Duration, SystemTime};
-
-pub use report::{EventReport, Outcome};
+use std::time::SystemTime;
 
 use crate::catalog::RegionCatalog;
 use crate::decide::interruption::{Action, Cause, InstanceStateName, InterruptionEvent};
 use crate::model::CapacityType;
 use crate::model::node::instance_id_from_provider_id;
+use crate::model::well_known::REBALANCE_ANNOTATION;
 use crate::ports::{
-    Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, Instance, InstanceState, StateStore,
-    StoreError, Timer, UnavailableOffering, epoch_millis,
+    Cloud, Cluster, DisruptionRecord, DisruptionStep, Instance, InstanceState, StateStore, StoreError, Timer,
+    UnavailableOffering, epoch_millis,
 };
-use crate::run::drain::DrainError;
-use crate::run::provision::{ProvisionError, Settings};
-
-/// The NodePool annotation that opts a pool in to acting on rebalance recommendations.
-pub const REBALANCE_ANNOTATION: &str = "carpool.sh/rebalance";
-
-/// The taint of a node being disrupted (the disruption decisions skip such nodes).
-pub use crate::decide::disruption::candidate::DISRUPTED_TAINT;
-
-/// The settings of the interruption function's run.
-#[derive(Clone, Debug, PartialEq)]
-pub struct InterruptionSettings {
-    /// What the launch path needs: the deployment, the NodePool selector, the
-    /// registration TTL, dry run.
-    pub provision: Settings,
-    /// How long after the event a drain with a hard deadline may take (90 s: the spot
-    /// notice is 2 minutes, and the pods need their grace period).
-    pub drain_deadline: Duration,
-    /// How long an event id is remembered.
-    pub event_ttl: Duration,
-    /// How long an invocation holds a disruption without renewing it: past this, another
-    /// invocation takes it over.
-    pub hold: Duration,
-    /// The first wait after a drain pass with blocked pods (doubling up to 10 s).
-    pub retry_initial: Duration,
-}
-
-impl InterruptionSettings {
-    /// The settings of a configuration (the provisioner's, with its drain deadline).
-    pub fn from_config(config: &crate::run::provision::ProvisionerConfig) -> Self {
-        InterruptionSettings {
-            provision: Settings::from_config(config, config.watch),
-            drain_deadline: config.drain_deadline,
-            ..InterruptionSettings::default()
-        }
-    }
-}
-
-impl Default for InterruptionSettings {
-    fn default() -> Self {
-        InterruptionSettings {
-            provision: Settings::default(),
-            drain_deadline: Duration::from_secs(90),
-            event_ttl: Duration::from_secs(24 * 3600),
-            hold: Duration::from_secs(20),
-            retry_initial: Duration::from_secs(1),
-        }
-    }
-}
-
-/// A handling that could not go on. The event is then not acknowledged, and SQS
-/// delivers it again; every step is idempotent.
-#[derive(Debug, thiserror::Error)]
-pub enum InterruptionError {
-    /// The Kubernetes API failed.
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    /// The state store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// EC2 failed.
-    #[error(transparent)]
-    Cloud(#[from] CloudError),
-    /// The replacement's launch path failed outside a launch.
-    #[error("launching the replacement")]
-    Replace(#[source] ProvisionError),
-    /// The drain failed.
-    #[error(transparent)]
-    Drain(#[from] DrainError),
-    /// Another invocation took the disruption over (this one's hold lapsed) or finished
-    /// it: this one stops working on it. [`Interrupter::handle`] reports it as
-    /// [`Outcome::HeldElsewhere`], not as an error.
-    #[error("disruption {instance_id} taken over by another invocation")]
-    TakenOver {
-        /// The record's key.
-        instance_id: String,
-    },
-}
-
-/// One invocation's ports and settings.
-pub struct Interrupter<'a, C, K, S, T> {
-    /// EC2.
-    pub cloud: &'a C,
-    /// The Kubernetes API.
-    pub cluster: &'a K,
-    /// DynamoDB.
-    pub store: &'a S,
-    /// Time.
-    pub clock: &'a T,
-    /// Settings.
-    pub settings: InterruptionSettings,
-    /// Who runs (the Lambda request id): the holder of the disruptions it advances.
-    pub owner: String,
-}
-
-fn since_ms(from: SystemTime, to: SystemTime) -> u64 {
-    to.duration_since(from)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+use crate::run::disruption::{Disrupter, EventReport, InterruptionError, Outcome, is_consolidation, since_ms};
 
 /// The `EVENT#` key of an event about one instance: the event id, with the instance when
 /// the event names several (a Health event).
@@ -169,26 +68,7 @@ fn not_owned(instance: &Instance, deployment: &str) -> Option<String> {
     }
 }
 
-impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S, T> {
-    /// An invocation by `owner`.
-    pub fn new(
-        cloud: &'a C,
-        cluster: &'a K,
-        store: &'a S,
-        clock: &'a T,
-        settings: InterruptionSettings,
-        owner: &str,
-    ) -> Self {
-        Interrupter {
-            cloud,
-            cluster,
-            store,
-            clock,
-            settings,
-            owner: owner.to_string(),
-        }
-    }
-
+impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T> {
     /// Handles one event, working until `until` at most (the invocation's time less a
     /// margin): one report per instance it names (one for an event it ignores; those of
     /// the disruptions it resumed for a sweep). Each report is logged.
@@ -233,10 +113,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
         // back when their replacement fails or their drain stalls).
         let records = self.store.list_disruptions().await?;
         let mut reports = Vec::new();
-        for record in records
-            .into_iter()
-            .filter(|r| !crate::run::consolidate::is_consolidation(r))
-        {
+        for record in records.into_iter().filter(|r| !is_consolidation(r)) {
             let report = EventReport::new(
                 &record.event_id,
                 crate::decide::interruption::EventKind::Scheduled,
@@ -358,7 +235,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Interrupter<'a, C, K, S,
         let record = match existing {
             // A node being consolidated is interrupted: the interruption's deadline wins,
             // and the record is the interruption function's from now on.
-            Some(mut record) if crate::run::consolidate::is_consolidation(&record) => {
+            Some(mut record) if is_consolidation(&record) => {
                 if let Action::Disrupt {
                     cause: Cause::SpotInterruption | Cause::StateChange(_),
                 } = event.action

@@ -1,4 +1,4 @@
-//! Keeping backoffs ([`crate::decide::backoff`]) in the state store: a batch's launch
+//! Keeping backoffs ([`crate::decide::provisioning::backoff`]) in the state store: a batch's launch
 //! errors, and a housekeeping round's registrations and registration failures, become
 //! `BACKOFF#<nodepool>#<nodeclass>` records, so they hold across Lambda invocations.
 
@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::report::LaunchFailure;
 use super::{ProvisionError, Provisioner};
-use crate::decide::backoff::{self, Change, Policy, PoolKey, Round};
+use crate::decide::provisioning::backoff::{self, Change, Policy, PoolKey, Round};
 use crate::error_chain::Chain;
 use crate::ports::{Backoff, Cloud, Cluster, EpochMillis, StateStore, StoreError, Timer};
 use crate::snapshot::Snapshot;
@@ -55,7 +55,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         self.store.update_backoff(&backoff).await
                     };
                     if result.is_ok() && window_set {
-                        let until = crate::decide::backoff::reason(&backoff).to_string();
+                        let until = crate::decide::provisioning::backoff::reason(&backoff).to_string();
                         tracing::warn!(
                             nodepool = %backoff.nodepool, node_class = %backoff.node_class,
                             failures = backoff.failures, registration_failures = backoff.registration_failures,

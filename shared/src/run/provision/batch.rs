@@ -1,5 +1,5 @@
 //! One batch: snapshot, drop the NodePools that cannot launch
-//! ([`crate::decide::nodepools`]) and those backed off ([`crate::decide::backoff`]),
+//! ([`crate::decide::provisioning::nodepools`]) and those backed off ([`crate::decide::provisioning::backoff`]),
 //! count capacity in flight, plan, launch every planned node at once
 //! ([`super::launch`]), re-plan after capacity errors, back off the NodePools whose
 //! launches failed otherwise, publish the pods' Events ([`super::events`]), report.
@@ -11,17 +11,17 @@ use super::launch::{LaunchOutcome, Wave};
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
-use crate::decide::ami_requirements::narrow_to_images;
-use crate::decide::backoff;
 use crate::decide::checker::Order;
-use crate::decide::in_flight::capacity_view;
-use crate::decide::nodepools;
-use crate::decide::reservation::keep_reserved;
-use crate::decide::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
-use crate::decide::subnet_zones::narrow_to_subnet_zones;
-use crate::decide::templates::Skipped;
-use crate::decide::unschedulable::Reason;
-use crate::decide::wave::wave_id;
+use crate::decide::provisioning::ami_requirements::narrow_to_images;
+use crate::decide::provisioning::backoff;
+use crate::decide::provisioning::in_flight::capacity_view;
+use crate::decide::provisioning::nodepools;
+use crate::decide::provisioning::reservation::keep_reserved;
+use crate::decide::provisioning::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
+use crate::decide::provisioning::subnet_zones::narrow_to_subnet_zones;
+use crate::decide::provisioning::templates::Skipped;
+use crate::decide::provisioning::unschedulable::Reason;
+use crate::decide::waves::wave::wave_id;
 use crate::decide::{PlannedNode, Unschedulable, provisioning_plan};
 use crate::ports::{Cloud, Cluster, EpochMillis, StateStore, Timer, UnavailableOffering, epoch_millis};
 use crate::snapshot::Snapshot;
@@ -73,7 +73,7 @@ fn created_at(snapshot: &Snapshot) -> BTreeMap<String, EpochMillis> {
         .iter()
         .filter_map(|p| {
             let t = p.metadata.creation_timestamp.as_ref()?.0.as_millisecond();
-            Some((crate::decide::pod::pod_key(p), t))
+            Some((crate::decide::provisioning::pod::pod_key(p), t))
         })
         .collect()
 }
@@ -116,7 +116,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             report.pods_seen = snapshot
                 .pods
                 .iter()
-                .filter(|p| crate::decide::pod::is_provisionable(p))
+                .filter(|p| crate::decide::provisioning::pod::is_provisionable(p))
                 .count();
             report.unschedulable = backoff::all_held_back(&snapshot, &held, base);
             report.skipped = skipped(&snapshot);
@@ -176,7 +176,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 report.pods_seen = view
                     .pods
                     .iter()
-                    .filter(|p| crate::decide::pod::is_provisionable(p))
+                    .filter(|p| crate::decide::provisioning::pod::is_provisionable(p))
                     .count();
                 report.skipped = plan.skipped.clone();
             }
@@ -209,7 +209,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 .await;
             report.launch_ms += elapsed_ms(launch_start, self.clock.now());
 
-            let tiers = crate::decide::hand_tiers::of_plan(&snapshot, &plan);
+            let tiers = crate::decide::waves::hand_tiers::of_plan(&snapshot, &plan);
             let mut out_of_capacity = false;
             let mut failed: Vec<super::report::LaunchFailure> = Vec::new();
             for (node, outcome) in plan.nodes.iter().zip(outcomes) {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::decide::selector::Selector;
+use crate::decide::provisioning::selector::Selector;
 
 /// A variable that is missing or does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,12 +60,12 @@ pub struct ProvisionerConfig {
     pub dry_run: bool,
     /// `CARPOOL_WAVE_GRACE_SECONDS` (default 10): the nodes a batch launches register
     /// with a startup taint that Carpool removes from all of them together
-    /// ([`crate::decide::wave`]), once all are Ready or this long after the first is;
+    /// ([`crate::decide::waves::wave`]), once all are Ready or this long after the first is;
     /// 0 launches without it, and kube-scheduler uses each node as it registers.
     pub wave_grace: Duration,
     /// `CARPOOL_FIT_TO_SCHEDULER` (default true): replay kube-scheduler's default scoring
     /// (least-allocated) over each plan and grow the nodes where it would strand a pod
-    /// ([`crate::decide::scheduler_fit`]); false launches the plan as the planner made it
+    /// ([`crate::decide::provisioning::scheduler_fit`]); false launches the plan as the planner made it
     /// (for a scheduler profile that scores otherwise, such as `MostAllocated`).
     pub fit_to_scheduler: bool,
     /// `CARPOOL_NODEPOOL_SELECTOR` (default empty: every NodePool): a label selector in

@@ -1,5 +1,5 @@
 //! A batch's Kubernetes Events on its pending pods: chosen by
-//! [`crate::decide::pod_events`] against the Events published lately ([`RecentEvents`],
+//! [`crate::decide::provisioning::pod_events`] against the Events published lately ([`RecentEvents`],
 //! kept across runs of a warm process: [`SharedRecentEvents`]), published through
 //! [`crate::ports::Cluster::publish_event`] a few at a time. Best effort: a failure is
 //! logged and the batch goes on; an Event that failed is not remembered, so a later batch
@@ -11,7 +11,7 @@ use futures_util::{StreamExt, stream};
 
 use super::Provisioner;
 use super::report::BatchReport;
-use crate::decide::pod_events::{BatchOutcome, Nomination, RecentEvents, pod_events};
+use crate::decide::provisioning::pod_events::{BatchOutcome, Nomination, RecentEvents, pod_events};
 use crate::ports::{Cloud, Cluster, LaunchRecord, StateStore, Timer};
 use crate::snapshot::Snapshot;
 

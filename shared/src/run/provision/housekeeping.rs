@@ -5,7 +5,7 @@
 //! read one by one ([`housekeeping::to_look_up`]), so that one already terminated is known
 //! to be gone at once.
 //! Registrations and registration failures then update the NodePools' launch backoffs
-//! ([`crate::decide::backoff`]): three instances in a row that never joined back the pair
+//! ([`crate::decide::provisioning::backoff`]): three instances in a row that never joined back the pair
 //! off, a node that registered resets it.
 //!
 //! Each step goes on after an error, which is reported; one bad record does not stop the
@@ -19,10 +19,10 @@ use std::collections::BTreeMap;
 use super::report::HousekeepingReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
-use crate::decide::backoff;
 use crate::decide::housekeeping::{
     self, Forget, HousekeepingPlan, Observed, Registration, Termination, TerminationReason,
 };
+use crate::decide::provisioning::backoff;
 use crate::error_chain::Chain;
 use crate::ports::{
     Cloud, CloudError, Cluster, EpochMillis, MetadataPatch, StateStore, StoreError, Timer, epoch_millis,

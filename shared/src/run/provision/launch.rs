@@ -14,10 +14,12 @@ use super::report::{LaunchFailure, Launched};
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::PlannedNode;
-use crate::decide::disruption::drift::{HASH_KEY, template_hash};
-use crate::decide::templates::pool_labels;
-use crate::decide::wave::{WAVE_LABEL, wave_taint};
+use crate::decide::disruption::drift::template_hash;
+use crate::decide::provisioning::templates::pool_labels;
+use crate::decide::waves::wave::wave_taint;
 use crate::model::well_known as wk;
+use crate::model::well_known::NODEPOOL_HASH as HASH_KEY;
+use crate::model::well_known::WAVE_LABEL;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{
     Cloud, CloudError, Cluster, EpochMillis, LaunchRecord, LaunchRequest, LaunchState, Reservation, StateStore, Timer,
@@ -93,7 +95,7 @@ fn request(
     }
 }
 
-/// The launch wave a batch's nodes belong to ([`crate::decide::wave`]).
+/// The launch wave a batch's nodes belong to ([`crate::decide::waves::wave`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Wave {
     /// Its id, the value of the wave taint.

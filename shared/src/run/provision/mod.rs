@@ -14,17 +14,17 @@
 //! 3. It polls the pods kube-scheduler left pending and [batches](batcher) them: a batch
 //!    closes after 1 s without a new pod, or after 10 s.
 //! 4. Each [batch](Provisioner::batch) takes a snapshot, keeps the NodePools that can
-//!    launch ([`crate::decide::nodepools`]), counts the launches in flight as capacity
-//!    ([`crate::decide::in_flight`]), plans with [`crate::decide`] (NodePool limits
+//!    launch ([`crate::decide::provisioning::nodepools`]), counts the launches in flight as capacity
+//!    ([`crate::decide::provisioning::in_flight`]), plans with [`crate::decide`] (NodePool limits
 //!    included), grows the plan where kube-scheduler's own placement would strand a pod
-//!    ([`crate::decide::scheduler_fit`]), [launches](launch) every planned node at once,
+//!    ([`crate::decide::provisioning::scheduler_fit`]), [launches](launch) every planned node at once,
 //!    as one [wave](waves) that registers tainted and is released together, and after capacity errors
 //!    marks those offerings unavailable for 3 minutes and re-plans, so spot falls back
 //!    to other offerings and to on-demand where the pool allows it. It then publishes
 //!    Kubernetes [Events](events) on the pods (nominated, unschedulable, launch failed),
 //!    rate-limited across batches and runs.
 //!    A NodePool whose launches fail otherwise, or whose nodes do not register three
-//!    times in a row, is [backed off](crate::decide::backoff) (1 minute, doubling, up
+//!    times in a row, is [backed off](crate::decide::provisioning::backoff) (1 minute, doubling, up
 //!    to 30), in the state store so that it holds across runs.
 //! 5. Once the watch is over, it goes on releasing the waves it launched until they are
 //!    out or its time is up; the next run's housekeeping releases what is left.
@@ -57,8 +57,8 @@ pub use watch_mode::WatchMode;
 
 use self::batcher::Batcher;
 use crate::catalog::RegionCatalog;
-use crate::decide::pod::{is_provisionable, pod_key};
-use crate::decide::selector::Selector;
+use crate::decide::provisioning::pod::{is_provisionable, pod_key};
+use crate::decide::provisioning::selector::Selector;
 use crate::ports::{Cloud, CloudError, Cluster, ClusterError, Lease, StateStore, StoreError, Timer};
 
 /// The lease's name.
@@ -113,11 +113,11 @@ pub struct Settings {
     pub deployment: String,
     /// The NodePools Carpool manages, by their labels (empty: every NodePool).
     pub nodepool_selector: Selector,
-    /// Launch waves ([`crate::decide::wave`]): how long the nodes of a wave wait for the
+    /// Launch waves ([`crate::decide::waves::wave`]): how long the nodes of a wave wait for the
     /// others once the first is Ready; zero launches without the wave taint.
     pub wave_grace: Duration,
     /// Grow each plan where kube-scheduler's replay strands a pod
-    /// ([`crate::decide::scheduler_fit`]).
+    /// ([`crate::decide::provisioning::scheduler_fit`]).
     pub fit_to_scheduler: bool,
     /// The latest a wave taint stays on a node, from its launch.
     pub wave_deadline: Duration,
@@ -209,10 +209,10 @@ pub struct Provisioner<'a, C, K, S, T> {
     /// The wave each pod of this run's launches was planned into.
     wave_pods: HashMap<String, String>,
     /// The tier each pod of `wave_pods` is handed its wave in
-    /// ([`crate::decide::hand_tiers`]).
+    /// ([`crate::decide::waves::hand_tiers`]).
     hand_tiers: HashMap<String, usize>,
     /// How far each of this run's waves was handed to its pending pods.
-    handed: std::collections::BTreeMap<String, crate::decide::wave::Handing>,
+    handed: std::collections::BTreeMap<String, crate::decide::waves::wave::Handing>,
     /// When each of this run's waves was seen released.
     released_at: HashMap<String, SystemTime>,
     /// Until when the watch stays open for the pods of a wave released while they were

@@ -1,6 +1,6 @@
 //! The snapshot a batch plans on, read through the Cluster port.
 
-use crate::decide::pod::is_provisionable;
+use crate::decide::provisioning::pod::is_provisionable;
 use crate::ports::{Cluster, ClusterError, Validated};
 use crate::snapshot::Snapshot;
 

@@ -1,6 +1,6 @@
 //! The replacement of a node that is going away (a spot interruption, an instance
 //! stopping, a scheduled change), planned from its own pods and launched through the same
-//! path as a batch's nodes, its room [reserved](crate::decide::reservation) for those
+//! path as a batch's nodes, its room [reserved](crate::decide::provisioning::reservation) for those
 //! pods. The interruption function calls it before it drains the node; the consolidator
 //! will too.
 
@@ -10,9 +10,10 @@ use super::launch::LaunchOutcome;
 use super::report::{LaunchFailure, Launched};
 use super::{ProvisionError, Provisioner, batch::MAX_ROUNDS};
 use crate::catalog::RegionCatalog;
-use crate::decide::replacement::{moving_pods, prefer_on_demand, replacement_view};
-use crate::decide::reservation::reservation_for;
-use crate::decide::{Unschedulable, backoff, nodepools, provisioning_plan};
+use crate::decide::disruption::replacement::{moving_pods, prefer_on_demand, replacement_view};
+use crate::decide::provisioning::reservation::reservation_for;
+use crate::decide::provisioning::{backoff, nodepools};
+use crate::decide::{Unschedulable, provisioning_plan};
 use crate::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 
 /// What was launched to replace a node.
@@ -35,7 +36,7 @@ pub struct Replacement {
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// Plans and launches the replacement of `node` (the instance `disrupted`), from the
     /// pods the drain will move, on new capacity: on-demand where the NodePools allow it
-    /// when `on_demand` (see [`crate::decide::replacement`]). Capacity errors leave those
+    /// when `on_demand` (see [`crate::decide::disruption::replacement`]). Capacity errors leave those
     /// offerings out and re-plan, as a batch does.
     pub async fn replace_node(
         &self,
@@ -110,7 +111,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             }
             // The next round plans only for the pods whose node ran out of capacity.
             view.pods.retain(|p| {
-                !provided.contains(&crate::decide::pod::pod_key(p))
+                !provided.contains(&crate::decide::provisioning::pod::pod_key(p))
                     || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
             });
             if !out_of_capacity {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::decide::Unschedulable;
-use crate::decide::templates::Skipped;
+use crate::decide::provisioning::templates::Skipped;
 use crate::model::CapacityType;
 use crate::ports::Backoff;
 
@@ -56,9 +56,9 @@ pub struct BatchReport {
     /// Nodes launched.
     pub launched: Vec<Launched>,
     /// Per planning round, how the plan was grown to fit kube-scheduler's own placement
-    /// ([`crate::decide::scheduler_fit`]).
+    /// ([`crate::decide::provisioning::scheduler_fit`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub fitting: Vec<crate::decide::scheduler_fit::Fitting>,
+    pub fitting: Vec<crate::decide::provisioning::scheduler_fit::Fitting>,
     /// Launches that failed (capacity errors included; those were re-planned).
     pub launch_errors: Vec<LaunchFailure>,
     /// Offerings marked unavailable after a capacity error, as `type/zone/capacity`.
@@ -126,9 +126,9 @@ pub struct HousekeepingReport {
     pub backoffs_set: Vec<Backoff>,
     /// Nodes given the labels of their instance type.
     pub labelled: Vec<String>,
-    /// Nodes released from their launch wave ([`crate::decide::wave`]).
+    /// Nodes released from their launch wave ([`crate::decide::waves::wave`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub released: Vec<crate::decide::wave::Untaint>,
+    pub released: Vec<crate::decide::waves::wave::Untaint>,
     /// Errors met (housekeeping goes on after each).
     pub errors: Vec<String>,
 }
@@ -147,10 +147,10 @@ pub struct RunReport {
     /// Nodes released from their launch wave by the watch loop (housekeeping's releases
     /// are in its reports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub released: Vec<crate::decide::wave::Untaint>,
+    pub released: Vec<crate::decide::waves::wave::Untaint>,
     /// Waves handed to their pending pods before their nodes were released.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub handed: Vec<crate::decide::wave::Handed>,
+    pub handed: Vec<crate::decide::waves::wave::Handed>,
     /// Steps that failed and that the watch went on past (a poll of pending pods, a
     /// housekeeping round, a batch), as `step: error` (the `TransientErrors` metric).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

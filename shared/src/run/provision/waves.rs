@@ -1,7 +1,7 @@
 //! Releasing launch waves: a wave this run holds is first handed to its pending pods,
 //! the biggest first (each gets the wave's toleration, tier by tier,
-//! [`crate::decide::wave::hand_off`]), then the nodes
-//! [`crate::decide::wave::releases`] names lose the wave taint, all at once: one
+//! [`crate::decide::waves::wave::hand_off`]), then the nodes
+//! [`crate::decide::waves::wave::releases`] names lose the wave taint, all at once: one
 //! conditional write per node, as listed, all concurrent.
 //!
 //! Every housekeeping round releases what is due, whoever launched it, so a wave whose
@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::Provisioner;
 use super::report::RunReport;
-use crate::decide::pod::pod_key;
-use crate::decide::wave::{
+use crate::decide::provisioning::pod::pod_key;
+use crate::decide::waves::wave::{
     Handed, Handing, Release, Untaint, Waiting, hand_off, releases, settled, wave_taint, wave_toleration,
 };
 use crate::error_chain::Chain;
@@ -154,7 +154,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))
                     && let Some(taints) = n.spec.as_mut().and_then(|s| s.taints.as_mut())
                 {
-                    taints.retain(|t| t.key != crate::decide::wave::WAVE_TAINT);
+                    taints.retain(|t| t.key != crate::model::well_known::WAVE_TAINT);
                 }
             }
             let at = self.clock.now();

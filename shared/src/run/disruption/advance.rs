@@ -1,0 +1,418 @@
+//! A disruption advanced step by step: taint, replace, (wait for the replacement), drain,
+//! terminate, clean up. Each step is idempotent and the record is written after each, so
+//! an invocation that crashes, or runs out of time, leaves it for the next to resume.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Taint;
+
+use super::{Disrupter, EventReport, InterruptionError, Outcome, since_ms};
+use crate::catalog::RegionCatalog;
+use crate::model::CapacityType;
+use crate::model::node::instance_id_from_provider_id;
+use crate::model::well_known::DISRUPTED_TAINT;
+use crate::ports::{
+    Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, EpochMillis, Instance, InstanceState,
+    LaunchState, StateStore, StoreError, Timer, epoch_millis,
+};
+use crate::run::drain::drain_pass;
+use crate::run::provision::Provisioner;
+
+/// The longest wait between two drain passes with blocked pods.
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// `carpool.sh/disrupted:NoSchedule`.
+pub fn disrupted_taint() -> Taint {
+    Taint {
+        key: DISRUPTED_TAINT.into(),
+        value: None,
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
+/// The launch ids of a disruption's replacements start with this: the same on every
+/// attempt, so a resumed disruption finds the launches of an attempt that crashed.
+pub fn replacement_prefix(instance_id: &str) -> String {
+    format!("disrupt-{instance_id}")
+}
+
+/// A lost condition on the disruption record is a take-over, not a failure.
+fn lost(e: StoreError) -> InterruptionError {
+    match e {
+        StoreError::Conflict { key, .. } => InterruptionError::TakenOver { instance_id: key },
+        other => other.into(),
+    }
+}
+
+fn at(ms: EpochMillis) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
+    /// The instance as EC2 describes it now; `None` when EC2 does not know it.
+    pub(crate) async fn described(&self, id: &str) -> Result<Option<Instance>, InterruptionError> {
+        match self.cloud.get(id).await {
+            Ok(i) => Ok(Some(i)),
+            Err(CloudError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Takes the record for this invocation (unless another holds it), renewing the hold.
+    async fn hold(&self, record: &DisruptionRecord) -> Result<Option<DisruptionRecord>, InterruptionError> {
+        let now = self.clock.now();
+        if let Some(holder) = &record.held_by
+            && holder != &self.owner
+            && record.held_until > epoch_millis(now)
+        {
+            return Ok(None);
+        }
+        let mut next = record.clone();
+        next.held_by = Some(self.owner.clone());
+        next.held_until = epoch_millis(now + self.settings.hold);
+        next.updated_at = epoch_millis(now);
+        match self.store.update_disruption(&next).await {
+            Ok(r) => Ok(Some(r)),
+            Err(StoreError::Conflict { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes the record's progress, renewing the hold. A lost condition means another
+    /// invocation took the disruption over (this one's hold lapsed) or finished it.
+    async fn save(&self, record: &mut DisruptionRecord) -> Result<(), InterruptionError> {
+        let now = self.clock.now();
+        record.held_until = epoch_millis(now + self.settings.hold);
+        record.updated_at = epoch_millis(now);
+        *record = self.store.update_disruption(record).await.map_err(lost)?;
+        Ok(())
+    }
+
+    /// Advances a disruption as far as it goes by `until`; see the module doc. A
+    /// disruption another invocation took over or finished meanwhile ends this one's work
+    /// on it, without error.
+    pub(crate) async fn advance(
+        &self,
+        region: &RegionCatalog<'_>,
+        record: DisruptionRecord,
+        known: Option<Instance>,
+        event_time: Option<EpochMillis>,
+        until: SystemTime,
+        report: EventReport,
+    ) -> Result<EventReport, InterruptionError> {
+        let mut fallback = report.clone();
+        match self
+            .advance_held(region, record, known, event_time, until, report)
+            .await
+        {
+            Err(InterruptionError::TakenOver { instance_id }) => {
+                tracing::info!(instance_id = %instance_id, "another invocation took the disruption over, or finished it");
+                fallback.outcome = Outcome::HeldElsewhere {
+                    holder: "another invocation".into(),
+                };
+                Ok(fallback)
+            }
+            other => other,
+        }
+    }
+
+    async fn advance_held(
+        &self,
+        region: &RegionCatalog<'_>,
+        record: DisruptionRecord,
+        known: Option<Instance>,
+        event_time: Option<EpochMillis>,
+        until: SystemTime,
+        mut report: EventReport,
+    ) -> Result<EventReport, InterruptionError> {
+        let start = self.clock.now();
+        let event_at = at(event_time.unwrap_or(record.started_at));
+        report.node = Some(record.node.clone());
+        report.replacements.clone_from(&record.replacements);
+        let Some(mut record) = self.hold(&record).await? else {
+            report.outcome = Outcome::HeldElsewhere {
+                holder: record.held_by.clone().unwrap_or_default(),
+            };
+            return Ok(report);
+        };
+        // The event's handling read the instance a moment ago; a sweep reads it now.
+        let instance = match known {
+            Some(i) => Some(i),
+            None => self.described(&record.instance_id).await?,
+        };
+        // Gone (or stopped): clean up. An instance shutting down is still drained, for as
+        // long as it lasts: its pods get their eviction and grace period.
+        if instance
+            .as_ref()
+            .is_none_or(|i| matches!(i.state, InstanceState::Terminated | InstanceState::Stopped))
+        {
+            self.cleanup(&record.instance_id, Some(&record.node)).await?;
+            report.outcome = Outcome::CleanedUp;
+            report.elapsed_ms = since_ms(start, self.clock.now());
+            return Ok(report);
+        }
+        let spot = instance.as_ref().is_some_and(|i| i.capacity_type == CapacityType::Spot);
+
+        // Taint (again: idempotent, and a resumed record may not have got that far).
+        if record.step < DisruptionStep::Terminated {
+            match self.cluster.taint(&record.node, &disrupted_taint()).await {
+                Ok(()) => {
+                    if record.step == DisruptionStep::Tainted {
+                        report.event_to_taint_ms = Some(since_ms(event_at, self.clock.now()));
+                    }
+                }
+                Err(ClusterError::NotFound { .. }) => {
+                    tracing::info!(node = %record.node, "the Node is gone: nothing to drain");
+                    record.step = record.step.max(DisruptionStep::Draining);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+
+        if record.step < DisruptionStep::ReplacementLaunched {
+            self.replace(region, &mut record, spot, &mut report).await?;
+            report.event_to_replacement_ms = Some(since_ms(event_at, self.clock.now()));
+            record.step = DisruptionStep::ReplacementLaunched;
+            self.save(&mut record).await?;
+        }
+        report.replacements.clone_from(&record.replacements);
+
+        if record.wait_for_replacement && record.step < DisruptionStep::ReplacementReady {
+            if !self.replacements_ready(&record).await? {
+                self.release(&mut record).await?;
+                report.outcome = Outcome::WaitingForReplacement;
+                report.elapsed_ms = since_ms(start, self.clock.now());
+                return Ok(report);
+            }
+            record.step = DisruptionStep::ReplacementReady;
+            self.save(&mut record).await?;
+        }
+
+        if record.step < DisruptionStep::Terminated {
+            if record.step < DisruptionStep::Draining {
+                record.step = DisruptionStep::Draining;
+                self.save(&mut record).await?;
+            }
+            let drained = self.drain(&mut record, until, &mut report).await?;
+            let deadline_passed = epoch_millis(self.clock.now()) >= record.drain_deadline;
+            if drained {
+                report.event_to_drained_ms = Some(since_ms(event_at, self.clock.now()));
+            }
+            if !(drained || (record.hard_deadline && deadline_passed)) {
+                self.release(&mut record).await?;
+                report.outcome = Outcome::Draining;
+                report.elapsed_ms = since_ms(start, self.clock.now());
+                return Ok(report);
+            }
+            if self.settings.provision.dry_run {
+                tracing::info!(instance_id = %record.instance_id, "dry run: would terminate");
+            } else {
+                match self.cloud.terminate(&record.instance_id).await {
+                    Ok(()) | Err(CloudError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            record.step = DisruptionStep::Terminated;
+            self.save(&mut record).await?;
+        }
+
+        // Terminated: once the instance is gone, the Node and the records go too.
+        let gone = self.described(&record.instance_id).await?.is_none_or(|i| i.is_gone());
+        if gone {
+            self.cleanup(&record.instance_id, Some(&record.node)).await?;
+            report.outcome = Outcome::CleanedUp;
+        } else {
+            self.release(&mut record).await?;
+            report.outcome = Outcome::Terminating;
+        }
+        report.elapsed_ms = since_ms(start, self.clock.now());
+        Ok(report)
+    }
+
+    /// Gives the record's hold up, so the next invocation need not wait for it to lapse.
+    async fn release(&self, record: &mut DisruptionRecord) -> Result<(), InterruptionError> {
+        record.held_by = None;
+        record.held_until = 0;
+        record.updated_at = epoch_millis(self.clock.now());
+        *record = self.store.update_disruption(record).await.map_err(lost)?;
+        Ok(())
+    }
+
+    /// Launches the replacement, unless an earlier attempt did (its launch records carry
+    /// the disruption's prefix: they are adopted, and nothing is launched twice).
+    async fn replace(
+        &self,
+        region: &RegionCatalog<'_>,
+        record: &mut DisruptionRecord,
+        spot: bool,
+        report: &mut EventReport,
+    ) -> Result<(), InterruptionError> {
+        let prefix = replacement_prefix(&record.instance_id);
+        let earlier: Vec<String> = self
+            .store
+            .list_launches()
+            .await?
+            .into_iter()
+            .filter(|l| l.id.starts_with(&format!("{prefix}-")))
+            .map(|l| l.id)
+            .collect();
+        if !earlier.is_empty() {
+            tracing::info!(instance_id = %record.instance_id, launches = ?earlier, "replacement launched by an earlier attempt");
+            record.replacements = earlier;
+            return Ok(());
+        }
+        let provisioner = Provisioner::new(
+            self.cloud,
+            self.cluster,
+            self.store,
+            self.clock,
+            self.settings.provision.clone(),
+            &prefix,
+        );
+        let replacement = provisioner
+            .replace_node(region, &record.node, &record.instance_id, spot)
+            .await
+            .map_err(InterruptionError::Replace)?;
+        record.replacements.clone_from(&replacement.launch_ids);
+        report.replacement_instances = replacement
+            .launched
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} ({}, {}, {})",
+                    l.instance_id,
+                    l.instance_type,
+                    l.zone,
+                    l.capacity_type.label()
+                )
+            })
+            .collect();
+        report.replacement_unschedulable = replacement
+            .unschedulable
+            .iter()
+            .map(|u| format!("{}: {}", u.pod, u.reason()))
+            .collect();
+        for f in &replacement.failures {
+            tracing::warn!(instance_id = %record.instance_id, nodepool = %f.nodepool, error = %f.error,
+                "a replacement launch failed: its pods are evicted all the same, and provisioned for once pending");
+        }
+        Ok(())
+    }
+
+    /// Whether every replacement's node is registered and Ready.
+    async fn replacements_ready(&self, record: &DisruptionRecord) -> Result<bool, InterruptionError> {
+        let launches = self.store.list_launches().await?;
+        let instances: Vec<String> = launches
+            .iter()
+            .filter(|l| record.replacements.contains(&l.id) && !matches!(l.state, LaunchState::Failed { .. }))
+            .filter_map(|l| l.instance_id.clone())
+            .collect();
+        let nodes = self.cluster.nodes().await?;
+        Ok(instances.iter().all(|id| {
+            nodes.iter().any(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .and_then(instance_id_from_provider_id)
+                    == Some(id.as_str())
+                    && n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+        }))
+    }
+
+    /// Drains until the node is drained, the deadline (a hard one ends the drain; a soft
+    /// one only ends this invocation's part), or `until`. Progress is saved after every
+    /// pass that evicted. Returns whether the node is drained.
+    async fn drain(
+        &self,
+        record: &mut DisruptionRecord,
+        until: SystemTime,
+        report: &mut EventReport,
+    ) -> Result<bool, InterruptionError> {
+        let start = self.clock.now();
+        let deadline = at(record.drain_deadline);
+        let mut wait = self.settings.retry_initial;
+        let drained = loop {
+            let now = self.clock.now();
+            let pass = drain_pass(self.cluster, &record.node, now, deadline, &record.evicted).await?;
+            report.evicted += pass.evicted.len();
+            report.blocked = pass.blocked.iter().map(ToString::to_string).collect();
+            let progressed = !pass.evicted.is_empty();
+            if progressed {
+                record.evicted.extend(pass.evicted.iter().map(|p| p.pod.clone()));
+            }
+            let now = self.clock.now();
+            if progressed || epoch_millis(now) + 5_000 >= record.held_until {
+                self.save(record).await?;
+            }
+            if pass.drained {
+                break true;
+            }
+            // A hard deadline ends the drain; a soft one (there is time) ends this
+            // invocation's part after the drain deadline's length, and the sweep goes on.
+            let stop = if record.hard_deadline {
+                deadline.min(until)
+            } else {
+                until.min(start + self.settings.drain_deadline)
+            };
+            if now >= stop {
+                break false;
+            }
+            if pass.blocked.is_empty() {
+                // A tier was evicted whole: the next one at once.
+                continue;
+            }
+            wait = if progressed {
+                self.settings.retry_initial
+            } else {
+                (wait * 2).min(RETRY_MAX)
+            };
+            let left = stop.duration_since(now).unwrap_or_default();
+            self.clock.sleep(wait.min(left)).await;
+        };
+        if !drained {
+            tracing::warn!(node = %record.node, blocked = ?report.blocked, "drain not finished by this invocation");
+        }
+        report.drained = drained;
+        report.drain_seconds = self.clock.now().duration_since(start).unwrap_or_default().as_secs_f64();
+        Ok(drained)
+    }
+
+    /// The instance is gone: deletes its Node (only a Carpool node), its node and launch
+    /// records, and its disruption record. Idempotent.
+    pub(crate) async fn cleanup(&self, instance_id: &str, node: Option<&str>) -> Result<(), InterruptionError> {
+        if let Some(node) = node {
+            let ours = self.cluster.nodes().await?.iter().any(|n| {
+                n.metadata.name.as_deref() == Some(node)
+                    && n.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(crate::model::well_known::CARPOOL_MANAGED))
+                        .is_some_and(|v| v == "true")
+            });
+            if ours && !self.settings.provision.dry_run {
+                self.cluster.delete_node(node).await?;
+            }
+        }
+        if self.settings.provision.dry_run {
+            return Ok(());
+        }
+        self.store.delete_node(instance_id).await?;
+        for launch in self.store.list_launches().await? {
+            if launch.instance_id.as_deref() == Some(instance_id) {
+                self.store.delete_launch(&launch.id).await?;
+            }
+        }
+        self.store.delete_disruption(instance_id).await?;
+        tracing::info!(
+            instance_id,
+            node = node.unwrap_or(""),
+            "instance gone: Node and records deleted"
+        );
+        Ok(())
+    }
+}
