@@ -28,6 +28,9 @@
 //! - [`schedule_log`]: when each node of a wave lost its startup taint, and the order
 //!   kube-scheduler bound the pods in.
 //! - [`wait`]: bounded polling with failure messages that say what was last seen.
+//! - [`scene`]: what a function's end-to-end test sets up (namespace, NodePool,
+//!   EC2NodeClass, table) and tears down, with the adapters on the stack; the three
+//!   functions' `e2e` tests share it.
 //!
 //! The crate root also holds what tests sharing one stack need: [`unique`] names, and a
 //! lock that lets them run concurrently ([`shared`]) except around a moto reset
@@ -40,6 +43,7 @@ pub mod launch;
 pub mod moto;
 pub mod node;
 pub mod pod_clock;
+pub mod scene;
 pub mod schedule_log;
 pub mod stack;
 pub mod tags;

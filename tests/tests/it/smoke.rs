@@ -1,6 +1,6 @@
 //! Smoke tests against the local stack: each proves one real behaviour of the components
 //! Carpool relies on. Start the stack first (`infra/local/up`), then
-//! `cargo test -p carpool-tests --test smoke -- --include-ignored` (each test is
+//! `cargo test -p carpool-tests --test it -- --include-ignored smoke::` (each test is
 //! `#[ignore]`d, so that plain `cargo test` passes without the stack).
 //!
 //! The tests share one stack and run concurrently: each has its own namespace, NodePool

@@ -7,7 +7,7 @@
 //! Each test applies `infra/rbac/*.yaml` to the local stack (`infra/local/up`) as its admin,
 //! then asks the apiserver with `kubectl auth can-i --as <user> --as-group
 //! carpool:controller`, which runs the real authorizer (a SubjectAccessReview). Run:
-//! `cargo test -p carpool-tests --test rbac -- --include-ignored` (the tests are
+//! `cargo test -p carpool-tests --test it -- --include-ignored rbac::` (the tests are
 //! `#[ignore]`d without it, as every test that needs the stack is).
 
 use std::path::{Path, PathBuf};

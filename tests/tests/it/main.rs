@@ -1,0 +1,12 @@
+//! The local stack's own tests, in one test binary. Every test needs the stack
+//! (`infra/local/up`) and is `#[ignore]`d without it: run them with
+//! `cargo test -p carpool-tests --test it -- --include-ignored` (add `rbac::` or `smoke::`
+//! to run one module).
+//!
+//! - [`rbac`]: the ClusterRoles and admission policies of `infra/rbac/` on a real
+//!   apiserver let Carpool's groups make every call their functions make, and nothing more.
+//! - [`smoke`]: the components Carpool relies on (kube-scheduler, the Eviction API and
+//!   PDBs, the harness playing the kubelet, moto's EC2 and DynamoDB) behave as it expects.
+
+mod rbac;
+mod smoke;
