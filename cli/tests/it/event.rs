@@ -1,13 +1,11 @@
 //! `carpool event` as a user runs it, on the event samples of the core crate.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
-fn carpool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_carpool")).args(args).output().unwrap()
-}
+use crate::support::carpool;
 
 fn sample(name: &str) -> String {
     format!("{}/../shared/tests/data/events/{name}", env!("CARGO_MANIFEST_DIR"))

@@ -1,10 +1,6 @@
 //! `carpool plan` and `carpool bench` as a user runs them.
 
-use std::process::{Command, Output};
-
-fn carpool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_carpool")).args(args).output().unwrap()
-}
+use crate::support::carpool;
 
 fn example(name: &str) -> String {
     format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))

@@ -5,13 +5,9 @@
 //!
 //! Each run is a few simulated hours, to keep the suite's time modest.
 
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn carpool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_carpool")).args(args).output().unwrap()
-}
+use crate::support::carpool;
 
 fn scenarios_dir() -> String {
     format!("{}/../examples/scenarios", env!("CARGO_MANIFEST_DIR"))

@@ -1,10 +1,6 @@
 //! `carpool catalog` as a user runs it.
 
-use std::process::{Command, Output};
-
-fn carpool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_carpool")).args(args).output().unwrap()
-}
+use crate::support::carpool;
 
 #[test]
 fn catalog_json_lists_matching_types_cheapest_first_with_the_documented_fields() {
