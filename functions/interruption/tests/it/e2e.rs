@@ -4,57 +4,54 @@
 //! kube-scheduler, disruption controller and Eviction API, with the harness playing the
 //! kubelet and the provisioner's watch running at the same time.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail, ensure};
 use carpool::catalog::Catalog;
 use carpool::decide::interruption::{InterruptionEvent, parse_input};
 use carpool::fakes::Crashing;
-use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use carpool::model::CapacityType;
 use carpool::ports::{Cloud, StateStore};
-use carpool::run::interruption::{EventReport, Interrupter, InterruptionSettings, Outcome};
-use carpool::run::provision::{Provisioner, ProvisionerConfig, RunReport, Settings};
+use carpool::run::disruption::{Disrupter, EventReport, InterruptionSettings, Outcome};
 use carpool_adapters::clock::TokioClock;
-use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::dynamodb::DynamoStore;
-use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
+use carpool_adapters::ec2::Ec2Cloud;
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_interruption::handler::{App, RecordOutcome};
-use carpool_tests::harness::Config as HarnessConfig;
-use carpool_tests::{Harness, Stack, aws_json, exclusive, unique, wait};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use carpool_tests::scene::Scene as Base;
+use carpool_tests::{aws_json, exclusive, unique, wait};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(180);
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-/// One test's cluster name, namespace, NodePool, EC2NodeClass, queue and rules.
+/// The shared scene, and this test's SQS queue with the template's interruption rules
+/// routing to it.
 struct Scene {
-    stack: Stack,
-    kube: kube::Client,
-    name: String,
-    table: String,
+    base: Base,
     queue_url: String,
     queue_arn: String,
 }
 
+impl std::ops::Deref for Scene {
+    type Target = Base;
+
+    fn deref(&self) -> &Base {
+        &self.base
+    }
+}
+
 impl Scene {
     async fn new(prefix: &str) -> Result<Self> {
-        let stack = Stack::load()?;
-        let kube = stack.kube_client().await?;
-        let name = unique(prefix);
-        let queue = aws_json::call(&stack, "sqs", "AmazonSQS.CreateQueue", &json!({"QueueName": name})).await?;
+        let base = Base::new(prefix).await?;
+        let stack = &base.stack;
+        let queue = aws_json::call(stack, "sqs", "AmazonSQS.CreateQueue", &json!({"QueueName": base.name})).await?;
         let queue_url = queue["QueueUrl"].as_str().context("QueueUrl")?.to_string();
         let attrs = aws_json::call(
-            &stack,
+            stack,
             "sqs",
             "AmazonSQS.GetQueueAttributes",
             &json!({"QueueUrl": queue_url, "AttributeNames": ["QueueArn"]}),
@@ -65,41 +62,10 @@ impl Scene {
             .context("QueueArn")?
             .to_string();
         let scene = Scene {
-            table: format!("{name}-state"),
-            stack,
-            kube,
-            name,
+            base,
             queue_url,
             queue_arn,
         };
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
-        Api::<Namespace>::all(scene.kube.clone())
-            .create(&PostParams::default(), &serde_json::from_value(ns)?)
-            .await?;
-        let pool = NodePoolBuilder::new(&scene.name)
-            .node_class(&scene.name)
-            .label("e2e", &scene.name)
-            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
-            .requirement("karpenter.k8s.aws/instance-generation", "Gt", &["4"])
-            .requirement("kubernetes.io/arch", "In", &["amd64"])
-            .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
-            .build();
-        let class = EC2NodeClassBuilder::new(&scene.name)
-            .role("CarpoolNodeRole")
-            .discovery("carpool-local")
-            .al2023()
-            .build();
-        for (r, object) in [
-            (
-                resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
-                class,
-            ),
-            (resource("karpenter.sh", "v1", "NodePool", "nodepools"), pool),
-        ] {
-            Api::<DynamicObject>::all_with(scene.kube.clone(), &r)
-                .create(&PostParams::default(), &serde_json::from_value(object)?)
-                .await?;
-        }
         scene.rules().await?;
         Ok(scene)
     }
@@ -137,41 +103,6 @@ impl Scene {
         Ok(())
     }
 
-    fn config(&self) -> Result<ProvisionerConfig> {
-        let mut config = ProvisionerConfig::from_vars(|k| match k {
-            "CARPOOL_CLUSTER_NAME" => Some(self.name.clone()),
-            "CARPOOL_TABLE_NAME" => Some(self.table.clone()),
-            "AWS_REGION" => Some("us-east-1".into()),
-            _ => None,
-        })?;
-        config.ami_ssm_parameter = self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string();
-        // moto prices every spot offering alike: plan on the embedded prices.
-        config.live_prices = false;
-        Ok(config)
-    }
-
-    async fn cloud(&self) -> Result<Ec2Cloud> {
-        let sdk = self.stack.aws_config().await?;
-        let info = ClusterInfo::new(
-            &self.name,
-            self.stack.get("CARPOOL_KUBE_APISERVER")?,
-            "Y2E=",
-            "10.100.0.0/16",
-        );
-        Ok(Ec2Cloud::new(
-            Ec2Clients::new(&sdk),
-            info,
-            self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
-        )
-        .with_node_role("CarpoolNodeRole", "CarpoolNodeProfile"))
-    }
-
-    async fn store(&self) -> Result<DynamoStore> {
-        let store = DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name);
-        store.create_table_if_missing().await?;
-        Ok(store)
-    }
-
     async fn app(&self) -> Result<App<Ec2Cloud, KubeCluster, DynamoStore, TokioClock>> {
         Ok(App::new(
             self.cloud().await?,
@@ -183,32 +114,11 @@ impl Scene {
         ))
     }
 
-    async fn harness(&self) -> Result<Harness> {
-        let mut config = HarnessConfig::from_stack(&self.stack)?;
-        config.cluster = self.name.clone();
-        Harness::start_on(&self.stack, config).await
-    }
-
     /// A Deployment of `replicas` pods selecting this test's NodePool.
     async fn deployment(&self, app: &str, replicas: i32, cpu: &str) -> Result<()> {
-        let d = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": app, "namespace": self.name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-              "template": {"metadata": {"labels": {"app": app}}, "spec": {
-                "nodeSelector": {"karpenter.sh/nodepool": self.name},
-                "terminationGracePeriodSeconds": 5,
-                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}}]}}}
-        });
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.kube.clone(),
-            &self.name,
-            &resource("apps", "v1", "Deployment", "deployments"),
-        );
-        api.create(&PostParams::default(), &serde_json::from_value(d)?).await?;
-        Ok(())
+        let mut d = self.base.deployment(app, replicas, cpu, "512Mi");
+        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);
+        self.create_deployment(d).await
     }
 
     async fn pdb(&self, app: &str, min_available: i32) -> Result<()> {
@@ -219,13 +129,6 @@ impl Scene {
             .create(&PostParams::default(), &serde_json::from_value(p)?)
             .await?;
         Ok(())
-    }
-
-    async fn pods(&self) -> Result<Vec<Pod>> {
-        Ok(Api::<Pod>::namespaced(self.kube.clone(), &self.name)
-            .list(&ListParams::default())
-            .await?
-            .items)
     }
 
     /// Waits until `n` pods are Running (and not terminating) on nodes other than `not_on`.
@@ -246,22 +149,6 @@ impl Scene {
             }
         })
         .await
-    }
-
-    /// Provisions for the pending pods: the provisioner's run, watching `watch`.
-    async fn provision(&self, watch: Duration) -> Result<RunReport> {
-        let cloud = self.cloud().await?;
-        let cluster = KubeCluster::new(self.kube.clone());
-        let store = self.store().await?;
-        let region = Catalog::embedded()?.region("us-east-1")?;
-        let settings = Settings {
-            watch,
-            // Time to release the launch wave once the harness's nodes are Ready.
-            release_limit: watch + Duration::from_secs(30),
-            ..Settings::from_config(&self.config()?, watch)
-        };
-        let mut p = Provisioner::new(&cloud, &cluster, &store, &TokioClock, settings, &unique("prov"));
-        Ok(p.run(&region).await?)
     }
 
     async fn put_event(&self, detail_type: &str, source: &str, detail: Value, resources: Vec<String>) -> Result<()> {
@@ -339,34 +226,6 @@ impl Scene {
         Ok(())
     }
 
-    async fn cleanup(&self) -> Result<()> {
-        let _ = Api::<Namespace>::all(self.kube.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await;
-        for r in [
-            resource("karpenter.sh", "v1", "NodePool", "nodepools"),
-            resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
-        ] {
-            let _ = Api::<DynamicObject>::all_with(self.kube.clone(), &r)
-                .delete(&self.name, &DeleteParams::default())
-                .await;
-        }
-        let cloud = self.cloud().await?;
-        for i in cloud.list().await? {
-            cloud.terminate(&i.id).await?;
-        }
-        Ok(())
-    }
-
-    async fn finish<T>(&self, harness: Harness, result: Result<T>) -> Result<T> {
-        let cleaned = self.cleanup().await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let _ = harness.stop().await;
-        let value = result?;
-        cleaned?;
-        Ok(value)
-    }
-
     /// The spot node the provisioner launched for the pods, and its instance.
     async fn spot_node(&self) -> Result<(String, String)> {
         let nodes = Api::<Node>::all(self.kube.clone())
@@ -411,37 +270,6 @@ fn reports(outcomes: &[(Option<String>, RecordOutcome)]) -> Vec<EventReport> {
         .collect()
 }
 
-/// Counts, while it runs, the fewest Running api pods and the times the PDB said fewer
-/// healthy pods than it desires.
-fn watch_pdb(
-    scene: &Scene,
-) -> (
-    Arc<AtomicBool>,
-    Arc<AtomicI32>,
-    Arc<AtomicI32>,
-    tokio::task::JoinHandle<()>,
-) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let fewest = Arc::new(AtomicI32::new(i32::MAX));
-    let violations = Arc::new(AtomicI32::new(0));
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name);
-    let (s, f, v) = (stop.clone(), fewest.clone(), violations.clone());
-    let task = tokio::spawn(async move {
-        while !s.load(Ordering::SeqCst) {
-            if let Ok(pdb) = pdbs.get("api").await
-                && let Some(status) = pdb.status
-            {
-                f.fetch_min(status.current_healthy, Ordering::SeqCst);
-                if status.current_healthy < status.desired_healthy {
-                    v.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    });
-    (stop, fewest, violations, task)
-}
-
 #[tokio::test]
 #[ignore = "needs local stack (infra/local/up)"]
 async fn a_spot_interruption_through_eventbridge_and_sqs_moves_the_pods_to_on_demand_with_the_pdb_held() -> Result<()> {
@@ -475,7 +303,7 @@ async fn spot_interruption(scene: &Scene) -> Result<()> {
     let app = scene.app().await?;
     let cloud = scene.cloud().await?;
     let before: Vec<String> = cloud.list().await?.into_iter().map(|i| i.id).collect();
-    let (stop, fewest, violations, watcher) = watch_pdb(scene);
+    let (stop, fewest, violations, watcher) = scene.watch_pdb("api");
     // The provisioner watches at the same time: it must launch nothing for the evicted
     // pods, whose replacement is reserved for them.
     let provisioner = scene.provision(Duration::from_secs(40));
@@ -626,7 +454,7 @@ async fn killed(scene: &Scene) -> Result<()> {
     let event = spot_event(&instance)?;
     // Killed after the first eviction: the invocation stops at its next call.
     let dying = Crashing::after_evictions(&kube, 1);
-    let first = Interrupter::new(&cloud, &dying, &store, &TokioClock, settings.clone(), "inv-1");
+    let first = Disrupter::new(&cloud, &dying, &store, &TokioClock, settings.clone(), "inv-1");
     let until = SystemTime::now() + Duration::from_secs(120);
     let killed = tokio::time::timeout(Duration::from_secs(20), first.handle(&region, &event, until)).await;
     ensure!(killed.is_err(), "the first invocation was killed mid-drain: {killed:?}");
@@ -641,7 +469,7 @@ async fn killed(scene: &Scene) -> Result<()> {
 
     // The schedule's sweep, once the dead holder's hold lapsed, resumes and finishes.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let next = Interrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-2");
+    let next = Disrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-2");
     let resumed = next
         .sweep(&region, SystemTime::now() + Duration::from_secs(120))
         .await?;
@@ -670,13 +498,13 @@ async fn killed(scene: &Scene) -> Result<()> {
     let pdbs = Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name);
     wait::pdb_status(&pdbs, "web", 4, 0, WAIT).await?;
     let event = spot_event(&other_instance)?;
-    let draining = Interrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-3");
+    let draining = Disrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-3");
     let drain = draining.handle(&region, &event, SystemTime::now() + Duration::from_secs(120));
     let terminate = async {
         tokio::time::sleep(Duration::from_secs(5)).await;
         cloud.terminate(&other_instance).await?;
         let state = state_event(&other_instance, "terminated")?;
-        let cleaner = Interrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-4");
+        let cleaner = Disrupter::new(&cloud, &kube, &store, &TokioClock, settings.clone(), "inv-4");
         anyhow::Ok(
             cleaner
                 .handle(&region, &state, SystemTime::now() + Duration::from_secs(60))

@@ -1,0 +1,11 @@
+//! The interruption function's tests, in one test binary.
+//!
+//! - [`handler`]: the handler on the in-memory ports answers `batchItemFailures` for the
+//!   SQS records it could not read or handle and handles the rest; a bare EventBridge
+//!   event works too.
+//! - [`e2e`]: on the local stack (`#[ignore]`d without it), a spot interruption through
+//!   EventBridge and SQS moves the pods to on-demand with the PDB held, and a function
+//!   killed mid-drain is resumed.
+
+mod e2e;
+mod handler;
