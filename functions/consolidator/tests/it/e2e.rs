@@ -11,38 +11,32 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail, ensure};
 use carpool::catalog::Catalog;
 use carpool::decide::disruption::DisruptionCommand;
-use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use carpool::ports::{Cloud, StateStore};
 use carpool::run::consolidate::{ConsolidationSettings, Consolidator};
-use carpool::run::provision::{Provisioner, ProvisionerConfig, RunReport, Settings};
-use carpool_adapters::clock::TokioClock;
-use carpool_adapters::cluster_info::ClusterInfo;
-use carpool_adapters::dynamodb::DynamoStore;
-use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_adapters::kube_cluster::KubeCluster;
-use carpool_tests::harness::Config as HarnessConfig;
-use carpool_tests::{Harness, Stack, exclusive, unique, wait};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use carpool_tests::scene::{Scene as Base, resource};
+use carpool_tests::{exclusive, wait};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(240);
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
+/// The shared scene, and the clock of this test's runs.
 struct Scene {
-    stack: Stack,
-    kube: kube::Client,
-    name: String,
-    table: String,
+    base: Base,
     /// How far the runs' clock is ahead of the wall clock: a test moves it on after
     /// killing a run, as the next scheduled run comes once the dead run's lease lapsed.
     ahead: std::sync::Mutex<Duration>,
+}
+
+impl std::ops::Deref for Scene {
+    type Target = Base;
+
+    fn deref(&self) -> &Base {
+        &self.base
+    }
 }
 
 /// The wall clock, `ahead` of it.
@@ -71,113 +65,30 @@ impl Scene {
 
     /// A scene whose NodePool allows `capacity` types, of the instance `families` when given.
     async fn build(prefix: &str, budget: &str, capacity: &[&str], families: Option<&[&str]>) -> Result<Self> {
-        let stack = Stack::load()?;
-        let kube = stack.kube_client().await?;
-        let name = unique(prefix);
-        let scene = Scene {
-            table: format!("{name}-state"),
-            stack,
-            kube,
-            name,
+        let base = Base::with_pool(prefix, |pool| {
+            let pool = pool.requirement("karpenter.sh/capacity-type", "In", capacity);
+            let pool = match families {
+                Some(f) => pool.requirement("karpenter.k8s.aws/instance-family", "In", f),
+                None => pool,
+            };
+            let mut pool = pool.build();
+            pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": budget}]});
+            pool
+        })
+        .await?;
+        Ok(Scene {
+            base,
             ahead: std::sync::Mutex::new(Duration::ZERO),
-        };
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
-        Api::<Namespace>::all(scene.kube.clone())
-            .create(&PostParams::default(), &serde_json::from_value(ns)?)
-            .await?;
-        let pool = NodePoolBuilder::new(&scene.name)
-            .node_class(&scene.name)
-            .label("e2e", &scene.name)
-            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
-            .requirement("karpenter.k8s.aws/instance-generation", "Gt", &["4"])
-            .requirement("kubernetes.io/arch", "In", &["amd64"])
-            .requirement("karpenter.sh/capacity-type", "In", capacity);
-        let pool = match families {
-            Some(f) => pool.requirement("karpenter.k8s.aws/instance-family", "In", f),
-            None => pool,
-        };
-        let mut pool = pool.build();
-        pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": budget}]});
-        let class = EC2NodeClassBuilder::new(&scene.name)
-            .role("CarpoolNodeRole")
-            .discovery("carpool-local")
-            .al2023()
-            .build();
-        for (r, object) in [
-            (
-                resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
-                class,
-            ),
-            (resource("karpenter.sh", "v1", "NodePool", "nodepools"), pool),
-        ] {
-            Api::<DynamicObject>::all_with(scene.kube.clone(), &r)
-                .create(&PostParams::default(), &serde_json::from_value(object)?)
-                .await?;
-        }
-        Ok(scene)
-    }
-
-    fn config(&self) -> Result<ProvisionerConfig> {
-        let mut config = ProvisionerConfig::from_vars(|k| match k {
-            "CARPOOL_CLUSTER_NAME" => Some(self.name.clone()),
-            "CARPOOL_TABLE_NAME" => Some(self.table.clone()),
-            "AWS_REGION" => Some("us-east-1".into()),
-            _ => None,
-        })?;
-        config.ami_ssm_parameter = self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string();
-        config.live_prices = false;
-        Ok(config)
-    }
-
-    async fn cloud(&self) -> Result<Ec2Cloud> {
-        let sdk = self.stack.aws_config().await?;
-        let info = ClusterInfo::new(
-            &self.name,
-            self.stack.get("CARPOOL_KUBE_APISERVER")?,
-            "Y2E=",
-            "10.100.0.0/16",
-        );
-        Ok(Ec2Cloud::new(
-            Ec2Clients::new(&sdk),
-            info,
-            self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
-        )
-        .with_node_role("CarpoolNodeRole", "CarpoolNodeProfile"))
-    }
-
-    async fn store(&self) -> Result<DynamoStore> {
-        let store = DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name);
-        store.create_table_if_missing().await?;
-        Ok(store)
-    }
-
-    async fn harness(&self) -> Result<Harness> {
-        let mut config = HarnessConfig::from_stack(&self.stack)?;
-        config.cluster = self.name.clone();
-        Harness::start_on(&self.stack, config).await
+        })
     }
 
     /// A Deployment of `replicas` pods selecting this test's NodePool; `annotations` on
     /// its pods.
     async fn deployment(&self, app: &str, replicas: i32, cpu: &str, annotations: serde_json::Value) -> Result<()> {
-        let d = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": app, "namespace": self.name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-              "template": {"metadata": {"labels": {"app": app}, "annotations": annotations}, "spec": {
-                "nodeSelector": {"karpenter.sh/nodepool": self.name},
-                "terminationGracePeriodSeconds": 2,
-                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}}]}}}
-        });
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.kube.clone(),
-            &self.name,
-            &resource("apps", "v1", "Deployment", "deployments"),
-        );
-        api.create(&PostParams::default(), &serde_json::from_value(d)?).await?;
-        Ok(())
+        let mut d = self.base.deployment(app, replicas, cpu, "512Mi");
+        d["spec"]["template"]["metadata"]["annotations"] = annotations;
+        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(2);
+        self.create_deployment(d).await
     }
 
     async fn scale(&self, app: &str, replicas: i32) -> Result<()> {
@@ -193,13 +104,6 @@ impl Scene {
         )
         .await?;
         Ok(())
-    }
-
-    async fn pods(&self) -> Result<Vec<Pod>> {
-        Ok(Api::<Pod>::namespaced(self.kube.clone(), &self.name)
-            .list(&ListParams::default())
-            .await?
-            .items)
     }
 
     async fn running(&self) -> Result<Vec<Pod>> {
@@ -244,20 +148,6 @@ impl Scene {
             .collect())
     }
 
-    async fn provision(&self, watch: Duration) -> Result<RunReport> {
-        let cloud = self.cloud().await?;
-        let cluster = KubeCluster::new(self.kube.clone());
-        let store = self.store().await?;
-        let region = Catalog::embedded()?.region("us-east-1")?;
-        let settings = Settings {
-            watch,
-            release_limit: watch + Duration::from_secs(30),
-            ..Settings::from_config(&self.config()?, watch)
-        };
-        let mut p = Provisioner::new(&cloud, &cluster, &store, &TokioClock, settings, &unique("prov"));
-        Ok(p.run(&region).await?)
-    }
-
     /// One consolidator run, as the Lambda makes it (a short re-check).
     async fn consolidate(&self, owner: &str) -> Result<carpool::run::consolidate::ConsolidationReport> {
         let store = self.store().await?;
@@ -283,65 +173,6 @@ impl Scene {
         let c = Consolidator::new(&cloud, &cluster, store, &clock, settings, owner);
         Ok(c.run(&region, until).await?)
     }
-
-    async fn cleanup(&self) -> Result<()> {
-        let _ = Api::<Namespace>::all(self.kube.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await;
-        for r in [
-            resource("karpenter.sh", "v1", "NodePool", "nodepools"),
-            resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
-        ] {
-            let _ = Api::<DynamicObject>::all_with(self.kube.clone(), &r)
-                .delete(&self.name, &DeleteParams::default())
-                .await;
-        }
-        let cloud = self.cloud().await?;
-        for i in cloud.list().await? {
-            cloud.terminate(&i.id).await?;
-        }
-        Ok(())
-    }
-
-    async fn finish<T>(&self, harness: Harness, result: Result<T>) -> Result<T> {
-        let cleaned = self.cleanup().await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let _ = harness.stop().await;
-        let value = result?;
-        cleaned?;
-        Ok(value)
-    }
-}
-
-/// Watches the PDB `web` until stopped: the fewest healthy pods seen, and the times it had
-/// fewer healthy pods than it desires.
-fn watch_pdb(
-    scene: &Scene,
-) -> (
-    Arc<AtomicBool>,
-    Arc<AtomicI32>,
-    Arc<AtomicI32>,
-    tokio::task::JoinHandle<()>,
-) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let fewest = Arc::new(AtomicI32::new(i32::MAX));
-    let violations = Arc::new(AtomicI32::new(0));
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(scene.kube.clone(), &scene.name);
-    let (s, f, v) = (stop.clone(), fewest.clone(), violations.clone());
-    let task = tokio::spawn(async move {
-        while !s.load(Ordering::SeqCst) {
-            if let Ok(pdb) = pdbs.get("web").await
-                && let Some(status) = pdb.status
-            {
-                f.fetch_min(status.current_healthy, Ordering::SeqCst);
-                if status.current_healthy < status.desired_healthy {
-                    v.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    });
-    (stop, fewest, violations, task)
 }
 
 #[tokio::test]
@@ -388,7 +219,7 @@ async fn scaled_down(scene: &Scene) -> Result<()> {
         .and_then(|p| p.spec.as_ref()?.node_name.clone())
         .context("the keeper's node")?;
 
-    let (stop, fewest, violations, watcher) = watch_pdb(scene);
+    let (stop, fewest, violations, watcher) = scene.watch_pdb("web");
     let mut commands: Vec<DisruptionCommand> = Vec::new();
     let mut evicted = 0;
     let mut quiet = 0;
