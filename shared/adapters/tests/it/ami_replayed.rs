@@ -3,7 +3,7 @@
 //! GetParameters call, gives one image per architecture from what exists, and a second
 //! resolution within the refresh interval is answered from the cache, without calling SSM.
 //!
-//! The replay client is `support/replay.rs`.
+//! The replay client is [`replay`].
 
 use anyhow::Result;
 use carpool::fixtures::EC2NodeClassBuilder;
@@ -12,10 +12,7 @@ use carpool::ports::{Cloud, ImageVariant, ResolvedImage};
 use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::ec2::Ec2Cloud;
 
-#[path = "support/replay.rs"]
-mod replay;
-
-use replay::Replay;
+use crate::support::replay::{self, Replay};
 
 const JSON: &str = "application/x-amz-json-1.1";
 

@@ -379,8 +379,8 @@ async fn a_nominated_pod_has_the_event_on_the_apiserver() -> Result<()> {
 
 async fn pod_events(s: &mut Scene) -> Result<()> {
     use carpool::decide::Unschedulable;
-    use carpool::decide::pod_events::{BatchOutcome, Nomination, RecentEvents, pod_events};
-    use carpool::decide::unschedulable::Reason;
+    use carpool::decide::provisioning::pod_events::{BatchOutcome, Nomination, RecentEvents, pod_events};
+    use carpool::decide::provisioning::unschedulable::Reason;
     use carpool::model::CapacityType;
     use carpool::ports::{EventReason, MAX_MESSAGE_BYTES};
     use k8s_openapi::api::core::v1::Event;

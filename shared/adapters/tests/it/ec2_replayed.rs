@@ -3,7 +3,7 @@
 //! instantly consistent, so a DescribeInstances never misses a new instance). Needs no
 //! stack.
 //!
-//! The replay client is `support/replay.rs`.
+//! The replay client is [`replay`].
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -14,10 +14,7 @@ use carpool::ports::{Cloud, InstanceState, LaunchRequest, OnDemandPrice, epoch_m
 use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::ec2::Ec2Cloud;
 
-#[path = "support/replay.rs"]
-mod replay;
-
-use replay::{Answer, Replay, Seen};
+use crate::support::replay::{self, Answer, Replay, Seen};
 
 /// An `Ec2Cloud` in `region` of cluster `demo` whose EC2 and Pricing calls go to the replays.
 fn cloud(region: &str, ec2: &Replay, pricing: &Replay) -> Ec2Cloud {
@@ -109,7 +106,7 @@ fn products_page(entries: &[String], next_token: Option<&str>) -> Result<String>
 
 #[tokio::test]
 async fn on_demand_prices_come_from_get_products_across_pages() -> Result<()> {
-    let m5 = include_str!("vectors/pricing_m5_large.json").replace("us-east-1", "us-west-2");
+    let m5 = include_str!("../vectors/pricing_m5_large.json").replace("us-east-1", "us-west-2");
     let c5 = m5
         .replace("m5.large", "c5.large")
         .replace("0.0960000000", "0.0850000000");

@@ -1,12 +1,11 @@
 //! The replayed HTTP client of the adapter tests that need no stack: canned AWS answers,
-//! in order, and the requests seen. Included by `ec2_replayed.rs` and `ami_replayed.rs`
-//! (`#[path]`), so each test binary takes what it uses.
+//! in order, and the requests seen. Used by [`ec2_replayed`](crate::ec2_replayed) and
+//! [`ami_replayed`](crate::ami_replayed).
 //!
 //! Written over `aws-smithy-runtime-api`'s `HttpConnector` rather than `aws-smithy-mocks`
 //! or `aws-smithy-http-client`'s `StaticReplayClient`: both turn on the `test-util` feature
 //! of `aws-smithy-http-client`, which every SDK crate builds on, so the test build would
 //! compile aws-sdk-ec2 a second time (minutes and gigabytes).
-#![allow(dead_code)] // each including test binary uses a part
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
