@@ -7,10 +7,12 @@ use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
-use carpool::decide::taints::untolerated;
-use carpool::decide::wave::{Release, WAVE_LABEL, WAVE_TAINT, releases, settled, wave_of, wave_toleration};
+use carpool::decide::provisioning::taints::untolerated;
+use carpool::decide::waves::wave::{Release, releases, settled, wave_of, wave_toleration};
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
+use carpool::model::well_known::WAVE_LABEL;
+use carpool::model::well_known::WAVE_TAINT;
 use carpool::ports::{Clock, Timer};
 use carpool::ports::{Cluster, EpochMillis, LaunchRecord, LaunchState, StateStore};
 use carpool::run::provision::{Provisioner, Settings};
@@ -244,7 +246,7 @@ fn a_wave_whose_run_ended_before_its_nodes_came_up_is_released_by_the_next_run()
     assert!(released.iter().all(|u| u.why == Release::AllReady));
     let nodes = block_on(cluster.nodes()).unwrap();
     assert!(
-        nodes.iter().all(|n| carpool::decide::wave::wave_of(n).is_none()),
+        nodes.iter().all(|n| carpool::decide::waves::wave::wave_of(n).is_none()),
         "no node keeps the taint"
     );
     assert_eq!(report.launched().count(), 0, "nothing launched twice");

@@ -1,5 +1,5 @@
 //! Starting nodes count at their instance type's expected capacity, with room kept for the
-//! DaemonSets still to land, until they are initialized ([`carpool::decide::in_flight`]).
+//! DaemonSets still to land, until they are initialized ([`carpool::decide::provisioning::in_flight`]).
 //!
 //! The rule is Karpenter's (kubernetes-sigs/karpenter):
 //! - `pkg/controllers/nodeclaim/lifecycle/initialization.go`, `Initialization.Reconcile`:
@@ -22,8 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-use carpool::catalog::{Catalog, RegionCatalog};
-use carpool::decide::in_flight::capacity_view;
+use carpool::decide::provisioning::in_flight::capacity_view;
 use carpool::decide::{ProvisioningPlan, provisioning_plan};
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::model::pod::Pod;
@@ -36,13 +35,11 @@ use k8s_openapi::jiff::Timestamp;
 use pollster::block_on;
 use serde_json::{Value, json};
 
+use crate::support::region;
+
 const TTL_MS: i64 = 900_000;
 /// 2026-09-21T14:13:20Z.
 const START: i64 = 1_790_000_000_000;
-
-fn region() -> RegionCatalog<'static> {
-    Catalog::embedded().unwrap().region("us-east-1").unwrap()
-}
 
 fn rfc3339(epoch_ms: i64) -> String {
     Timestamp::from_millisecond(epoch_ms).unwrap().to_string()

@@ -7,8 +7,6 @@
 //! the moment it fires no call on either completes; the run's future is then dropped,
 //! as a Lambda timeout or a crash would stop it.
 
-mod run_world;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -18,8 +16,9 @@ use carpool::ports::{InstanceState, LaunchState, StateStore};
 use carpool::run::provision::{Provisioner, Settings};
 use k8s_openapi::api::core::v1::Node;
 use pollster::block_on;
-use run_world::World;
 use serde_json::json;
+
+use crate::run_world::{self, World};
 
 /// Pending pods: enough for several nodes, so that a crash can fall between launches.
 const PODS: usize = 40;

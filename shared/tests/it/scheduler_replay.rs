@@ -2,25 +2,15 @@
 //! scheduler's choices strand nothing (decide/checker/replay.rs, decide/scheduler_fit.rs).
 //! Each test names the upstream code the rule comes from.
 
-use carpool::catalog::{Catalog, RegionCatalog};
 use carpool::decide::checker::{NodeRef, Order, check, replay};
-use carpool::decide::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
+use carpool::decide::provisioning::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
 use carpool::decide::{PlannedNode, ProvisioningPlan};
 use carpool::fixtures::{NodePoolBuilder, PodBuilder};
 use carpool::model::{CapacityType, Resources};
 use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
 
-fn region() -> RegionCatalog<'static> {
-    Catalog::embedded().unwrap().region("us-east-1").unwrap()
-}
-
-fn snapshot(items: &[Value]) -> Snapshot {
-    let mut s = Snapshot::default();
-    s.add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
-        .unwrap();
-    s
-}
+use crate::support::{region, snapshot};
 
 fn pod(name: &str, cpu: &str, created: &str) -> PodBuilder {
     PodBuilder::new(name)

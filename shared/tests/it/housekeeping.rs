@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use carpool::catalog::{Catalog, RegionCatalog};
+use carpool::decide::housekeeping::ownership::{SpareReason, termination_cap};
 use carpool::decide::housekeeping::{
     Forget, HousekeepingPlan, Labelling, LostLaunch, LostReason, Observed, Registration, Spared, Termination,
     TerminationReason, plan, to_look_up,
 };
-use carpool::decide::ownership::{SpareReason, termination_cap};
 use carpool::fixtures::launch_record;
 use carpool::model::CapacityType;
 use carpool::model::well_known as wk;

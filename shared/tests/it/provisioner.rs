@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
-use carpool::decide::unschedulable::Kind;
+use carpool::decide::provisioning::unschedulable::Kind;
 use carpool::fakes::{ClusterErrorKind, FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKind};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;

@@ -20,34 +20,16 @@
 
 use carpool::catalog::Catalog;
 use carpool::decide::checker::check;
+use carpool::decide::provisioning::unschedulable::Kind;
 use carpool::decide::provisioning_plan;
-use carpool::decide::unschedulable::Kind;
 use carpool::fixtures::{NodeBuilder, NodePoolBuilder, PodBuilder};
 use carpool::snapshot::Snapshot;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use crate::support::{cases, rng_seed};
+
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
-
-/// The seed CI's cases come from (one whose 32 cases pass; see the module doc).
-const CI_SEED: u64 = 20_261_202;
-
-fn rng_seed() -> proptest::test_runner::RngSeed {
-    use proptest::test_runner::RngSeed;
-    match std::env::var("CARPOOL_PROPTEST_SEED").ok().as_deref() {
-        Some("random") => RngSeed::Random,
-        Some(n) => n.parse().map_or(RngSeed::Random, RngSeed::Fixed),
-        None if std::env::var("CARPOOL_PROPTEST_CASES").is_ok() => RngSeed::Random,
-        None => RngSeed::Fixed(CI_SEED),
-    }
-}
-
-fn cases() -> u32 {
-    std::env::var("CARPOOL_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32)
-}
 
 /// Whether a construct is generated (see the module doc).
 fn with(construct: &str) -> bool {

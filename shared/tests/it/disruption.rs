@@ -3,24 +3,23 @@
 
 use std::time::SystemTime;
 
-use carpool::catalog::{Catalog, RegionCatalog};
-use carpool::decide::disruption::drift::{HASH_KEY, template_hash};
+use carpool::catalog::RegionCatalog;
+use carpool::decide::disruption::drift::template_hash;
 use carpool::decide::disruption::savings::balanced_score;
 use carpool::decide::disruption::{BlockKind, DisruptionDecision, DisruptionInput, DisruptionSettings, Method, decide};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
+use carpool::model::well_known::NODEPOOL_HASH as HASH_KEY;
 use carpool::model::{CapacityType, EC2NodeClass, NodePool};
 use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
+
+use crate::support::region;
 
 const NOW: &str = "2026-12-02T12:00:00Z";
 const LONG_AGO: &str = "2026-12-01T00:00:00Z";
 
 fn at(t: &str) -> SystemTime {
     SystemTime::from(t.parse::<jiff::Timestamp>().unwrap())
-}
-
-fn region() -> RegionCatalog<'static> {
-    Catalog::embedded().unwrap().region("us-east-1").unwrap()
 }
 
 fn price(it: &str, ct: CapacityType) -> f64 {
@@ -684,11 +683,11 @@ fn a_node_whose_labels_its_nodepool_no_longer_allows_is_drifted() {
 // resolves is drifted.
 #[test]
 fn a_node_on_an_ami_its_class_no_longer_resolves_is_drifted() {
-    use carpool::decide::disruption::drift::IMAGE_KEY;
+    use carpool::model::well_known::IMAGE_ID;
     use carpool::ports::ResolvedImage;
     let with_image = |name: &str, ami: &str| {
         let mut n = node(name, "default", "m5.large", "on-demand");
-        n["metadata"]["labels"][IMAGE_KEY] = json!(ami);
+        n["metadata"]["labels"][IMAGE_ID] = json!(ami);
         n
     };
     let s = snapshot(vec![

@@ -3,30 +3,14 @@
 //! upstream code its rule comes from; every plan is re-checked by the independent checker.
 
 use carpool::catalog::Catalog;
-use carpool::decide::checker::check;
-use carpool::decide::unschedulable::Kind;
-use carpool::decide::{PlannedNode, ProvisioningPlan, provisioning_plan};
+use carpool::decide::ProvisioningPlan;
+use carpool::decide::provisioning::unschedulable::Kind;
 use carpool::fixtures::{NodeBuilder, NodePoolBuilder, PodBuilder};
-use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
 
-const ZONE: &str = "topology.kubernetes.io/zone";
+use crate::support::{node_of, plan_without_bound};
 
-fn plan(items: Vec<Value>) -> ProvisioningPlan {
-    let mut snapshot = Snapshot::default();
-    snapshot
-        .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
-        .unwrap();
-    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
-    let plan = provisioning_plan(&snapshot, &region);
-    let violations = check(&snapshot, &region, &plan);
-    assert!(
-        violations.is_empty(),
-        "checker: {violations:#?}\nplan: {}",
-        serde_json::to_string_pretty(&plan).unwrap()
-    );
-    plan
-}
+const ZONE: &str = "topology.kubernetes.io/zone";
 
 /// A NodePool of small general-purpose types in the given zones.
 fn pool(zones: &[&str]) -> Value {
@@ -75,14 +59,6 @@ fn bound(name: &str, app: &str, node: &str) -> PodBuilder {
         .running()
 }
 
-fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a PlannedNode {
-    let key = format!("default/{pod}");
-    p.nodes
-        .iter()
-        .find(|n| n.pods.contains(&key))
-        .unwrap_or_else(|| panic!("{pod} is not on a new node: {p:#?}"))
-}
-
 fn zones_of(p: &ProvisioningPlan, pods: &[&str]) -> Vec<String> {
     let mut z: Vec<String> = pods.iter().map(|n| node_of(p, n).zone.clone()).collect();
     z.sort();
@@ -111,7 +87,7 @@ fn a_zone_the_pods_own_node_selector_excludes_is_no_spread_domain_by_default() {
     let not_c = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1a", "us-east-1b"]}]}]}}});
     items.extend(spread_pods(6, ZONE, json!({}), |p| p.spec("affinity", not_c.clone())));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     let names: Vec<String> = (0..6).map(|i| format!("web-{i}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -134,7 +110,7 @@ fn with_node_affinity_policy_ignore_an_excluded_zone_still_holds_the_spread_back
     items.extend(spread_pods(6, ZONE, json!({"nodeAffinityPolicy": "Ignore"}), |p| {
         p.spec("affinity", not_c.clone())
     }));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert_eq!(p.nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 2, "{p:#?}");
     assert_eq!(p.unschedulable.len(), 4);
     assert!(
@@ -157,7 +133,7 @@ fn with_node_affinity_policy_ignore_a_zone_without_nodes_the_pod_cannot_use_is_n
                 {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1a", "us-east-1b"]}]}]}}}),
         )
     }));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
 }
 
@@ -173,7 +149,7 @@ fn a_tainted_node_is_a_spread_domain_unless_node_taints_policy_is_honor() {
     let mut items = vec![pool(&["us-east-1a", "us-east-1b"])];
     tainted(&mut items);
     items.extend(spread_pods(4, ZONE, json!({}), |p| p));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert_eq!(
         p.unschedulable.len(),
         2,
@@ -184,7 +160,7 @@ fn a_tainted_node_is_a_spread_domain_unless_node_taints_policy_is_honor() {
     let mut items = vec![pool(&["us-east-1a", "us-east-1b"])];
     tainted(&mut items);
     items.extend(spread_pods(4, ZONE, json!({"nodeTaintsPolicy": "Honor"}), |p| p));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     assert_eq!(
         zones_of(&p, &["web-0", "web-1", "web-2", "web-3"]),
@@ -203,7 +179,7 @@ fn a_spread_on_capacity_type_alternates_spot_and_on_demand() {
         .build();
     let mut items = vec![pool];
     items.extend(spread_pods(4, "karpenter.sh/capacity-type", json!({}), |p| p));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     let on = |ct: &str| {
         p.nodes
@@ -235,7 +211,7 @@ fn terminating_and_finished_pods_do_not_count_in_a_spread() {
     }
     items.push(bound("live-0", "web", "b1").build());
     items.extend(spread_pods(3, ZONE, json!({}), |p| p));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     // Counted: a=0 and b=1 (the live pod), so two go to a and one to b.
     assert_eq!(
@@ -260,7 +236,7 @@ fn failed_pods_do_not_count_in_a_spread() {
     }
     items.push(bound("live-0", "web", "b1").build());
     items.extend(spread_pods(3, ZONE, json!({}), |p| p));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     // Counted: a=0 and b=1 (the live pod), so two go to a and one to b; were the failed
     // pods counted (a=3), all three would go to b.
@@ -292,7 +268,7 @@ fn a_pod_its_own_spread_selector_does_not_match_adds_nothing_to_the_skew() {
             )
             .build(),
     );
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     assert_eq!(node_of(&p, "web-0").zone, "us-east-1a");
 }
@@ -347,7 +323,7 @@ fn an_anti_affinity_term_covers_only_the_namespaces_its_selector_matches() {
     items.push(away_from_db(
         json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}),
     ));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     assert_ne!(node_of(&p, "web-0").zone, "us-east-1b");
 
@@ -356,13 +332,13 @@ fn an_anti_affinity_term_covers_only_the_namespaces_its_selector_matches() {
     items.push(away_from_db(
         json!({"namespaces": ["other"], "namespaceSelector": {"matchLabels": {"team": "x"}}}),
     ));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert_eq!(node_of(&p, "web-0").zone, "us-east-1c");
 
     // The empty selector covers every namespace: no zone is left.
     let mut items = base();
     items.push(away_from_db(json!({"namespaceSelector": {}})));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.iter().any(|u| u.has(Kind::Topology)), "{p:#?}");
 }
 
@@ -378,7 +354,7 @@ fn without_namespace_objects_a_namespace_selector_matches_by_metadata_name() {
         db_in("other", "b1"),
         away_from_db(json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "data"}}})),
     ];
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert_eq!(node_of(&p, "web-0").zone, "us-east-1b");
 }
 
@@ -403,7 +379,7 @@ fn two_term_affinity(name: &str) -> Value {
 #[test]
 fn the_first_pod_of_a_group_is_admitted_only_when_no_pod_matches_any_of_its_terms() {
     // No pod matches either term, and it matches both: admitted.
-    let p = plan(vec![pool(&["us-east-1a"]), two_term_affinity("web-0")]);
+    let p = plan_without_bound(vec![pool(&["us-east-1a"]), two_term_affinity("web-0")]);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
 
     // A pod that matches only the hostname term exists: the zone term has no match in any
@@ -423,7 +399,7 @@ fn the_first_pod_of_a_group_is_admitted_only_when_no_pod_matches_any_of_its_term
         .spec("nodeName", json!("n1"))
         .running()
         .build();
-    let p = plan(vec![pool(&["us-east-1a"]), node, front, two_term_affinity("web-0")]);
+    let p = plan_without_bound(vec![pool(&["us-east-1a"]), node, front, two_term_affinity("web-0")]);
     assert_eq!(p.unschedulable.len(), 1, "{p:#?}");
     assert!(p.unschedulable[0].has(Kind::Topology));
 }
@@ -454,7 +430,7 @@ fn a_pod_whose_affinity_targets_a_pending_pod_is_placed_once_its_target_is() {
         )
         .build();
     let cache = pending("cache", "cache").build();
-    let p = plan(vec![pool(&["us-east-1a", "us-east-1b"]), follower, leader, cache]);
+    let p = plan_without_bound(vec![pool(&["us-east-1a", "us-east-1b"]), follower, leader, cache]);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     assert!(node_of(&p, "follower").pods.contains(&"default/leader".to_string()));
     assert_eq!(node_of(&p, "leader").zone, node_of(&p, "cache").zone);
@@ -485,7 +461,7 @@ fn anti_affinity_on_the_architecture_opens_a_node_of_the_other_architecture() {
         .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
         .requirement("kubernetes.io/arch", "In", &["amd64", "arm64"])
         .build();
-    let p = plan(vec![
+    let p = plan_without_bound(vec![
         pool,
         arm,
         bound("db-0", "db", "arm1").build(),
@@ -523,7 +499,7 @@ fn anti_affinity_on_the_capacity_type_opens_a_node_of_the_other_capacity_type() 
         .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m"])
         .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
         .build();
-    let p = plan(vec![
+    let p = plan_without_bound(vec![
         pool,
         spot,
         bound("db-0", "db", "s1").build(),
@@ -547,15 +523,18 @@ fn anti_affinity_on_the_instance_type_opens_a_node_of_another_instance_type() {
             .build()
     };
     // The type the pod gets with no anti-affinity in play: the db pod runs on one such.
-    let cheapest = node_of(&plan(vec![pool(), pending("web-0", "web").build()]), "web-0")
-        .instance_type
-        .clone();
+    let cheapest = node_of(
+        &plan_without_bound(vec![pool(), pending("web-0", "web").build()]),
+        "web-0",
+    )
+    .instance_type
+    .clone();
     let db_node = {
         let mut n = cordoned("d1", "us-east-1a");
         n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = json!(cheapest);
         n
     };
-    let p = plan(vec![
+    let p = plan_without_bound(vec![
         pool(),
         db_node,
         bound("db-0", "db", "d1").build(),
@@ -577,7 +556,7 @@ fn anti_affinity_on_the_instance_type_opens_a_node_of_another_instance_type() {
 fn a_preempting_pod_is_not_launched_for() {
     let mut preempting = pending("urgent", "urgent").build();
     preempting["status"]["nominatedNodeName"] = json!("n1");
-    let p = plan(vec![pool(&["us-east-1a"]), preempting, pending("web-0", "web").build()]);
+    let p = plan_without_bound(vec![pool(&["us-east-1a"]), preempting, pending("web-0", "web").build()]);
     assert_eq!(p.nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 1);
     assert!(node_of(&p, "web-0").pods.len() == 1);
     assert!(p.unschedulable.is_empty());
@@ -594,7 +573,7 @@ fn a_spread_on_a_custom_label_alternates_its_values_and_labels_each_node() {
         .build();
     let mut items = vec![pool];
     items.extend(spread_pods(4, "company.com/team", json!({}), |p| p));
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     let on = |v: &str| {
         p.nodes
@@ -667,7 +646,7 @@ fn a_node_opened_for_other_pods_adds_no_empty_zone_to_a_spread_placed_before() {
             .node_selector("pool", "batch")
             .build(),
     );
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     assert_eq!(zones_of(&p, &["web-0", "web-1"]), ["us-east-1a", "us-east-1a"]);
     assert_eq!(node_of(&p, "batch-0").zone, "us-east-1a", "{p:#?}");
@@ -702,7 +681,7 @@ fn a_planned_node_the_spreads_node_selector_accepts_is_a_domain_for_later_pods()
         // make zone a 2 against zone b's 0.
         amd64(pending("web-extra", "web")).requests("100m", "128Mi").build(),
     ];
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     let (web, batch) = (node_of(&p, "web-0"), node_of(&p, "batch-0"));
     assert_eq!(web.zone, "us-east-1a");
@@ -754,7 +733,7 @@ fn a_node_that_would_break_a_placed_spread_is_not_opened_even_when_no_other_zone
             .build(),
     ];
     // The checker (in `plan`) holds every placed pod to its spread in the final state.
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.nodes.is_empty(), "{p:#?}");
     assert_eq!(p.existing.len(), 1, "{p:#?}");
     assert_eq!(p.existing[0].pods, ["default/p1"]);
@@ -820,7 +799,7 @@ fn a_new_node_is_counted_by_a_spread_under_the_custom_label_it_will_have() {
             .build(),
     ];
     // The checker (in `plan`) holds each pod to its spread over the nodes its policy counts.
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     let (b0, b1) = (node_of(&p, "b-0"), node_of(&p, "b-1"));
     assert_eq!(b0.labels.get(TEAM).map(String::as_str), Some("b"), "{p:#?}");
@@ -848,7 +827,7 @@ fn a_new_node_keeps_the_architecture_a_spread_counted_it_under() {
             .node_selector("kubernetes.io/arch", "amd64")
             .build(),
     ]);
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
     let catalog = Catalog::embedded().unwrap();
     for n in &p.nodes {
@@ -878,6 +857,6 @@ fn a_new_node_takes_the_types_that_keep_the_spreads_counting_its_pod_balanced() 
             .node_selector("kubernetes.io/arch", "amd64")
             .build(),
     ]);
-    let p = plan(items);
+    let p = plan_without_bound(items);
     assert!(p.unschedulable.is_empty(), "{:#?}", p.unschedulable);
 }

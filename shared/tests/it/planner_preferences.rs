@@ -5,55 +5,11 @@
 use std::collections::BTreeSet;
 
 use carpool::catalog::{Catalog, PriceBook};
-use carpool::decide::checker::check;
-use carpool::decide::unschedulable::Kind;
-use carpool::decide::{PlannedNode, ProvisioningPlan, provisioning_plan_with_bound};
-use carpool::fixtures::{NodePoolBuilder, PodBuilder};
-use carpool::snapshot::Snapshot;
+use carpool::decide::provisioning::unschedulable::Kind;
+use carpool::fixtures::NodePoolBuilder;
 use serde_json::{Value, json};
 
-fn pod(name: &str, cpu: &str, mem: &str) -> PodBuilder {
-    PodBuilder::new(name)
-        .label("app", name.split('-').next().unwrap())
-        .requests(cpu, mem)
-        .unschedulable()
-}
-
-fn plan(items: Vec<Value>) -> ProvisioningPlan {
-    plan_priced(items, |_| {})
-}
-
-/// [`plan`] with live prices set on the region first.
-fn plan_priced(items: Vec<Value>, prices: impl FnOnce(&mut PriceBook)) -> ProvisioningPlan {
-    let mut snapshot = Snapshot::default();
-    snapshot
-        .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
-        .unwrap();
-    let mut region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
-    prices(region.prices_mut());
-    let plan = provisioning_plan_with_bound(&snapshot, &region);
-    let violations = check(&snapshot, &region, &plan);
-    assert!(
-        violations.is_empty(),
-        "checker: {violations:#?}\nplan: {}",
-        serde_json::to_string_pretty(&plan).unwrap()
-    );
-    assert!(
-        plan.cost_per_hour + 1e-9 >= plan.lower_bound_per_hour.unwrap(),
-        "cost below its lower bound"
-    );
-    plan
-}
-
-fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a PlannedNode {
-    let key = format!("default/{pod}");
-    p.nodes.iter().find(|n| n.pods.contains(&key)).unwrap_or_else(|| {
-        panic!(
-            "{pod} is not on a new node: {}",
-            serde_json::to_string_pretty(p).unwrap()
-        )
-    })
-}
+use crate::support::{node_of, plan, plan_priced, pod};
 
 fn family(instance_type: &str) -> &str {
     instance_type.split('.').next().unwrap_or_default()

@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
-use carpool::decide::selector::Selector;
-use carpool::decide::unschedulable::Kind;
+use carpool::decide::provisioning::selector::Selector;
+use carpool::decide::provisioning::unschedulable::Kind;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::run::provision::{Provisioner, RunReport, Settings};

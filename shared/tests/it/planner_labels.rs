@@ -3,55 +3,12 @@
 //! and asserts what a user expects, citing the upstream rule it follows.
 
 use carpool::catalog::Catalog;
-use carpool::decide::checker::check;
-use carpool::decide::{PlannedNode, ProvisioningPlan, Unschedulable, provisioning_plan_with_bound};
-use carpool::fixtures::{NodePoolBuilder, PodBuilder};
-use carpool::snapshot::Snapshot;
+use carpool::fixtures::NodePoolBuilder;
 use serde_json::{Value, json};
 
+use crate::support::{node_of, plan, pod, unschedulable};
+
 const TEAM: &str = "company.com/team";
-
-fn pod(name: &str, cpu: &str, mem: &str) -> PodBuilder {
-    PodBuilder::new(name)
-        .label("app", name.split('-').next().unwrap())
-        .requests(cpu, mem)
-        .unschedulable()
-}
-
-fn plan(items: Vec<Value>) -> ProvisioningPlan {
-    let mut snapshot = Snapshot::default();
-    snapshot
-        .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
-        .unwrap();
-    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
-    let plan = provisioning_plan_with_bound(&snapshot, &region);
-    let violations = check(&snapshot, &region, &plan);
-    assert!(
-        violations.is_empty(),
-        "checker: {violations:#?}\nplan: {}",
-        serde_json::to_string_pretty(&plan).unwrap()
-    );
-    assert!(
-        plan.cost_per_hour + 1e-9 >= plan.lower_bound_per_hour.unwrap(),
-        "cost below its lower bound"
-    );
-    plan
-}
-
-fn unschedulable<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a Unschedulable {
-    p.unschedulable
-        .iter()
-        .find(|u| u.pod == format!("default/{pod}"))
-        .unwrap_or_else(|| panic!("{pod} is not unschedulable: {p:#?}"))
-}
-
-fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a PlannedNode {
-    let key = format!("default/{pod}");
-    p.nodes
-        .iter()
-        .find(|n| n.pods.contains(&key))
-        .unwrap_or_else(|| panic!("{pod} is not on a new node: {p:#?}"))
-}
 
 fn team_pool(operator: &str, values: &[&str]) -> Value {
     NodePoolBuilder::new("teams")

@@ -20,6 +20,8 @@ use carpool::snapshot::Snapshot;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use crate::support::{cases, rng_seed};
+
 const LONG_AGO: &str = "2026-11-30T00:00:00Z";
 const NOW: &str = "2026-12-02T12:00:00Z";
 const TYPES: [&str; 6] = [
@@ -31,23 +33,6 @@ const TYPES: [&str; 6] = [
     "m6a.xlarge",
 ];
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
-
-fn rng_seed() -> proptest::test_runner::RngSeed {
-    use proptest::test_runner::RngSeed;
-    match std::env::var("CARPOOL_PROPTEST_SEED").ok().as_deref() {
-        Some("random") => RngSeed::Random,
-        Some(n) => n.parse().map_or(RngSeed::Random, RngSeed::Fixed),
-        None if std::env::var("CARPOOL_PROPTEST_CASES").is_ok() => RngSeed::Random,
-        None => RngSeed::Fixed(20_261_202),
-    }
-}
-
-fn cases() -> u32 {
-    std::env::var("CARPOOL_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32)
-}
 
 #[derive(Clone, Debug)]
 struct PodGen {
@@ -243,7 +228,7 @@ fn after(
         .retain(|n| !nodes.contains(n.metadata.name.as_ref().unwrap()));
     for p in &mut view.pods {
         let on = p.spec.as_ref().and_then(|s| s.node_name.clone());
-        if on.is_some_and(|n| nodes.contains(&n)) && carpool::decide::replacement::moves(p) {
+        if on.is_some_and(|n| nodes.contains(&n)) && carpool::decide::disruption::replacement::moves(p) {
             p.spec.as_mut().unwrap().node_name = None;
             p.status = Some(
                 serde_json::from_value(json!({"phase": "Pending",
@@ -299,7 +284,7 @@ proptest! {
         }
         let moving: usize = cmd.moves.len();
         let (view, plan) = after(&s, &cmd.nodes, &cmd.replacements, &cmd.moves);
-        let pending = view.pods.iter().filter(|p| carpool::decide::pod::is_provisionable(p)).count();
+        let pending = view.pods.iter().filter(|p| carpool::decide::provisioning::pod::is_provisionable(p)).count();
         prop_assert_eq!(moving + usize::from(w.pending), pending, "every moving pod has a destination");
         let violations = check(&view, &region, &plan);
         let real: Vec<_> = violations

@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
-use carpool::decide::unschedulable::Kind;
+use carpool::decide::provisioning::unschedulable::Kind;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::pod::Pod;

@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
-use carpool::decide::unschedulable::{Kind, Mismatch, Reason};
+use carpool::decide::provisioning::unschedulable::{Kind, Mismatch, Reason};
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::Arch;

@@ -3,19 +3,12 @@
 //! and asserts what a user sees. Each names the upstream rule it follows.
 
 use carpool::catalog::Catalog;
-use carpool::decide::checker::check;
-use carpool::decide::unschedulable::{Reason, VolumeProblem};
+use carpool::decide::provisioning::unschedulable::{Reason, VolumeProblem};
 use carpool::decide::{ProvisioningPlan, provisioning_plan_with_bound};
 use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBuilder};
-use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
 
-fn pod(name: &str, cpu: &str, mem: &str) -> PodBuilder {
-    PodBuilder::new(name)
-        .label("app", name.split('-').next().unwrap())
-        .requests(cpu, mem)
-        .unschedulable()
-}
+use crate::support::{node_of, plan, pod};
 
 /// A pod mounting the claims named.
 fn with_claims(p: PodBuilder, claims: &[&str]) -> Value {
@@ -81,30 +74,6 @@ fn csinode(node: &str, ebs_limit: i32) -> Value {
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": node},
         "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": format!("i-0{node}"),
                               "allocatable": {"count": ebs_limit}, "topologyKeys": ["topology.ebs.csi.aws.com/zone"]}]}})
-}
-
-fn plan(items: Vec<Value>) -> ProvisioningPlan {
-    let mut snapshot = Snapshot::default();
-    snapshot
-        .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
-        .unwrap();
-    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
-    let plan = provisioning_plan_with_bound(&snapshot, &region);
-    let violations = check(&snapshot, &region, &plan);
-    assert!(
-        violations.is_empty(),
-        "checker: {violations:#?}\nplan: {}",
-        serde_json::to_string_pretty(&plan).unwrap()
-    );
-    plan
-}
-
-fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a carpool::decide::PlannedNode {
-    let key = format!("default/{pod}");
-    p.nodes
-        .iter()
-        .find(|n| n.pods.contains(&key))
-        .unwrap_or_else(|| panic!("{pod} is not on a new node: {p:#?}"))
 }
 
 fn volume_reason(p: &ProvisioningPlan, pod: &str) -> (String, VolumeProblem) {

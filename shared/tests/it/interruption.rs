@@ -18,7 +18,7 @@ use carpool::model::well_known as wk;
 use carpool::ports::{
     Cluster, ClusterError, Eviction, Instance, InstanceState, MetadataPatch, PodEvent, StateStore, Validated,
 };
-use carpool::run::interruption::{EventReport, Interrupter, InterruptionSettings, Outcome};
+use carpool::run::disruption::{Disrupter, EventReport, InterruptionSettings, Outcome};
 use carpool::run::provision::{Provisioner, Settings};
 use futures_util::FutureExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -140,7 +140,7 @@ fn sample(text: &str, id: &str, instance: &str, time: SystemTime) -> Value {
 /// The sample spot warning, about `instance`, sent at `time`.
 fn spot_warning(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent {
     let v = sample(
-        include_str!("data/events/spot-interruption-warning.json"),
+        include_str!("../data/events/spot-interruption-warning.json"),
         id,
         instance,
         time,
@@ -150,7 +150,7 @@ fn spot_warning(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent
 
 fn state_change(id: &str, instance: &str, state: &str, time: SystemTime) -> InterruptionEvent {
     let mut v = sample(
-        include_str!("data/events/instance-state-change-terminated.json"),
+        include_str!("../data/events/instance-state-change-terminated.json"),
         id,
         instance,
         time,
@@ -324,7 +324,7 @@ fn handle<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &InterruptionE
 async fn handle_fut<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &InterruptionEvent) -> Vec<EventReport> {
     let catalog = Catalog::embedded().unwrap();
     let region = catalog.region("us-east-1").unwrap();
-    let i = Interrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
+    let i = Disrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
     let until = w.clock_now() + Duration::from_secs(120);
     i.handle(&region, event, until).await.unwrap()
 }
@@ -332,7 +332,7 @@ async fn handle_fut<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &Int
 fn sweep<K: Cluster>(w: &World, cluster: &K, owner: &str) -> Vec<EventReport> {
     let catalog = Catalog::embedded().unwrap();
     let region = catalog.region("us-east-1").unwrap();
-    let i = Interrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
+    let i = Disrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
     block_on(i.sweep(&region, w.clock_now() + Duration::from_secs(120))).unwrap()
 }
 
@@ -581,7 +581,7 @@ fn the_provisioner_during_the_drain_launches_nothing_for_the_evicted_pods() {
 
 fn rebalance(id: &str, instance: &str, time: SystemTime) -> InterruptionEvent {
     let v = sample(
-        include_str!("data/events/rebalance-recommendation.json"),
+        include_str!("../data/events/rebalance-recommendation.json"),
         id,
         instance,
         time,

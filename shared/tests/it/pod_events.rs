@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
-use carpool::decide::pod_events::{DEDUPE_WINDOW, RecentEvents};
+use carpool::decide::provisioning::pod_events::{DEDUPE_WINDOW, RecentEvents};
 use carpool::fakes::{ClusterErrorKind, FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::EC2NodeClass;

@@ -2,25 +2,14 @@
 //! is rejected, and a pod refused wrongly that it catches. Each test names the upstream
 //! function the rule comes from.
 
-use carpool::catalog::{Catalog, RegionCatalog};
 use carpool::decide::checker::{TypeProblem, Violation, check};
-use carpool::decide::unschedulable::{Reason, Shortfall};
+use carpool::decide::provisioning::unschedulable::{Reason, Shortfall};
 use carpool::decide::{ExistingPlacement, PlannedNode, ProvisioningPlan, Unschedulable};
 use carpool::fixtures::{NodeBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::{CapacityType, Resources};
-use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
 
-fn region() -> RegionCatalog<'static> {
-    Catalog::embedded().unwrap().region("us-east-1").unwrap()
-}
-
-fn snapshot(items: &[Value]) -> Snapshot {
-    let mut s = Snapshot::default();
-    s.add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
-        .unwrap();
-    s
-}
+use crate::support::{region, snapshot};
 
 fn pod(name: &str, cpu: &str) -> PodBuilder {
     PodBuilder::new(name)

@@ -6,9 +6,10 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use carpool::decide::drain::{MIRROR_ANNOTATION, StayReason};
+use carpool::decide::disruption::drain::StayReason;
 use carpool::fakes::{ClusterErrorKind, FakeClock, FakeCluster, PDB_BLOCKS};
 use carpool::fixtures::{PodBuilder, pdb};
+use carpool::model::well_known::MIRROR_ANNOTATION;
 use carpool::ports::{Clock, Cluster, PodRef, Timer};
 use carpool::run::drain::{BlockReason, DrainError, DrainPass, DrainReport, DrainSettings, drain, drain_with};
 use serde_json::json;

@@ -2,14 +2,12 @@
 //! Carpool's launch-id tag and this deployment's tag, with a launch time; a few per run;
 //! none in dry run. Each fault is reproduced over the in-memory ports.
 
-mod run_world;
-
 use std::time::Duration;
 
 use carpool::ports::InstanceState;
 use carpool::run::provision::metrics::housekeeping_metrics;
 
-use run_world::{DEPLOYMENT, World, settings, start_ms, tagged};
+use crate::run_world::{DEPLOYMENT, World, settings, start_ms, tagged};
 
 /// Past the registration TTL (15 min) of an instance launched at the start.
 const PAST_TTL: Duration = Duration::from_secs(901);

@@ -3,11 +3,13 @@
 
 use carpool::catalog::Catalog;
 use carpool::decide::checker::{Violation, check};
-use carpool::decide::unschedulable::Kind;
-use carpool::decide::{ProvisioningPlan, Unschedulable, provisioning_plan_with_bound};
+use carpool::decide::provisioning::unschedulable::Kind;
+use carpool::decide::provisioning_plan_with_bound;
 use carpool::fixtures::{NodeBuilder, NodePoolBuilder, PodBuilder};
 use carpool::snapshot::Snapshot;
 use serde_json::{Value, json};
+
+use crate::support::{node_of, plan, planned, unschedulable};
 
 fn pod(name: &str, cpu: &str, mem: &str) -> Value {
     PodBuilder::new(name)
@@ -55,46 +57,6 @@ fn existing_node(name: &str, zone: &str, cpu: &str, mem: &str) -> Value {
         .build()
 }
 
-struct Planned {
-    snapshot: Snapshot,
-    plan: ProvisioningPlan,
-}
-
-fn plan(items: Vec<Value>) -> Planned {
-    let mut snapshot = Snapshot::default();
-    snapshot
-        .add_text("test.json", &json!({"kind": "List", "items": items}).to_string())
-        .unwrap();
-    let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
-    let plan = provisioning_plan_with_bound(&snapshot, &region);
-    let violations = check(&snapshot, &region, &plan);
-    assert!(
-        violations.is_empty(),
-        "checker: {violations:#?}\nplan: {}",
-        serde_json::to_string_pretty(&plan).unwrap()
-    );
-    assert!(
-        plan.cost_per_hour + 1e-9 >= plan.lower_bound_per_hour.unwrap(),
-        "cost below its lower bound"
-    );
-    Planned { snapshot, plan }
-}
-
-fn unschedulable<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a Unschedulable {
-    p.unschedulable
-        .iter()
-        .find(|u| u.pod == format!("default/{pod}"))
-        .unwrap_or_else(|| panic!("{pod} is not unschedulable"))
-}
-
-fn node_of<'a>(p: &'a ProvisioningPlan, pod: &str) -> &'a carpool::decide::PlannedNode {
-    let key = format!("default/{pod}");
-    p.nodes
-        .iter()
-        .find(|n| n.pods.contains(&key))
-        .unwrap_or_else(|| panic!("{pod} is not on a new node"))
-}
-
 #[test]
 fn every_bundled_example_plans_every_pod_and_passes_the_checker() {
     let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
@@ -120,7 +82,7 @@ fn pods_use_room_on_existing_nodes_before_new_nodes() {
     let mut items = vec![existing_node("n1", "us-east-1a", "3900m", "14Gi")];
     items.extend(pods("web", 3, "1", "1Gi"));
     items.extend(pods("big", 2, "2", "2Gi"));
-    let p = plan(items).plan;
+    let p = plan(items);
     let on_existing: usize = p.existing.iter().map(|e| e.pods.len()).sum();
     assert!(on_existing >= 2, "{:?}", p.existing);
     assert_eq!(on_existing + p.nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 5);
@@ -133,7 +95,7 @@ fn a_pod_that_tolerates_no_pool_taint_is_unschedulable_naming_the_taint() {
         &["spec", "template", "spec", "taints"],
         json!([{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]),
     );
-    let p = plan(vec![pool, pod("web-0", "1", "1Gi")]).plan;
+    let p = plan(vec![pool, pod("web-0", "1", "1Gi")]);
     let u = unschedulable(&p, "web-0");
     assert!(
         u.kind() == Kind::Taints && u.reason().contains("nvidia.com/gpu"),
@@ -147,15 +109,14 @@ fn a_node_selector_on_a_label_no_pool_defines_is_unschedulable() {
         pod("web-0", "1", "1Gi"),
         &["spec", "nodeSelector"],
         json!({"team": "payments"}),
-    )])
-    .plan;
+    )]);
     let u = unschedulable(&p, "web-0");
     assert!(u.kind() == Kind::Requirements && u.reason().contains("team"), "{u:?}");
 }
 
 #[test]
 fn a_pod_larger_than_any_instance_type_is_unschedulable_for_resources() {
-    let p = plan(vec![pod("huge-0", "900", "64Gi"), pod("ok-0", "1", "1Gi")]).plan;
+    let p = plan(vec![pod("huge-0", "900", "64Gi"), pod("ok-0", "1", "1Gi")]);
     let u = unschedulable(&p, "huge-0");
     assert_eq!(u.kind(), Kind::Resources, "{u:?}");
     assert_eq!(p.nodes.len(), 1, "one bad pod does not spoil the rest");
@@ -163,7 +124,7 @@ fn a_pod_larger_than_any_instance_type_is_unschedulable_for_resources() {
 
 #[test]
 fn a_bad_pod_is_reported_and_the_others_are_planned() {
-    let p = plan(vec![pod("bad-0", "lots", "1Gi"), pod("good-0", "1", "1Gi")]).plan;
+    let p = plan(vec![pod("bad-0", "lots", "1Gi"), pod("good-0", "1", "1Gi")]);
     let u = unschedulable(&p, "bad-0");
     assert_eq!(u.kind(), Kind::InvalidPod, "{u:?}");
     assert_eq!(p.nodes.len(), 1);
@@ -186,7 +147,7 @@ fn a_zone_spread_balances_pods_across_the_allowed_zones() {
             )
         }))
         .collect();
-    let p = plan(items).plan;
+    let p = plan(items);
     let mut per_zone = std::collections::BTreeMap::new();
     for n in &p.nodes {
         *per_zone.entry(n.zone.clone()).or_insert(0) += n.pods.len();
@@ -211,7 +172,7 @@ fn hostname_anti_affinity_puts_each_pod_on_its_own_node() {
             )
         })
         .collect();
-    let p = plan(items).plan;
+    let p = plan(items);
     assert_eq!(p.nodes.len(), 4);
 }
 
@@ -228,7 +189,7 @@ fn zonal_pod_affinity_keeps_the_group_in_one_zone() {
             )
         })
         .collect();
-    let p = plan(items).plan;
+    let p = plan(items);
     let zones: std::collections::BTreeSet<&str> = p.nodes.iter().map(|n| n.zone.as_str()).collect();
     assert_eq!(zones.len(), 1, "{zones:?}");
 }
@@ -245,7 +206,7 @@ fn pods_binding_the_same_host_port_land_on_different_nodes() {
             )
         })
         .collect();
-    let p = plan(items).plan;
+    let p = plan(items);
     assert_eq!(p.nodes.len(), 3);
 }
 
@@ -263,7 +224,7 @@ fn a_bound_volume_pins_the_pod_to_its_zone() {
         &["spec", "volumes"],
         json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]),
     );
-    let p = plan(vec![pv, pvc, db]).plan;
+    let p = plan(vec![pv, pvc, db]);
     assert_eq!(node_of(&p, "db-0").zone, "us-east-1c");
 }
 
@@ -279,7 +240,7 @@ fn nodepool_limits_stop_launches_and_report_the_rest() {
     );
     let mut items = vec![pool];
     items.extend(pods("web", 6, "3", "4Gi"));
-    let p = plan(items).plan;
+    let p = plan(items);
     assert_eq!(p.nodes.len(), 2, "8 cpu of m5.xlarge is two nodes");
     assert_eq!(p.unschedulable.len(), 4);
     assert!(
@@ -303,7 +264,7 @@ fn the_heavier_nodepool_wins_even_when_dearer() {
         &["spec", "weight"],
         json!(50),
     );
-    let p = plan(vec![cheap, dear, pod("web-0", "1", "2Gi")]).plan;
+    let p = plan(vec![cheap, dear, pod("web-0", "1", "2Gi")]);
     assert_eq!(node_of(&p, "web-0").nodepool, "preferred");
 }
 
@@ -315,7 +276,7 @@ fn min_values_keeps_enough_families_among_the_alternatives() {
         {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "m6i", "m7i", "c5", "c6i", "r6i"], "minValues": 4},
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]),
     );
-    let p = plan(vec![pool, pod("web-0", "1", "2Gi")]).plan;
+    let p = plan(vec![pool, pod("web-0", "1", "2Gi")]);
     let node = node_of(&p, "web-0");
     let families: std::collections::BTreeSet<&str> = node
         .instance_types
@@ -333,7 +294,7 @@ fn preferred_node_affinity_is_honoured_and_relaxed_when_impossible() {
     };
     let amd = with(pod("app-0", "1", "2Gi"), &["spec", "affinity"], prefer("amd64"));
     let mips = with(pod("odd-0", "1", "2Gi"), &["spec", "affinity"], prefer("mips"));
-    let p = plan(vec![amd, mips]).plan;
+    let p = plan(vec![amd, mips]);
     let amd_type = Catalog::embedded()
         .unwrap()
         .get(&node_of(&p, "app-0").instance_type)
@@ -355,7 +316,7 @@ fn only_daemonsets_that_land_count_as_overhead() {
     };
     let everywhere = ds("logs", json!({}));
     let gpu_only = ds("dcgm", json!({"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"}));
-    let p = plan(vec![everywhere, gpu_only, pod("web-0", "1", "1Gi")]).plan;
+    let p = plan(vec![everywhere, gpu_only, pod("web-0", "1", "1Gi")]);
     let n = node_of(&p, "web-0");
     assert_eq!(
         n.daemonset_overhead.cpu_millis, 1000,
@@ -370,7 +331,7 @@ fn startup_taints_need_not_be_tolerated() {
         &["spec", "template", "spec", "startupTaints"],
         json!([{"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoExecute"}]),
     );
-    let p = plan(vec![pool, pod("web-0", "1", "1Gi")]).plan;
+    let p = plan(vec![pool, pod("web-0", "1", "1Gi")]);
     assert_eq!(node_of(&p, "web-0").nodepool, "cilium");
 }
 
@@ -398,7 +359,7 @@ fn gpu_pods_get_gpu_nodes_and_untolerating_cpu_pods_stay_off_tainted_ones() {
         &["spec", "tolerations"],
         json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]),
     );
-    let p = plan(vec![gpu_pool, cpu_pool, gpu, pod("web-0", "1", "1Gi")]).plan;
+    let p = plan(vec![gpu_pool, cpu_pool, gpu, pod("web-0", "1", "1Gi")]);
     let catalog = Catalog::embedded().unwrap();
     assert!(catalog.get(&node_of(&p, "infer-0").instance_type).unwrap().gpu_count >= 1);
     assert_eq!(
@@ -410,7 +371,7 @@ fn gpu_pods_get_gpu_nodes_and_untolerating_cpu_pods_stay_off_tainted_ones() {
 
 #[test]
 fn every_new_node_carries_cheapest_first_alternatives_that_all_fit() {
-    let planned = plan(pods("web", 40, "500m", "1Gi"));
+    let planned = planned(pods("web", 40, "500m", "1Gi"));
     let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
     for n in &planned.plan.nodes {
         assert!(!n.instance_types.is_empty() && n.instance_types.len() <= 60);
@@ -432,7 +393,7 @@ fn every_new_node_carries_cheapest_first_alternatives_that_all_fit() {
 
 #[test]
 fn with_no_nodepool_the_default_pool_prefers_spot() {
-    let p = plan(pods("web", 5, "1", "2Gi")).plan;
+    let p = plan(pods("web", 5, "1", "2Gi"));
     assert!(
         p.nodes
             .iter()
@@ -452,7 +413,7 @@ fn hostname_pod_affinity_puts_followers_on_the_node_of_the_pod_they_follow() {
             follow.clone(),
         )
     }));
-    let p = plan(items).plan;
+    let p = plan(items);
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     let db_node = node_of(&p, "db-0");
     for i in 0..3 {

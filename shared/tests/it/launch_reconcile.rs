@@ -3,15 +3,13 @@
 //! and a launch whose instance is gone stops counting as capacity at once. Each fault is
 //! reproduced over the in-memory ports.
 
-mod run_world;
-
 use std::time::Duration;
 
 use carpool::fakes::CloudFault;
 use carpool::ports::{Cloud, LaunchState, StateStore};
 use pollster::block_on;
 
-use run_world::World;
+use crate::run_world::World;
 
 fn launch_calls(w: &World) -> usize {
     w.cloud.calls().iter().filter(|c| c.starts_with("launch ")).count()

@@ -27,7 +27,7 @@ struct Published {
 #[test]
 fn allocatable_equals_karpenters_published_figures_for_every_type() {
     let published: BTreeMap<String, Published> =
-        serde_json::from_str(include_str!("fixtures/karpenter-allocatable-al2023.json")).unwrap();
+        serde_json::from_str(include_str!("../fixtures/karpenter-allocatable-al2023.json")).unwrap();
     let catalog = Catalog::embedded().unwrap();
     let mut checked = 0;
     let mut misses = Vec::new();

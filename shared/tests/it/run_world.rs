@@ -1,9 +1,7 @@
 //! A provisioner's world over the in-memory ports, for the run-level tests of
-//! `ownership.rs` and `launch_reconcile.rs`: one NodePool and its EC2NodeClass, pending
-//! pods, a clock that starts at [`START`], and this deployment, [`DEPLOYMENT`].
-
-// Each test crate that includes this module uses part of it.
-#![allow(dead_code)]
+//! [`ownership`](crate::ownership), [`launch_reconcile`](crate::launch_reconcile) and
+//! [`provisioner_crash`](crate::provisioner_crash): one NodePool and its EC2NodeClass,
+//! pending pods, a clock that starts at [`START`], and this deployment, [`DEPLOYMENT`].
 
 use std::time::{Duration, SystemTime};
 
