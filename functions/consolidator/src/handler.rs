@@ -3,6 +3,7 @@
 //! A run that fails is a retryable error: every step it took is recorded, and the next
 //! run resumes.
 
+use carpool_adapters::edge::ErrorType;
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::RegionCatalog;
@@ -80,10 +81,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             }
             Err(e) => {
                 tracing::error!(error = %Chain(&e), "consolidator run failed; the next run resumes");
-                Err(Diagnostic {
-                    error_type: "Retryable".into(),
-                    error_message: Chain(&e).to_string(),
-                })
+                Err(ErrorType::Retryable.diagnostic(None, &e))
             }
         }
     }
@@ -97,8 +95,5 @@ pub async fn invoke<C: Cloud, K: Cluster, S: StateStore, T: Timer>(
     let context = event.context;
     let deadline = SystemTime::UNIX_EPOCH + Duration::from_millis(context.deadline);
     let report = app.handle(&context.request_id, deadline).await?;
-    serde_json::to_value(report).map_err(|e| Diagnostic {
-        error_type: "NonRetryable".into(),
-        error_message: format!("Response: {e}"),
-    })
+    serde_json::to_value(report).map_err(|e| ErrorType::NonRetryable.diagnostic(Some("Response"), &e))
 }

@@ -13,6 +13,7 @@
 //! - a handling that fails (an API error) is reported as a failure, and SQS delivers the
 //!   message again: every step is idempotent.
 
+use carpool_adapters::edge::ErrorType;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
@@ -184,20 +185,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             Ok(reports) => Ok(json!({ "reports": reports })),
             Err(e) => {
                 tracing::error!(event_id = %event.id, error = %Chain(&e), "handling failed");
-                Err(Diagnostic {
-                    error_type: "Retryable".into(),
-                    error_message: Chain(&e).to_string(),
-                })
+                Err(ErrorType::Retryable.diagnostic(None, &e))
             }
         }
     }
 }
 
 fn non_retryable(what: &str, e: &(dyn std::error::Error + 'static)) -> Diagnostic {
-    Diagnostic {
-        error_type: "NonRetryable".into(),
-        error_message: format!("{what}: {}", Chain(e)),
-    }
+    ErrorType::NonRetryable.diagnostic(Some(what), e)
 }
 
 /// One Lambda invocation.

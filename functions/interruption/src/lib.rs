@@ -2,13 +2,12 @@
 //!
 //! ## Layout
 //!
-//! - `main.rs`: the thin entry point: tracing, config, clients, `lambda_runtime::run`.
+//! - `main.rs`: names the app and its handler for [`carpool_adapters::edge::serve`], which
+//!   starts tracing, reads the configuration, builds the real ports once and runs Lambda.
 //! - [`handler`]: one invocation (an SQS batch with `ReportBatchItemFailures`, or one
 //!   EventBridge event), generic over the ports, so tests run it on the fakes and on the
 //!   local stack.
-//! - [`init`]: the real ports from the configuration, built once per cold start.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod handler;
-pub mod init;

@@ -1,6 +1,7 @@
 //! One invocation: refresh live prices when stale, run the provisioner for what is left of
 //! the function's time, print one EMF metrics line per batch and a run summary.
 
+use carpool_adapters::edge::ErrorType;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
@@ -95,41 +96,15 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
     }
 }
 
-/// What kind of failure an invocation's error is, as its `errorType` says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorType {
-    /// Running again later may succeed (throttling, a lost race).
-    Retryable,
-    /// It will fail again until something changes (permissions, configuration, a bug).
-    NonRetryable,
-}
-
-impl ErrorType {
-    /// The type of a failed run, from [`ProvisionError::is_retryable`].
-    pub fn of(error: &ProvisionError) -> Self {
-        if error.is_retryable() {
-            ErrorType::Retryable
-        } else {
-            ErrorType::NonRetryable
-        }
-    }
-
-    /// `Retryable` or `NonRetryable`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorType::Retryable => "Retryable",
-            ErrorType::NonRetryable => "NonRetryable",
-        }
-    }
-}
-
 /// The error a failed run returns to Lambda: its message, and whether running again may
 /// succeed as its `error_type`.
 pub fn diagnostic(error: &ProvisionError) -> Diagnostic {
-    Diagnostic {
-        error_type: ErrorType::of(error).as_str().to_string(),
-        error_message: Chain(error).to_string(),
-    }
+    let kind = if error.is_retryable() {
+        ErrorType::Retryable
+    } else {
+        ErrorType::NonRetryable
+    };
+    kind.diagnostic(None, error)
 }
 
 /// One Lambda invocation: the scheduled EventBridge event (any other payload, such as a

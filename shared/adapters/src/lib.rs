@@ -13,6 +13,8 @@
 //!   racing write conditional.
 //! - [`ec2`]: the `Cloud` port on EC2: EC2NodeClass resolution, launch templates reused by
 //!   content hash, instant CreateFleet launches with fleet errors mapped to capacity errors.
+//! - [`edge`]: the Lambda edge every function shares: `serve` and the one mapping of a
+//!   failure to `Retryable` or `NonRetryable`.
 //! - [`eks`]: access to an EKS cluster: its endpoint and CA from `DescribeCluster` (or an
 //!   override), and a `kube::Client` carrying an EKS token it refreshes before expiry.
 //! - [`eks_token`]: the bearer token EKS accepts, as `aws eks get-token` makes it.
@@ -33,6 +35,7 @@ pub mod clock;
 pub mod cluster_info;
 pub mod dynamodb;
 pub mod ec2;
+pub mod edge;
 pub mod eks;
 pub mod eks_token;
 pub mod kube_cluster;
