@@ -12,8 +12,6 @@
 //! before the process is killed while it waits for its next event). Timing is printed,
 //! never asserted.
 
-mod runtime_api;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -27,14 +25,15 @@ use carpool_adapters::dynamodb::DynamoStore;
 use carpool_tests::{Stack, exclusive, unique, wait};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
-use runtime_api::{Call, Invocation, RuntimeApi};
 use serde_json::{Value, json};
+
+use crate::runtime_api::{Call, Invocation, RuntimeApi};
 
 const WAIT: Duration = Duration::from_secs(120);
 const REPLICAS: usize = 3;
 const NODE_ROLE: &str = "CarpoolNodeRole";
 const NODE_PROFILE: &str = "CarpoolNodeProfile";
-const EVENT: &str = include_str!("fixtures/scheduled-event.json");
+const EVENT: &str = include_str!("../fixtures/scheduled-event.json");
 const REQUEST_ID: &str = "8476a536-e9f4-11e8-9739-2dfe598c3fcd";
 
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -556,7 +555,7 @@ async fn the_binary_answers_a_scheduled_event_with_launches_authenticated_by_an_
 /// The peak memory of the function binary planning 5,000 pending pods read from the real
 /// apiserver, in dry-run mode (it plans and logs, launches nothing). A measurement, not a
 /// check of a figure: run it by hand, with the stack up, with
-/// `cargo test -p carpool-provisioner --test binary -- --ignored --exact --nocapture the_binary_plans_five_thousand_pending_pods`
+/// `cargo test -p carpool-provisioner --test it -- --ignored --exact --nocapture binary::the_binary_plans_five_thousand_pending_pods`
 /// (add `--release` to measure the release build). `scripts/test-all` skips it.
 #[tokio::test]
 #[ignore = "a measurement: creates 5,000 pods; run by hand"]
@@ -597,7 +596,7 @@ async fn the_binary_plans_five_thousand_pending_pods() -> Result<()> {
 /// Scale on the real apiserver: the binary plans pending pods in a cluster of kwok nodes
 /// full of running pods, in dry-run mode. A measurement, not a check of a figure: run it
 /// by hand with the stack up,
-/// `CARPOOL_SCALE_NODES=1000 CARPOOL_SCALE_RUNNING_PODS=30000 cargo test --release -p carpool-provisioner --test binary -- --ignored --exact --nocapture the_binary_plans_pending_pods_in_a_cluster_of_running_pods`
+/// `CARPOOL_SCALE_NODES=1000 CARPOOL_SCALE_RUNNING_PODS=30000 cargo test --release -p carpool-provisioner --test it -- --ignored --exact --nocapture binary::the_binary_plans_pending_pods_in_a_cluster_of_running_pods`
 /// (defaults: 1,000 nodes, 30,000 running pods, 2,000 pending). It prints the binary's
 /// invocation time, its peak RSS and the batch's snapshot and plan times.
 /// `scripts/test-all` skips it.

@@ -12,136 +12,70 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail, ensure};
 use carpool::catalog::Catalog;
-use carpool::decide::unschedulable::Kind;
-use carpool::decide::wave::WAVE_TAINT;
+use carpool::decide::provisioning::unschedulable::Kind;
 use carpool::fakes::FakeClock;
-use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use carpool::model::EC2NodeClass;
+use carpool::model::well_known::WAVE_TAINT;
 use carpool::ports::{
     Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, StateStore,
     Timer, ZonalOffering,
 };
 use carpool::run::provision::{ProvisionerConfig, RunReport};
 use carpool_adapters::clock::TokioClock;
-use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::dynamodb::DynamoStore;
-use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_provisioner::handler::App;
-use carpool_tests::harness::Config as HarnessConfig;
 use carpool_tests::pod_clock::PodClock;
+use carpool_tests::scene::Scene as Base;
 use carpool_tests::schedule_log::ReleaseLog;
-use carpool_tests::{Harness, Stack, exclusive, unique, wait};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use carpool_tests::{exclusive, wait};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(180);
 
-fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
-}
-
-fn nodepools() -> ApiResource {
-    resource("karpenter.sh", "NodePool", "nodepools")
-}
-
-fn nodeclasses() -> ApiResource {
-    resource("karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses")
-}
-
-/// What one test set up, torn down at the end whatever happened.
+/// The shared scene, and how this test's runs launch.
 struct Scene {
-    stack: Stack,
-    kube: kube::Client,
-    name: String,
-    table: String,
+    base: Base,
     /// Launch in waves (the default); a test without a harness, whose nodes never come
     /// up, turns them off so that its run does not wait for a release.
     waves: bool,
 }
 
+impl std::ops::Deref for Scene {
+    type Target = Base;
+
+    fn deref(&self) -> &Base {
+        &self.base
+    }
+}
+
 impl Scene {
     async fn new(prefix: &str, limits: Option<serde_json::Value>) -> Result<Self> {
-        let stack = Stack::load()?;
-        let kube = stack.kube_client().await?;
-        let name = unique(prefix);
-        let scene = Scene {
-            table: format!("{name}-state"),
-            stack,
-            kube,
-            name,
-            waves: true,
-        };
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": scene.name}});
-        Api::<Namespace>::all(scene.kube.clone())
-            .create(&PostParams::default(), &serde_json::from_value(ns)?)
-            .await?;
-        let mut pool = NodePoolBuilder::new(&scene.name)
-            .node_class(&scene.name)
-            .label("e2e", &scene.name)
-            .requirement("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"])
-            .requirement("karpenter.k8s.aws/instance-generation", "Gt", &["4"])
-            .requirement("kubernetes.io/arch", "In", &["amd64"])
-            .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"]);
-        if let Some(limits) = limits {
-            pool = pool.limits(limits);
-        }
-        let pool = pool.build();
-        let class = EC2NodeClassBuilder::new(&scene.name)
-            .role("CarpoolNodeRole")
-            .discovery("carpool-local")
-            .al2023()
-            .build();
-        for (r, object) in [(nodeclasses(), class), (nodepools(), pool)] {
-            Api::<DynamicObject>::all_with(scene.kube.clone(), &r)
-                .create(&PostParams::default(), &serde_json::from_value(object)?)
-                .await?;
-        }
-        Ok(scene)
+        let base = Base::with_pool(prefix, |pool| {
+            let mut pool = pool.requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"]);
+            if let Some(limits) = limits {
+                pool = pool.limits(limits);
+            }
+            pool.build()
+        })
+        .await?;
+        Ok(Scene { base, waves: true })
     }
 
     fn config(&self, watch: Duration) -> Result<ProvisionerConfig> {
-        let mut config = ProvisionerConfig::from_vars(|k| match k {
-            "CARPOOL_CLUSTER_NAME" => Some(self.name.clone()),
-            "CARPOOL_TABLE_NAME" => Some(self.table.clone()),
-            "AWS_REGION" => Some("us-east-1".into()),
+        let mut config = self.config_with(|k| match k {
             // Measuring the options of issue 17 by hand: the wave grace (0: no waves) and
             // the fit to kube-scheduler's placement, from the test's environment.
             "CARPOOL_WAVE_GRACE_SECONDS" | "CARPOOL_FIT_TO_SCHEDULER" => std::env::var(k).ok(),
             _ => None,
         })?;
-        config.ami_ssm_parameter = self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?.to_string();
         config.watch = watch;
         if !self.waves {
             config.wave_grace = Duration::ZERO;
         }
-        // moto prices every spot offering at 0.00001 USD, which would make the biggest
-        // types look cheapest: plan on the embedded prices instead.
-        config.live_prices = false;
         Ok(config)
-    }
-
-    async fn cloud(&self) -> Result<Ec2Cloud> {
-        let sdk = self.stack.aws_config().await?;
-        let info = ClusterInfo::new(
-            &self.name,
-            self.stack.get("CARPOOL_KUBE_APISERVER")?,
-            "Y2E=",
-            "10.100.0.0/16",
-        );
-        Ok(Ec2Cloud::new(
-            Ec2Clients::new(&sdk),
-            info,
-            self.stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
-        )
-        .with_node_role("CarpoolNodeRole", "CarpoolNodeProfile"))
-    }
-
-    async fn store(&self) -> Result<DynamoStore> {
-        let store = DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name);
-        store.create_table_if_missing().await?;
-        Ok(store)
     }
 
     async fn app<C: Cloud, T: Timer>(
@@ -160,12 +94,6 @@ impl Scene {
         ))
     }
 
-    async fn harness(&self) -> Result<Harness> {
-        let mut config = HarnessConfig::from_stack(&self.stack)?;
-        config.cluster = self.name.clone();
-        Harness::start_on(&self.stack, config).await
-    }
-
     /// A Deployment of `replicas` pods selecting this test's NodePool, spread over zones.
     async fn deployment(&self, app: &str, replicas: i32, cpu: &str, memory: &str) -> Result<()> {
         self.deployment_with(app, replicas, cpu, memory, true).await
@@ -174,35 +102,13 @@ impl Scene {
     /// A Deployment of `replicas` pods selecting this test's NodePool, spread over zones
     /// when `spread` (`maxSkew: 1`, `DoNotSchedule`).
     async fn deployment_with(&self, app: &str, replicas: i32, cpu: &str, memory: &str, spread: bool) -> Result<()> {
-        let mut d = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": app, "namespace": self.name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-              "template": {"metadata": {"labels": {"app": app}}, "spec": {
-                "nodeSelector": {"karpenter.sh/nodepool": self.name},
-                "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
-                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": app}}}],
-                "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}
-        });
-        if !spread && let Some(spec) = d.pointer_mut("/spec/template/spec").and_then(|s| s.as_object_mut()) {
-            spec.remove("topologySpreadConstraints");
+        let mut d = self.base.deployment(app, replicas, cpu, memory);
+        if spread {
+            d["spec"]["template"]["spec"]["topologySpreadConstraints"] = json!([{"maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": app}}}]);
         }
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.kube.clone(),
-            &self.name,
-            &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("apps", "v1", "Deployment"), "deployments"),
-        );
-        api.create(&PostParams::default(), &serde_json::from_value(d)?).await?;
-        Ok(())
-    }
-
-    async fn pods(&self) -> Result<Vec<Pod>> {
-        Ok(Api::<Pod>::namespaced(self.kube.clone(), &self.name)
-            .list(&ListParams::default())
-            .await?
-            .items)
+        self.create_deployment(d).await
     }
 
     async fn wait_unschedulable(&self, n: usize) -> Result<()> {
@@ -266,34 +172,6 @@ impl Scene {
         })
         .await
     }
-
-    async fn cleanup(&self) -> Result<()> {
-        let _ = Api::<Namespace>::all(self.kube.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await;
-        for r in [nodepools(), nodeclasses()] {
-            let _ = Api::<DynamicObject>::all_with(self.kube.clone(), &r)
-                .delete(&self.name, &DeleteParams::default())
-                .await;
-        }
-        let cloud = self.cloud().await?;
-        for i in cloud.list().await? {
-            cloud.terminate(&i.id).await?;
-        }
-        Ok(())
-    }
-
-    async fn finish<T>(&self, harness: Option<Harness>, result: Result<T>) -> Result<T> {
-        let cleaned = self.cleanup().await;
-        if let Some(h) = harness {
-            // Give the harness a moment to delete the Nodes of the terminated instances.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let _ = h.stop().await;
-        }
-        let value = result?;
-        cleaned?;
-        Ok(value)
-    }
 }
 
 fn deadline(from_now: Duration) -> SystemTime {
@@ -306,7 +184,7 @@ fn instance_of(node: &Node) -> Option<String> {
 }
 
 fn pod_key(p: &Pod) -> String {
-    carpool::decide::pod::key_of(&p.metadata)
+    carpool::decide::provisioning::pod::key_of(&p.metadata)
 }
 
 #[tokio::test]

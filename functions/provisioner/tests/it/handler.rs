@@ -9,7 +9,8 @@ use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::ports::{Cloud, SpotPrice};
 use carpool::run::provision::ProvisionerConfig;
-use carpool_provisioner::handler::{App, ErrorType, invoke};
+use carpool_adapters::edge::ErrorType;
+use carpool_provisioner::handler::{App, invoke};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -54,7 +55,7 @@ fn event(payload: Value, request_id: &str) -> LambdaEvent<Value> {
 }
 
 fn scheduled_event() -> Value {
-    serde_json::from_str(include_str!("fixtures/scheduled-event.json")).unwrap()
+    serde_json::from_str(include_str!("../fixtures/scheduled-event.json")).unwrap()
 }
 
 #[tokio::test]
