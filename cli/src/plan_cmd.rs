@@ -6,8 +6,9 @@ use std::time::Instant;
 use anyhow::Result;
 use carpool::catalog::Catalog;
 use carpool::decide::ProvisioningPlan;
-use carpool::decide::provisioning::ami_requirements::{images_by_class_from_status, narrow_to_images};
+use carpool::decide::provisioning::batch_plan::{FitTo, plan_dump};
 use carpool::decide::provisioning::scheduler::Scheduler;
+use carpool::decide::provisioning::selector::Selector;
 use carpool::snapshot::Snapshot;
 use clap::Args;
 use serde::Serialize;
@@ -28,13 +29,43 @@ pub struct PlanArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// The NodePools that are Carpool's, as the deployment's `CARPOOL_NODEPOOL_SELECTOR`
+    /// (a label selector, e.g. `carpool.sh/managed=true`); every NodePool by default.
+    #[arg(long, value_name = "SELECTOR", default_value = "")]
+    nodepool_selector: String,
+    /// How the plan is fitted to kube-scheduler's own placement, as the provisioner does:
+    /// `wave` (the default: a batch's nodes handed as one wave), `whole` (waves off), `off`
+    /// (`CARPOOL_FIT_TO_SCHEDULER=false`).
+    #[arg(long, value_enum, default_value_t = Fit::Wave)]
+    fit: Fit,
+}
+
+/// `--fit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fit {
+    /// Fitted to a launch wave handed biggest pods first.
+    Wave,
+    /// Fitted to nodes reaching the scheduler one by one.
+    Whole,
+    /// Not fitted.
+    Off,
+}
+
+impl From<Fit> for FitTo {
+    fn from(f: Fit) -> Self {
+        match f {
+            Fit::Wave => FitTo::HandedWave,
+            Fit::Whole => FitTo::Whole,
+            Fit::Off => FitTo::Off,
+        }
+    }
 }
 
 #[derive(Serialize)]
 struct JsonPlan<'a> {
     #[serde(flatten)]
     plan: &'a ProvisioningPlan,
-    /// Time to plan, without the lower bound.
+    /// Time to plan and fit, without the lower bound.
     elapsed_ms: f64,
     /// Time to compute the lower bound.
     lower_bound_ms: f64,
@@ -57,24 +88,22 @@ pub fn read_snapshots(paths: &[PathBuf]) -> Result<Snapshot> {
 
 /// Runs `carpool plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let mut snapshot = read_snapshots(&args.snapshots)?;
+    let snapshot = read_snapshots(&args.snapshots)?;
     let catalog = Catalog::embedded()?;
     let region = catalog
         .region(&args.region)
         .map_err(|e| UsageError(format!("--region: {e}")))?;
-    // The dump cannot resolve AMIs (no cloud), but a Karpenter cluster's EC2NodeClasses
-    // record theirs in `status.amis`: their architectures and variants constrain the
-    // plan as the provisioner's resolved images do.
-    let images = images_by_class_from_status(&snapshot.nodeclasses);
-    narrow_to_images(&mut snapshot.nodepools, &images, region.types());
+    let selector =
+        Selector::parse(&args.nodepool_selector).map_err(|e| UsageError(format!("--nodepool-selector: {e}")))?;
+    // The dump cannot ask the cloud, but a Karpenter cluster's EC2NodeClasses record
+    // their subnets and AMIs in `status`: they narrow the plan as the provisioner's
+    // lookups do.
     let start = Instant::now();
-    let outcome = Scheduler::new(&snapshot, &region).run();
+    let (mut plan, narrowed) = plan_dump(snapshot, &region, &selector, args.fit.into());
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
     let start = Instant::now();
-    let bound = outcome.lower_bound();
+    plan.lower_bound_per_hour = Some(Scheduler::new(&narrowed, &region).run().lower_bound());
     let lower_bound_ms = start.elapsed().as_secs_f64() * 1000.0;
-    let mut plan = outcome.plan;
-    plan.lower_bound_per_hour = Some(bound);
     if args.json {
         say!(
             "{}",

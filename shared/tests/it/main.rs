@@ -16,6 +16,7 @@
 //! - [`planner_properties`]: properties on generated snapshots.
 //! - [`ami_requirements`]: a class's AMIs constrain the instance types planned for it.
 //! - [`nodepool_selector`]: Carpool launches only for the NodePools its selector picks.
+//! - [`one_planning_path`]: `carpool plan` prints what the provisioner's batch launches.
 //! - [`starting_nodes`]: starting nodes count at their expected capacity until initialized.
 //! - [`checker`]: the independent checker rejects hand-written plans that break each rule.
 //! - [`scheduler_replay`]: kube-scheduler's placement of a plan replayed, and the plan grown
@@ -68,6 +69,7 @@ mod interruption_events;
 mod launch_reconcile;
 mod manifests;
 mod nodepool_selector;
+mod one_planning_path;
 mod ownership;
 mod planner;
 mod planner_labels;

@@ -6,6 +6,7 @@
 //!   pods that cannot be placed, each with a reason ([`unschedulable`]);
 //! - [`scheduler`]: the simulation, with its complexity; [`packer`]: the choice of each
 //!   new node's type; [`lower_bound`]: a bound on the cost of any valid plan;
+//! - [`batch_plan`]: the one planning path the provisioner and `carpool plan` share;
 //! - [`scheduler_fit`]: the plan grown where kube-scheduler's own placement would strand
 //!   a pod.
 //!
@@ -24,7 +25,9 @@
 //! - [`pod_events`]: the Kubernetes Events a batch publishes on its pending pods.
 
 pub mod ami_requirements;
+
 pub mod backoff;
+pub mod batch_plan;
 pub mod daemonsets;
 pub mod in_flight;
 pub mod lower_bound;

@@ -24,3 +24,23 @@ pub fn narrow_to_subnet_zones(pools: &mut [NodePool], zones_by_class: &BTreeMap<
         }
     }
 }
+
+/// The zones of each class's subnets as its status records them (`status.subnets[].zone`,
+/// as Karpenter writes it), by class name; a class whose status names no subnet is left
+/// out, so that its pools are not narrowed. A cluster dump has no cloud to ask, and this
+/// is what the provisioner's subnet lookup finds for a class Karpenter has resolved.
+pub fn zones_by_class_from_status(classes: &[crate::model::EC2NodeClass]) -> BTreeMap<String, Vec<String>> {
+    classes
+        .iter()
+        .filter_map(|c| {
+            let subnets = c.status.as_ref()?.get("subnets")?.as_array()?;
+            let mut zones: Vec<String> = subnets
+                .iter()
+                .filter_map(|s| s.get("zone")?.as_str().filter(|z| !z.is_empty()).map(str::to_string))
+                .collect();
+            zones.sort();
+            zones.dedup();
+            (!zones.is_empty()).then(|| (c.name().to_string(), zones))
+        })
+        .collect()
+}

@@ -11,18 +11,15 @@ use super::launch::{LaunchOutcome, Wave};
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
-use crate::decide::checker::Order;
-use crate::decide::provisioning::ami_requirements::narrow_to_images;
 use crate::decide::provisioning::backoff;
+use crate::decide::provisioning::batch_plan::{FitTo, narrow_pools, plan_batch, prepare_pools};
 use crate::decide::provisioning::in_flight::capacity_view;
 use crate::decide::provisioning::nodepools;
 use crate::decide::provisioning::reservation::keep_reserved;
-use crate::decide::provisioning::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
-use crate::decide::provisioning::subnet_zones::narrow_to_subnet_zones;
 use crate::decide::provisioning::templates::Skipped;
 use crate::decide::provisioning::unschedulable::Reason;
 use crate::decide::waves::wave::wave_id;
-use crate::decide::{PlannedNode, Unschedulable, provisioning_plan};
+use crate::decide::{PlannedNode, Unschedulable};
 use crate::ports::{Cloud, Cluster, EpochMillis, StateStore, Timer, UnavailableOffering, epoch_millis};
 use crate::snapshot::Snapshot;
 
@@ -88,14 +85,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let read_start = self.clock.now();
         let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
         report.snapshot_ms = elapsed_ms(read_start, self.clock.now());
-        // Only the NodePools the deployment's selector picks are Carpool's.
-        let unmanaged = nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
+        // Only the NodePools the deployment's selector picks are Carpool's. A NodePool whose
+        // EC2NodeClass is missing cannot launch: skip it with the reason, and let the
+        // others work; with none left, launch nothing.
+        let unmanaged = prepare_pools(&mut snapshot, &self.settings.nodepool_selector);
         if !unmanaged.is_empty() {
             tracing::debug!(nodepools = ?unmanaged, "NodePools the selector leaves to another autoscaler");
         }
-        // A NodePool whose EC2NodeClass is missing cannot launch: skip it with the reason,
-        // and let the others work; with none left, launch nothing.
-        nodepools::drop_without_node_class(&mut snapshot);
         if let Some(unschedulable) = nodepools::without_nodepool(&snapshot) {
             let report = no_nodepool(&snapshot, unschedulable, self.settings.dry_run);
             self.publish_events(&snapshot, &report, &[]).await;
@@ -150,13 +146,15 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             view.pods = pods;
             view.nodes = capacity_view(&view, &launches, &region, epoch_millis(plan_start), ttl_ms);
             keep_reserved(&mut view, &launches, epoch_millis(plan_start), ttl_ms);
-            // Grown where kube-scheduler's own placement would strand a pod.
-            let plan = provisioning_plan(&view, &region);
-            let plan = if self.settings.fit_to_scheduler {
-                // Waves are handed to their pods biggest first; without waves, the nodes
-                // reach the scheduler one by one, in no order the plan knows.
-                let orders: &[Order] = if wave.is_some() { &HANDED_ORDERS } else { &WHOLE_ORDERS };
-                let (plan, fitting) = fit(&view, &region, plan, orders);
+            // Grown where kube-scheduler's own placement would strand a pod: waves are
+            // handed to their pods biggest first; without waves, the nodes reach the
+            // scheduler one by one, in no order the plan knows.
+            let (plan, fitting) = plan_batch(
+                &view,
+                &region,
+                FitTo::of(self.settings.fit_to_scheduler, wave.is_some()),
+            );
+            if let Some(fitting) = fitting {
                 if fitting.skipped {
                     tracing::info!(
                         "plan not fitted to kube-scheduler's placement: the cluster is too large for a replay within the run's time"
@@ -167,10 +165,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         replays = fitting.replays, "plan fitted to kube-scheduler's placement");
                 }
                 report.fitting.push(fitting);
-                plan
-            } else {
-                plan
-            };
+            }
             report.plan_ms += elapsed_ms(plan_start, self.clock.now());
             if round == 0 {
                 report.pods_seen = view
@@ -297,9 +292,6 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         Ok(report)
     }
 
-    /// Narrows each NodePool of the snapshot to the zones its EC2NodeClass has subnets in
-    /// and the instance types its AMIs boot (a class whose AMIs cannot be resolved
-    /// launches nothing; the others still do).
     /// Narrows the snapshot's NodePools to the zones of their classes' subnets and the
     /// types their AMIs boot; returns the images resolved, by class.
     pub(crate) async fn narrow_pools(
@@ -311,7 +303,6 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         for class in &snapshot.nodeclasses {
             zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
         }
-        narrow_to_subnet_zones(&mut snapshot.nodepools, &zones_by_class);
         let mut images_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
             // A class whose AMIs cannot be resolved launches nothing; the others still do.
@@ -324,7 +315,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             };
             images_by_class.insert(class.name().to_string(), images);
         }
-        narrow_to_images(&mut snapshot.nodepools, &images_by_class, base.types());
+        narrow_pools(snapshot, &zones_by_class, &images_by_class, base.types());
         Ok(images_by_class)
     }
 
