@@ -34,16 +34,13 @@
 
 use std::collections::HashMap;
 
+use carpool::decide::kube_scheduler::scores::{self, DEFAULT_CPU_MILLIS, DEFAULT_MEMORY, MAX_SCORE};
 use carpool::model::Resources;
 
 use super::node::SimNode;
 use super::rng::Rng;
 use super::scenario::{Requirement, Toleration};
 use super::workload::{Shape, SimPod};
-
-const MAX_SCORE: i64 = 100;
-const DEFAULT_CPU_MILLIS: i64 = 100;
-const DEFAULT_MEMORY: i64 = 200 * 1024 * 1024;
 
 struct NodeState {
     used: Resources,
@@ -103,31 +100,6 @@ fn nonzero(r: &Resources) -> (i64, i64) {
         },
         if r.memory == 0 { DEFAULT_MEMORY } else { r.memory },
     )
-}
-
-/// `leastRequestedScore` for cpu and memory, weight 1 each.
-fn least_allocated(requested: (i64, i64), alloc: &Resources) -> i64 {
-    let one = |req: i64, cap: i64| {
-        if cap <= 0 || req > cap {
-            0
-        } else {
-            (cap - req) * MAX_SCORE / cap
-        }
-    };
-    (one(requested.0, alloc.cpu_millis) + one(requested.1, alloc.memory)) / 2
-}
-
-/// `balancedResourceScorer` for cpu and memory.
-fn balanced(requested: (i64, i64), alloc: &Resources) -> i64 {
-    let share = |req: i64, cap: i64| {
-        if cap <= 0 {
-            1.0
-        } else {
-            (req as f64 / cap as f64).min(1.0)
-        }
-    };
-    let std = (share(requested.0, alloc.cpu_millis) - share(requested.1, alloc.memory)).abs() / 2.0;
-    ((1.0 - std) * MAX_SCORE as f64) as i64
 }
 
 /// Binds what it can of `pending` (in queue order) to `nodes`, given the pods already
@@ -227,8 +199,8 @@ pub fn schedule(
                 continue;
             }
             let s = &state[i];
-            let score = least_allocated((s.scored.0 + cpu, s.scored.1 + mem), &n.allocatable)
-                + balanced(
+            let score = scores::least_allocated((s.scored.0 + cpu, s.scored.1 + mem), &n.allocatable)
+                + scores::balanced_allocation(
                     (s.used.cpu_millis + req.cpu_millis, s.used.memory + req.memory),
                     &n.allocatable,
                 );

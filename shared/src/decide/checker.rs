@@ -46,25 +46,22 @@
 //! The result is the list of [`Violation`]s, empty for a valid plan.
 
 mod affinity;
-mod daemonsets;
-mod node_affinity;
-mod nodepools;
-mod pending;
+pub(crate) mod daemonsets;
+pub(crate) mod node_affinity;
+pub(crate) mod nodepools;
+pub(crate) mod pending;
 mod ports;
 mod refusal;
-pub mod replay;
-mod requests;
-mod selector;
-mod spread;
-mod spread_score;
-mod state;
-mod tolerations;
+pub(crate) mod requests;
+pub(crate) mod selector;
+pub(crate) mod spread;
+pub(crate) mod state;
+pub(crate) mod tolerations;
 mod violation;
-mod volumes;
+pub(crate) mod volumes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-pub use replay::{Order, Replay, Stranded, Upgrade, replay, stranded_pods};
 pub use violation::{NewNode, NodeRef, TypeProblem, Violation};
 
 use self::daemonsets::{Daemon, overhead};

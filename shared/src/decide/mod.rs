@@ -5,6 +5,8 @@
 //!   [`Snapshot`] and a region's catalog into a [`ProvisioningPlan`], its lower bound,
 //!   and the fit of that plan to kube-scheduler's own placement; the NodePools that can
 //!   launch, their backoff, and the capacity already in flight.
+//! - [`kube_scheduler`]: one model of kube-scheduler's queue, filters and scores, which
+//!   the plan's fit replays and `carpool simulate` schedules with.
 //! - [`waves`]: launch waves, and the tiers a wave is handed to its pods in.
 //! - [`disruption`]: Karpenter's disruption methods (emptiness, repair, expiration,
 //!   drift, multi-node, single-node, split, spot-to-spot), budgets and candidates; the
@@ -20,6 +22,7 @@ pub mod checker;
 pub mod disruption;
 pub mod housekeeping;
 pub mod interruption;
+pub mod kube_scheduler;
 pub mod provisioning;
 pub mod waves;
 

@@ -2,7 +2,8 @@
 //! scheduler's choices strand nothing (decide/checker/replay.rs, decide/scheduler_fit.rs).
 //! Each test names the upstream code the rule comes from.
 
-use carpool::decide::checker::{NodeRef, Order, check, replay};
+use carpool::decide::checker::{NodeRef, check};
+use carpool::decide::kube_scheduler::{Order, replay};
 use carpool::decide::provisioning::scheduler_fit::{HANDED_ORDERS, WHOLE_ORDERS, fit};
 use carpool::decide::{PlannedNode, ProvisioningPlan};
 use carpool::fixtures::{NodePoolBuilder, PodBuilder};

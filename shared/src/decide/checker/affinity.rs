@@ -33,7 +33,7 @@ use crate::model::pod::Pod;
 use crate::snapshot::Snapshot;
 
 /// A required term, read.
-pub(super) struct Term<'a> {
+pub(crate) struct Term<'a> {
     pub key: String,
     selector: Option<LabelSelector>,
     namespaces: BTreeSet<String>,
@@ -86,7 +86,7 @@ impl<'a> Term<'a> {
 }
 
 /// A pod's required affinity terms.
-pub(super) fn affinity_terms(pod: &Pod) -> Vec<Term<'_>> {
+pub(crate) fn affinity_terms(pod: &Pod) -> Vec<Term<'_>> {
     let terms = pod
         .spec
         .as_ref()
@@ -97,7 +97,7 @@ pub(super) fn affinity_terms(pod: &Pod) -> Vec<Term<'_>> {
 }
 
 /// A pod's required anti-affinity terms.
-pub(super) fn anti_affinity_terms(pod: &Pod) -> Vec<Term<'_>> {
+pub(crate) fn anti_affinity_terms(pod: &Pod) -> Vec<Term<'_>> {
     let terms = pod
         .spec
         .as_ref()
@@ -108,7 +108,7 @@ pub(super) fn anti_affinity_terms(pod: &Pod) -> Vec<Term<'_>> {
 }
 
 /// Checks required affinity and anti-affinity.
-pub(super) fn check(state: &FinalState<'_>, snapshot: &Snapshot, v: &mut Vec<Violation>) {
+pub(crate) fn check(state: &FinalState<'_>, snapshot: &Snapshot, v: &mut Vec<Violation>) {
     let placed = &state.placed;
     let domain = |i: usize, key: &str| state.nodes[placed[i].node].labels.get(key);
     let terms: Vec<Vec<Term<'_>>> = placed.iter().map(|p| affinity_terms(p.pod)).collect();

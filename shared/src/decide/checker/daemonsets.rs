@@ -20,7 +20,7 @@ use crate::model::Resources;
 use crate::model::pod::PodSpec;
 
 /// A DaemonSet, read.
-pub(super) struct Daemon {
+pub(crate) struct Daemon {
     /// The template's pod spec, as Carpool holds a pod's.
     spec: PodSpec,
     tolerations: Vec<Toleration>,
@@ -81,7 +81,7 @@ impl Daemon {
 }
 
 /// What the DaemonSets that land on a node request, and the host ports they take.
-pub(super) fn overhead(daemons: &[Daemon], labels: &Labels, taints: &[Taint]) -> (Resources, Vec<HostPort>) {
+pub(crate) fn overhead(daemons: &[Daemon], labels: &Labels, taints: &[Taint]) -> (Resources, Vec<HostPort>) {
     let mut r = Resources::default();
     let mut p = Vec::new();
     for d in daemons.iter().filter(|d| d.lands_on(labels, taints)) {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::NodeSelectorTerm;
 use super::selector::{self, Labels};
 
 /// The required node selector terms, if the pod sets any (an OR).
-pub(super) fn required_terms(spec: &PodSpec) -> Option<&[NodeSelectorTerm]> {
+pub(crate) fn required_terms(spec: &PodSpec) -> Option<&[NodeSelectorTerm]> {
     spec.affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
@@ -19,7 +19,7 @@ pub(super) fn required_terms(spec: &PodSpec) -> Option<&[NodeSelectorTerm]> {
 
 /// Whether a node (labels, and its name when it has one) passes the pod's required node
 /// affinity.
-pub(super) fn matches(spec: &PodSpec, labels: &Labels, node_name: Option<&str>) -> bool {
+pub(crate) fn matches(spec: &PodSpec, labels: &Labels, node_name: Option<&str>) -> bool {
     let selector_ok = spec
         .node_selector
         .iter()

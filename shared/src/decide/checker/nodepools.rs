@@ -43,7 +43,7 @@ spec:
 
 /// One requirement: key, operator, values, minValues.
 #[derive(Clone, Debug)]
-pub(super) struct Req {
+pub(crate) struct Req {
     pub key: String,
     pub operator: String,
     pub values: Vec<String>,
@@ -58,7 +58,7 @@ impl Req {
 }
 
 /// A NodePool, read for checking.
-pub(super) struct Pool {
+pub(crate) struct Pool {
     pub name: String,
     pub requirements: Vec<Req>,
     /// `spec.taints`: pods on its nodes must tolerate them.
@@ -73,7 +73,7 @@ pub(super) struct Pool {
 }
 
 /// A type's offering a pool allows: the labels of such a node (without the plan's own).
-pub(super) struct Offer<'a> {
+pub(crate) struct Offer<'a> {
     pub instance_type: &'a InstanceType,
     pub zone: String,
     pub capacity_type: CapacityType,
@@ -115,7 +115,7 @@ fn used(pool: &str, nodes: &[K8sNode]) -> BTreeMap<String, i64> {
 }
 
 /// The pools of the snapshot (or the default one).
-pub(super) fn pools(nodepools: &[NodePool], classes: &[EC2NodeClass], nodes: &[K8sNode]) -> Vec<Pool> {
+pub(crate) fn pools(nodepools: &[NodePool], classes: &[EC2NodeClass], nodes: &[K8sNode]) -> Vec<Pool> {
     let default;
     let list: &[NodePool] = if nodepools.is_empty() {
         default = from_yaml::<NodePool>(DEFAULT_NODEPOOL).ok();

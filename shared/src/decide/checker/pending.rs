@@ -16,7 +16,7 @@
 
 /// What a pod is, for the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Standing {
+pub(crate) enum Standing {
     /// A pod the plan must place or report.
     Pending,
     /// A pending pod that is preempting: never on a new node.
@@ -34,7 +34,7 @@ pub(super) enum Standing {
 }
 
 /// `namespace/name` of a pod.
-pub(super) fn key(pod: &Pod) -> String {
+pub(crate) fn key(pod: &Pod) -> String {
     format!(
         "{}/{}",
         namespace(pod),
@@ -43,12 +43,12 @@ pub(super) fn key(pod: &Pod) -> String {
 }
 
 /// The pod's namespace (`default` when unset).
-pub(super) fn namespace(pod: &Pod) -> &str {
+pub(crate) fn namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
 /// Reads a pod's standing.
-pub(super) fn standing(pod: &Pod) -> Standing {
+pub(crate) fn standing(pod: &Pod) -> Standing {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return Standing::Ignored;

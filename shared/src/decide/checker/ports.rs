@@ -6,7 +6,7 @@
 
 /// A host port a pod binds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct HostPort {
+pub(crate) struct HostPort {
     /// TCP, UDP or SCTP.
     pub protocol: String,
     /// The port.
@@ -25,7 +25,7 @@ impl HostPort {
 }
 
 /// The host ports of a pod spec.
-pub(super) fn of_spec(spec: &PodSpec) -> Vec<HostPort> {
+pub(crate) fn of_spec(spec: &PodSpec) -> Vec<HostPort> {
     spec.containers
         .iter()
         .flat_map(|c| c.ports.iter().flatten())

@@ -122,7 +122,7 @@ struct Candidate<'a> {
 }
 
 /// Finds the pods the plan refuses wrongly.
-pub(super) fn check(
+pub(crate) fn check(
     plan: &ProvisioningPlan,
     pending: &std::collections::HashMap<String, &Pod>,
     volumes: &std::collections::HashMap<String, PodVolumes>,

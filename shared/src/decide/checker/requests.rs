@@ -32,7 +32,7 @@ fn container(c: &Container) -> Result<Resources, String> {
 }
 
 /// What the pod requests, with its pod slot; the error names the unreadable list.
-pub(super) fn pod_requests(spec: &PodSpec) -> Result<Resources, String> {
+pub(crate) fn pod_requests(spec: &PodSpec) -> Result<Resources, String> {
     let mut sum = Resources::default();
     for c in &spec.containers {
         sum = sum.plus(&container(c)?);

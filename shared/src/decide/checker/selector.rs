@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Labels, by key.
-pub(super) type Labels = BTreeMap<String, String>;
+pub(crate) type Labels = BTreeMap<String, String>;
 
 /// Whether a value (or its absence) satisfies `key <operator> values`.
-pub(super) fn value_satisfies(operator: &str, values: &[String], value: Option<&str>) -> bool {
+pub(crate) fn value_satisfies(operator: &str, values: &[String], value: Option<&str>) -> bool {
     let int = |s: &str| s.parse::<i64>().ok();
     let bound = || values.first().and_then(|v| int(v));
     match operator {
@@ -37,7 +37,7 @@ pub(super) fn value_satisfies(operator: &str, values: &[String], value: Option<&
 }
 
 /// Whether labels satisfy a label selector; `None` matches nothing.
-pub(super) fn label_selector(selector: Option<&LabelSelector>, labels: &Labels) -> bool {
+pub(crate) fn label_selector(selector: Option<&LabelSelector>, labels: &Labels) -> bool {
     let Some(s) = selector else { return false };
     let pairs = s.match_labels.iter().flatten();
     if !pairs.into_iter().all(|(k, v)| labels.get(k) == Some(v)) {
@@ -51,13 +51,13 @@ pub(super) fn label_selector(selector: Option<&LabelSelector>, labels: &Labels) 
 }
 
 /// Whether a node's labels satisfy one node selector requirement.
-pub(super) fn requirement(r: &NodeSelectorRequirement, labels: &Labels) -> bool {
+pub(crate) fn requirement(r: &NodeSelectorRequirement, labels: &Labels) -> bool {
     let values = r.values.as_deref().unwrap_or_default();
     value_satisfies(&r.operator, values, labels.get(&r.key).map(String::as_str))
 }
 
 /// Whether a node (its labels and, if it has one yet, its name) satisfies a term.
-pub(super) fn term(t: &NodeSelectorTerm, labels: &Labels, node_name: Option<&str>) -> bool {
+pub(crate) fn term(t: &NodeSelectorTerm, labels: &Labels, node_name: Option<&str>) -> bool {
     let exprs = t.match_expressions.as_deref().unwrap_or_default();
     let fields = t.match_fields.as_deref().unwrap_or_default();
     if exprs.is_empty() && fields.is_empty() {
@@ -75,7 +75,7 @@ pub(super) fn term(t: &NodeSelectorTerm, labels: &Labels, node_name: Option<&str
 /// Whether some value of one label key, or its absence, satisfies every
 /// `(operator, values)` given: the requirements of a NodePool and of a pod on a key that
 /// no instance type defines, so that the new node may be labelled with that value.
-pub(super) fn satisfiable<'a>(reqs: impl IntoIterator<Item = (&'a str, &'a [String])> + Clone) -> bool {
+pub(crate) fn satisfiable<'a>(reqs: impl IntoIterator<Item = (&'a str, &'a [String])> + Clone) -> bool {
     let mut candidates: Vec<Option<String>> = vec![None, Some("carpool-checker-any".into())];
     for (op, values) in reqs.clone() {
         for v in values {

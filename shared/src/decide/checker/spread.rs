@@ -47,7 +47,7 @@ use crate::model::well_known as wk;
 
 /// A pod's hard spread as the filter reads it: its selector with `matchLabelKeys` merged
 /// in, and its inclusion policies.
-pub(super) struct Constraint<'a> {
+pub(crate) struct Constraint<'a> {
     pub c: &'a TopologySpreadConstraint,
     pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     pub honor_affinity: bool,
@@ -55,12 +55,12 @@ pub(super) struct Constraint<'a> {
 }
 
 /// The pod's `DoNotSchedule` spreads.
-pub(super) fn constraints(pod: &Pod) -> Vec<Constraint<'_>> {
+pub(crate) fn constraints(pod: &Pod) -> Vec<Constraint<'_>> {
     constraints_when(pod, "DoNotSchedule")
 }
 
 /// The pod's spreads whose `whenUnsatisfiable` is `when`.
-pub(super) fn constraints_when<'a>(pod: &'a Pod, when: &str) -> Vec<Constraint<'a>> {
+pub(crate) fn constraints_when<'a>(pod: &'a Pod, when: &str) -> Vec<Constraint<'a>> {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     pod.spec
         .iter()
@@ -149,7 +149,7 @@ fn potential_domains(
 
 /// Checks every hard spread of the pods the plan places. `volumes` are the pending pods'
 /// (by key): Karpenter's pod domains include its volume requirements.
-pub(super) fn check(
+pub(crate) fn check(
     state: &FinalState<'_>,
     pools: &[Pool],
     region: &RegionCatalog<'_>,

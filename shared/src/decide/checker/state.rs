@@ -28,7 +28,7 @@ use crate::model::{InstanceType, Resources};
 use crate::snapshot::Snapshot;
 
 /// A node in the final state.
-pub(super) struct FinalNode<'a> {
+pub(crate) struct FinalNode<'a> {
     pub name: NodeRef,
     /// An existing node's name (a new one has none yet).
     pub node_name: Option<String>,
@@ -48,7 +48,7 @@ pub(super) struct FinalNode<'a> {
 }
 
 /// A pod on a node of the final state.
-pub(super) struct Placed<'a> {
+pub(crate) struct Placed<'a> {
     pub pod: &'a Pod,
     pub key: String,
     pub node: usize,
@@ -59,7 +59,7 @@ pub(super) struct Placed<'a> {
 }
 
 /// The final state.
-pub(super) struct FinalState<'a> {
+pub(crate) struct FinalState<'a> {
     pub nodes: Vec<FinalNode<'a>>,
     pub placed: Vec<Placed<'a>>,
     /// New nodes whose NodePool is unknown: plan index.
@@ -71,7 +71,7 @@ pub(super) struct FinalState<'a> {
 }
 
 /// The labels of a new node of `it` in a zone and capacity type, with the plan's labels.
-pub(super) fn new_node_labels(
+pub(crate) fn new_node_labels(
     it: &InstanceType,
     zone: &str,
     capacity_type: &str,
@@ -89,7 +89,7 @@ pub(super) fn new_node_labels(
 }
 
 /// Rebuilds the final state.
-pub(super) fn build<'a>(
+pub(crate) fn build<'a>(
     snapshot: &'a Snapshot,
     region: &RegionCatalog<'a>,
     plan: &ProvisioningPlan,

@@ -10,7 +10,7 @@
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 /// Whether one toleration tolerates one taint.
-pub(super) fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+pub(crate) fn tolerates(t: &Toleration, taint: &Taint) -> bool {
     let effect = t.effect.as_deref().unwrap_or_default();
     if !effect.is_empty() && effect != taint.effect {
         return false;
@@ -27,7 +27,7 @@ pub(super) fn tolerates(t: &Toleration, taint: &Taint) -> bool {
 }
 
 /// The first `NoSchedule` or `NoExecute` taint none of the tolerations tolerates.
-pub(super) fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Option<&'a Taint> {
+pub(crate) fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Option<&'a Taint> {
     taints
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")

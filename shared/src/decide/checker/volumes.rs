@@ -32,13 +32,13 @@ use crate::model::pod::Pod;
 use crate::snapshot::Snapshot;
 
 /// The EBS CSI driver.
-pub(super) const EBS_DRIVER: &str = "ebs.csi.aws.com";
+pub(crate) const EBS_DRIVER: &str = "ebs.csi.aws.com";
 /// The zone key the EBS CSI driver labels its nodes with.
-pub(super) const EBS_ZONE: &str = "topology.ebs.csi.aws.com/zone";
+pub(crate) const EBS_ZONE: &str = "topology.ebs.csi.aws.com/zone";
 
 /// A pod's volumes, as they constrain its node.
 #[derive(Clone, Debug, Default)]
-pub(super) struct PodVolumes {
+pub(crate) struct PodVolumes {
     /// Why no node can take the pod, if one of its claims rules it out.
     pub bad: Option<String>,
     /// Per bound volume, its required node selector terms (one must match).

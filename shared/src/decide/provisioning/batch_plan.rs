@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use crate::catalog::RegionCatalog;
-use crate::decide::checker::Order;
+use crate::decide::kube_scheduler::Order;
 use crate::decide::provisioning::ami_requirements::{images_by_class_from_status, narrow_to_images};
 use crate::decide::provisioning::nodepools;
 use crate::decide::provisioning::plan::ProvisioningPlan;

@@ -3,7 +3,7 @@
 //! The planner packs each pod onto the node it chose; kube-scheduler then binds the pods
 //! its own way, in the order the launch wave is handed to them (the biggest first,
 //! [`crate::decide::waves::hand_tiers`]) and by its own scores (least-allocated, balanced, spread).
-//! [`fit`] replays that ([`crate::decide::checker::replay`]) and, while the replay strands a pod,
+//! [`fit`] replays that ([`crate::decide::kube_scheduler::replay`]) and, while the replay strands a pod,
 //! grows one new node to the cheapest of its alternatives that takes the pod where the
 //! scheduler would leave it room, or gives the pod a node of its own, whichever strands
 //! fewest pods, then the cheaper; then replays again. A pod that no fix places is left as
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
 use crate::catalog::RegionCatalog;
-use crate::decide::checker::{Order, Stranded, Upgrade, replay, stranded_pods};
+use crate::decide::kube_scheduler::{Order, Stranded, Upgrade, replay, stranded_pods};
 use crate::decide::provisioning::plan::{PlannedNode, ProvisioningPlan};
 use crate::decide::provisioning::pod::{is_provisionable, pod_key};
 use crate::snapshot::Snapshot;

@@ -22,7 +22,7 @@
 //! (measured on the stress e2e with three tiers: its 500m pods and 100m pods handed
 //! together left a 500m pod without room).
 //!
-//! [`crate::decide::provisioning::scheduler_fit`] replays the same order ([`crate::decide::checker::Order::Tiered`]).
+//! [`crate::decide::provisioning::scheduler_fit`] replays the same order ([`crate::decide::kube_scheduler::Order::Tiered`]).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -70,7 +70,7 @@ pub fn tiers<'a>(pods: impl IntoIterator<Item = (&'a str, &'a Pod)>) -> HashMap<
 }
 
 /// The tiers of the pods `plan` places, as [`tiers`] ranks them (and as the fit's replay
-/// does, [`crate::decide::checker::Order::Tiered`]).
+/// does, [`crate::decide::kube_scheduler::Order::Tiered`]).
 pub fn of_plan(snapshot: &Snapshot, plan: &ProvisioningPlan) -> HashMap<String, usize> {
     let by_key: HashMap<String, &Pod> = snapshot.pods.iter().map(|p| (pod_key(p), p)).collect();
     let planned = plan

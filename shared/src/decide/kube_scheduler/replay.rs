@@ -32,7 +32,7 @@
 //! its volumes allow it, and each `DoNotSchedule` spread keeps its skew (the domains
 //! are the nodes that exist then, the wave's included: kube-scheduler knows no node to
 //! come). Scored as well: the spread score, the pod's soft spreads or the system
-//! defaults by its controller ([`super::spread_score`], weight 2), which spreads the pods
+//! defaults by its controller ([`crate::decide::kube_scheduler::spread_score`], weight 2), which spreads the pods
 //! of one Deployment over zones and nodes. Not replayed, so that the replay never strands
 //! a pod the scheduler would place: inter-pod affinity, host ports, and the affinity
 //! scores.
@@ -40,28 +40,23 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 
-use super::daemonsets::Daemon;
-use super::nodepools::{self, Pool};
-use super::pending::{Standing, key, namespace, standing};
-use super::requests::pod_requests;
-use super::selector::{self, Labels};
-use super::state::{self, FinalState, Placed};
-use super::violation::NodeRef;
-use super::volumes::PodVolumes;
-use super::{node_affinity, spread, spread_score, tolerations};
+use super::scores::{self, DEFAULT_CPU_MILLIS, DEFAULT_MEMORY};
+use super::spread_score;
 use crate::catalog::RegionCatalog;
+use crate::decide::checker::NodeRef;
+use crate::decide::checker::daemonsets::Daemon;
+use crate::decide::checker::nodepools::{self, Pool};
+use crate::decide::checker::pending::{Standing, key, namespace, standing};
+use crate::decide::checker::requests::pod_requests;
+use crate::decide::checker::selector::{self, Labels};
+use crate::decide::checker::state::{self, FinalState, Placed};
+use crate::decide::checker::volumes::PodVolumes;
+use crate::decide::checker::{node_affinity, spread, tolerations};
 use crate::decide::provisioning::plan::ProvisioningPlan;
 use crate::decide::waves::hand_tiers;
 use crate::model::pod::Pod;
 use crate::model::{InstanceType, Resources};
 use crate::snapshot::Snapshot;
-
-/// What the scheduler counts for a container without a cpu request (millicores).
-const DEFAULT_CPU_MILLIS: i64 = 100;
-/// What it counts for a container without a memory request (bytes).
-const DEFAULT_MEMORY: i64 = 200 * 1024 * 1024;
-/// A score's maximum (`framework.MaxNodeScore`).
-const MAX_SCORE: i64 = 100;
 
 /// Where the replay put the plan's pods.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -189,29 +184,6 @@ fn nonzero(p: &Pod, requests: &Resources) -> (i64, i64) {
         requests.cpu_millis + missing("cpu") * DEFAULT_CPU_MILLIS,
         requests.memory + missing("memory") * DEFAULT_MEMORY,
     )
-}
-
-/// `NodeResourcesFit` (least allocated) plus `NodeResourcesBalancedAllocation`, for a
-/// node with `used` (nonzero) requests once the pod is on it, out of `allocatable`.
-fn score(used: (i64, i64), allocatable: &Resources) -> i64 {
-    let least = |req: i64, cap: i64| {
-        if cap == 0 || req > cap {
-            0
-        } else {
-            (cap - req) * MAX_SCORE / cap
-        }
-    };
-    let least_allocated = (least(used.0, allocatable.cpu_millis) + least(used.1, allocatable.memory)) / 2;
-    let fraction = |req: i64, cap: i64| {
-        if cap == 0 {
-            1.0
-        } else {
-            (req as f64 / cap as f64).min(1.0)
-        }
-    };
-    let std = (fraction(used.0, allocatable.cpu_millis) - fraction(used.1, allocatable.memory)).abs() / 2.0;
-    let balanced = ((1.0 - std) * MAX_SCORE as f64) as i64;
-    least_allocated + balanced
 }
 
 /// Per hard spread of the pod, the counts per domain over the nodes that count, and
@@ -378,7 +350,7 @@ fn replay_with(
                 continue;
             }
             let used = scored[i];
-            feasible.push((i, score((used.0 + cpu, used.1 + memory), &n.allocatable)));
+            feasible.push((i, scores::resources((used.0 + cpu, used.1 + memory), &n.allocatable)));
         }
         let nodes: Vec<usize> = feasible.iter().map(|(i, _)| *i).collect();
         let spread = spread_score::scores(pod, &state, &nodes);

@@ -19,11 +19,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::node_affinity;
-use super::pending::namespace;
-use super::selector::{self, Labels};
-use super::spread::constraints_when;
-use super::state::FinalState;
+use crate::decide::checker::node_affinity;
+use crate::decide::checker::pending::namespace;
+use crate::decide::checker::selector::{self, Labels};
+use crate::decide::checker::spread::constraints_when;
+use crate::decide::checker::state::FinalState;
 use crate::model::pod::Pod;
 
 /// The score's weight in the default profile.
