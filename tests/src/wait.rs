@@ -63,7 +63,7 @@ pub async fn unschedulable(kube: &kube::Client, namespace: &str, n: usize, timeo
         let pods = api.list(&kube::api::ListParams::default()).await?.items;
         let marked = pods
             .iter()
-            .filter(|p| carpool::decide::pod::is_provisionable(p))
+            .filter(|p| carpool::decide::provisioning::pod::is_provisionable(p))
             .filter(|p| {
                 p.status
                     .as_ref()
