@@ -15,7 +15,8 @@ use anyhow::Result;
 use carpool::catalog::Catalog;
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use carpool::ports::Cloud;
-use carpool::run::provision::{Provisioner, ProvisionerConfig, RunReport, Settings};
+use carpool::run::config::Config;
+use carpool::run::provision::{Provisioner, RunReport, Settings};
 use carpool_adapters::clock::TokioClock;
 use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::dynamodb::DynamoStore;
@@ -104,14 +105,14 @@ impl Scene {
     }
 
     /// The functions' configuration for this scene.
-    pub fn config(&self) -> Result<ProvisionerConfig> {
+    pub fn config(&self) -> Result<Config> {
         self.config_with(|_| None)
     }
 
     /// [`Scene::config`] with the variables `vars` gives beyond the cluster, the table and
     /// the region.
-    pub fn config_with(&self, vars: impl Fn(&str) -> Option<String>) -> Result<ProvisionerConfig> {
-        let mut config = ProvisionerConfig::from_vars(|k| match k {
+    pub fn config_with(&self, vars: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut config = Config::from_vars(|k| match k {
             "CARPOOL_CLUSTER_NAME" => Some(self.name.clone()),
             "CARPOOL_TABLE_NAME" => Some(self.table.clone()),
             "AWS_REGION" => Some("us-east-1".into()),

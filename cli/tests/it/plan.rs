@@ -57,7 +57,7 @@ fn several_files_and_yaml_documents_make_one_snapshot() {
     let pool = dir.join("pool.yaml");
     std::fs::write(
         &pool,
-        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: arm}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      - {key: kubernetes.io/arch, operator: In, values: [arm64]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: arm}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      - {key: kubernetes.io/arch, operator: In, values: [arm64]}\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\nspec:\n  role: KarpenterNodeRole\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: prod}}]\n  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: prod}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
     )
     .unwrap();
     let pods = dir.join("pods.json");
@@ -140,7 +140,7 @@ fn plan_json_gives_each_unschedulable_pod_a_kind_next_to_its_reason() {
     let dump = dir.join("tainted.yaml");
     std::fs::write(
         &dump,
-        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n      taints: [{key: nvidia.com/gpu, value: 'true', effect: NoSchedule}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n      taints: [{key: nvidia.com/gpu, value: 'true', effect: NoSchedule}]\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\nspec:\n  role: KarpenterNodeRole\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: prod}}]\n  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: prod}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
     )
     .unwrap();
     let out = carpool(&["plan", dump.to_str().unwrap(), "--json"]);
@@ -187,4 +187,26 @@ fn plan_says_a_pod_needing_arm64_has_no_image_when_the_class_status_resolves_onl
         .flat_map(|n| n["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()))
         .collect();
     assert_eq!(placed, vec!["default/x86"]);
+}
+
+/// As the provisioner's batch (`run/provision/batch.rs`, `nodepools::drop_without_node_class`
+/// then `without_nodepool`): a NodePool whose EC2NodeClass is not in the dump is skipped
+/// with the reason, and with no NodePool left nothing is planned.
+#[test]
+fn plan_skips_a_nodepool_whose_ec2nodeclass_is_missing_as_the_provisioner_does() {
+    let dir = std::env::temp_dir().join(format!("carpool-noclass-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dump = dir.join("noclass.yaml");
+    std::fs::write(
+        &dump,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: general}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: missing}\n      requirements: []\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: '1', memory: 1Gi}}}]\n",
+    )
+    .unwrap();
+    let out = carpool(&["plan", dump.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["nodes"].as_array().unwrap().len(), 0, "{plan}");
+    assert_eq!(plan["unschedulable"][0]["kind"], "no_valid_nodepool", "{plan}");
+    let skipped = plan["skipped"].to_string();
+    assert!(skipped.contains("general") && skipped.contains("missing"), "{skipped}");
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use carpool::catalog::RegionCatalog;
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use carpool::run::config::Config;
 use carpool::run::consolidate::{ConsolidationReport, ConsolidationSettings, Consolidator};
 use carpool::run::price_refresh::LiveCatalog;
-use carpool::run::provision::ProvisionerConfig;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::Value;
 
@@ -29,7 +29,7 @@ pub struct App<C, K, S, T> {
     /// Time.
     pub clock: T,
     /// The configuration.
-    pub config: ProvisionerConfig,
+    pub config: Config,
     /// The run's settings (from the configuration; tests shorten them).
     pub settings: ConsolidationSettings,
     /// The region's catalog; live prices and offerings refreshed in place.
@@ -38,14 +38,7 @@ pub struct App<C, K, S, T> {
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
     /// An app over these ports.
-    pub fn new(
-        cloud: C,
-        cluster: K,
-        store: S,
-        clock: T,
-        config: ProvisionerConfig,
-        region: RegionCatalog<'static>,
-    ) -> Self {
+    pub fn new(cloud: C, cluster: K, store: S, clock: T, config: Config, region: RegionCatalog<'static>) -> Self {
         App {
             cloud,
             cluster,

@@ -21,10 +21,10 @@ use carpool::catalog::RegionCatalog;
 use carpool::decide::interruption::{EventError, InputRecord, InterruptionEvent, parse_event, parse_input};
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use carpool::run::config::Config;
 use carpool::run::disruption::{Disrupter, EventReport, InterruptionError, InterruptionSettings};
 use carpool::run::interruption::metrics::event_metrics;
 use carpool::run::price_refresh::LiveCatalog;
-use carpool::run::provision::ProvisionerConfig;
 use futures_util::future::join_all;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
@@ -44,7 +44,7 @@ pub struct App<C, K, S, T> {
     /// Time.
     pub clock: T,
     /// The configuration.
-    pub config: ProvisionerConfig,
+    pub config: Config,
     /// The settings of a handling (from the configuration; tests shorten them).
     pub settings: InterruptionSettings,
     /// The region's catalog; live prices and offerings refreshed in place.
@@ -64,14 +64,7 @@ pub enum RecordOutcome {
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
     /// An app over these ports.
-    pub fn new(
-        cloud: C,
-        cluster: K,
-        store: S,
-        clock: T,
-        config: ProvisionerConfig,
-        region: RegionCatalog<'static>,
-    ) -> Self {
+    pub fn new(cloud: C, cluster: K, store: S, clock: T, config: Config, region: RegionCatalog<'static>) -> Self {
         App {
             cloud,
             cluster,

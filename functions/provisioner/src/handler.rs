@@ -8,12 +8,11 @@ use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use carpool::catalog::RegionCatalog;
 use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use carpool::run::config::Config;
 use carpool::run::price_refresh::LiveCatalog;
 use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics, run_metrics};
 use carpool::run::provision::report::quantile;
-use carpool::run::provision::{
-    ProvisionError, Provisioner, ProvisionerConfig, RunReport, Settings, SharedRecentEvents,
-};
+use carpool::run::provision::{ProvisionError, Provisioner, RunReport, Settings, SharedRecentEvents};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
 
@@ -33,7 +32,7 @@ pub struct App<C, K, S, T> {
     /// Time.
     pub clock: T,
     /// The configuration.
-    pub config: ProvisionerConfig,
+    pub config: Config,
     /// The region's catalog; live prices and offerings refreshed in place.
     pub catalog: LiveCatalog<'static>,
     /// The pod Events published lately, for their rate limit.
@@ -42,14 +41,7 @@ pub struct App<C, K, S, T> {
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
     /// An app over these ports.
-    pub fn new(
-        cloud: C,
-        cluster: K,
-        store: S,
-        clock: T,
-        config: ProvisionerConfig,
-        region: RegionCatalog<'static>,
-    ) -> Self {
+    pub fn new(cloud: C, cluster: K, store: S, clock: T, config: Config, region: RegionCatalog<'static>) -> Self {
         App {
             cloud,
             cluster,

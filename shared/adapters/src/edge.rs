@@ -11,7 +11,7 @@
 use std::error::Error as StdError;
 
 use carpool::error_chain::Chain;
-use carpool::run::provision::ProvisionerConfig;
+use carpool::run::config::Config;
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -56,10 +56,10 @@ impl ErrorType {
 /// once, makes the app with `make`, and serves each invocation with `handler`.
 pub async fn serve<App, Make, Handler>(make: Make, handler: Handler) -> Result<(), lambda_runtime::Error>
 where
-    Make: FnOnce(RealPorts, ProvisionerConfig) -> App,
+    Make: FnOnce(RealPorts, Config) -> App,
     Handler: AsyncFn(&App, LambdaEvent<Value>) -> Result<Value, Diagnostic>,
 {
-    let read = ProvisionerConfig::read(|k| std::env::var(k).ok());
+    let read = Config::read(|k| std::env::var(k).ok());
     logging::init(&read.log_level);
     let config = read
         .config

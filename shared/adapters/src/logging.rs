@@ -4,7 +4,7 @@
 use tracing_subscriber::EnvFilter;
 
 /// Starts tracing at `level` (`RUST_LOG` syntax, as the configuration read it: see
-/// `ProvisionerConfig::log_level`); a level that does not parse logs at `info`.
+/// `Config::log_level`); a level that does not parse logs at `info`.
 pub fn init(level: &str) {
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
     let text = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("text"));

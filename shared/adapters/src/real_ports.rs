@@ -3,7 +3,7 @@
 //! ports here.
 
 use carpool::catalog::{Catalog, CatalogError, RegionCatalog};
-use carpool::run::provision::ProvisionerConfig;
+use carpool::run::config::Config;
 
 use crate::dynamodb::DynamoStore;
 use crate::ec2::{Ec2Clients, Ec2Cloud};
@@ -43,7 +43,7 @@ pub struct RealPorts {
 }
 
 /// Builds the SDK clients, the EKS client and the catalog.
-pub async fn real_ports(config: &ProvisionerConfig) -> Result<RealPorts, InitError> {
+pub async fn real_ports(config: &Config) -> Result<RealPorts, InitError> {
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new(config.region.clone()))
         .timeout_config(crate::sdk_timeouts::sdk_timeouts())

@@ -9,12 +9,22 @@
 //! - [`drain`]: a node drained by eviction, tier by tier, until a deadline, with each
 //!   blocked pod explained (its PDB and the disruptions it allows); the interruption
 //!   function and the consolidator drain through it.
+//! - [`config`]: the one configuration every function reads from its environment, once,
+//!   with its defaults in one place; [`watch_mode`]: how long a provisioner run watches.
+//! - [`disruption`]: the `DISRUPT#` state machine the interruption function and the
+//!   consolidator both drive.
+//! - [`consolidate`]: the consolidator's run.
+//! - [`observe`]: the cluster read into a snapshot; [`emf`]: metrics as CloudWatch reads them.
 //! - [`price_refresh`]: a region's catalog with live prices and offerings, read again
 //!   when stale; every function that plans keeps one across invocations.
 
+pub mod config;
 pub mod consolidate;
 pub mod disruption;
 pub mod drain;
+pub mod emf;
 pub mod interruption;
+pub mod observe;
 pub mod price_refresh;
 pub mod provision;
+pub mod watch_mode;

@@ -306,11 +306,11 @@ fn a_pod_requesting_efa_gets_a_type_with_efa_interfaces() {
 // term's namespaceSelector matches.
 #[test]
 fn the_lambdas_snapshot_reads_claims_volumes_classes_csinodes_and_namespaces() {
-    // The provisioner plans on what run::provision::observe::read_snapshot reads through
+    // The provisioner plans on what run::observe::read_snapshot reads through
     // the Cluster port: a WaitForFirstConsumer claim's zone, from its StorageClass, reaches
     // the plan.
     use carpool::fakes::FakeCluster;
-    use carpool::run::provision::observe::read_snapshot;
+    use carpool::run::observe::read_snapshot;
     let cluster = FakeCluster::new();
     fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
         serde_json::from_value(v).unwrap()

@@ -11,7 +11,8 @@ use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::model::pod::Pod;
 use carpool::ports::{Clock as _, Cloud, ClusterError, LaunchState, OfferingKey, StateStore};
-use carpool::run::provision::{MAX_FAILED_POLLS, ProvisionError, Provisioner, RunReport, Settings, WatchMode};
+use carpool::run::provision::{MAX_FAILED_POLLS, ProvisionError, Provisioner, RunReport, Settings};
+use carpool::run::watch_mode::WatchMode;
 use pollster::block_on;
 use serde_json::json;
 
@@ -180,7 +181,7 @@ fn insufficient_capacity_marks_the_offerings_and_launches_the_next_best_in_the_s
     // What the planner would launch first.
     let catalog = Catalog::embedded().unwrap();
     let region = catalog.region("us-east-1").unwrap();
-    let snapshot = block_on(carpool::run::provision::observe::read_snapshot(&w.cluster)).unwrap();
+    let snapshot = block_on(carpool::run::observe::read_snapshot(&w.cluster)).unwrap();
     let plan = carpool::decide::provisioning_plan(&snapshot, &region);
     assert_eq!(plan.nodes.len(), 1);
     let first = &plan.nodes[0];
@@ -424,7 +425,7 @@ fn the_default_settings_are_those_of_a_configuration_that_sets_nothing_optional(
         .find(|(name, _)| *name == k)
         .map(|(_, v)| v.to_string())
     };
-    let config = carpool::run::provision::ProvisionerConfig::from_vars(vars).unwrap();
+    let config = carpool::run::config::Config::from_vars(vars).unwrap();
     assert_eq!(
         Settings::from_config(&config, Duration::from_secs(60)),
         Settings::default()

@@ -323,7 +323,7 @@ async fn scaled_down(scene: &Scene) -> Result<()> {
         .iter()
         .find(|(n, _, _)| n == &keeper_node)
         .map_or(0.0, |(_, t, _)| price(t));
-    let mut fresh = carpool::run::provision::observe::read_snapshot(&KubeCluster::new(scene.kube.clone())).await?;
+    let mut fresh = carpool::run::observe::read_snapshot(&KubeCluster::new(scene.kube.clone())).await?;
     fresh
         .nodes
         .retain(|n| n.metadata.name.as_deref() == Some(keeper_node.as_str()));

@@ -9,7 +9,7 @@ use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKin
 use carpool::fixtures::EC2NodeClassBuilder;
 use carpool::model::CapacityType;
 use carpool::ports::{Instance, InstanceState, StateStore};
-use carpool::run::provision::ProvisionerConfig;
+use carpool::run::config::Config;
 use carpool_consolidator::handler::App;
 use k8s_openapi::api::core::v1::Node;
 use pollster::block_on;
@@ -18,7 +18,7 @@ use serde_json::json;
 const START: u64 = 1_790_000_000;
 
 fn app() -> App<FakeCloud, FakeCluster, FakeStore, FakeClock> {
-    let config = ProvisionerConfig::from_vars(|k| match k {
+    let config = Config::from_vars(|k| match k {
         "CARPOOL_CLUSTER_NAME" => Some("prod".into()),
         "CARPOOL_TABLE_NAME" => Some("carpool".into()),
         "AWS_REGION" => Some("us-east-1".into()),

@@ -20,7 +20,8 @@ use carpool::ports::{
     Cloud, CloudError, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, SpotPrice, StateStore,
     Timer, ZonalOffering,
 };
-use carpool::run::provision::{ProvisionerConfig, RunReport};
+use carpool::run::config::Config;
+use carpool::run::provision::RunReport;
 use carpool_adapters::clock::TokioClock;
 use carpool_adapters::dynamodb::DynamoStore;
 use carpool_adapters::kube_cluster::KubeCluster;
@@ -64,7 +65,7 @@ impl Scene {
         Ok(Scene { base, waves: true })
     }
 
-    fn config(&self, watch: Duration) -> Result<ProvisionerConfig> {
+    fn config(&self, watch: Duration) -> Result<Config> {
         let mut config = self.config_with(|k| match k {
             // Measuring the options of issue 17 by hand: the wave grace (0: no waves) and
             // the fit to kube-scheduler's placement, from the test's environment.

@@ -8,7 +8,7 @@ use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKin
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::ports::{Cloud, SpotPrice};
-use carpool::run::provision::ProvisionerConfig;
+use carpool::run::config::Config;
 use carpool_adapters::edge::ErrorType;
 use carpool_provisioner::handler::{App, invoke};
 use lambda_runtime::{Context, LambdaEvent};
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const START: u64 = 1_796_000_000;
 
 fn app() -> App<FakeCloud, FakeCluster, FakeStore, FakeClock> {
-    let config = ProvisionerConfig::from_vars(|k| match k {
+    let config = Config::from_vars(|k| match k {
         "CARPOOL_CLUSTER_NAME" => Some("prod".into()),
         "CARPOOL_TABLE_NAME" => Some("carpool".into()),
         "AWS_REGION" => Some("us-east-1".into()),

@@ -111,7 +111,7 @@ impl Ec2Cloud {
             pricing: clients.pricing,
             cluster,
             ami_ssm_parameter: ami_ssm_parameter.into(),
-            public_ssm_root: carpool::run::provision::config::DEFAULT_PUBLIC_SSM_ROOT.to_string(),
+            public_ssm_root: carpool::run::config::DEFAULT_PUBLIC_SSM_ROOT.to_string(),
             node_role: None,
             lookups: Lookups::default(),
             amis: AmiCache::default(),

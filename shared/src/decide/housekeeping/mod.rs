@@ -27,7 +27,7 @@
 //!
 //! The plan is a value (serde), so a test states a situation and the plan it expects, and
 //! other jobs follow the same pattern: decide on snapshots, then act. The table of
-//! situations and plans is in `shared/tests/housekeeping.rs`.
+//! situations and plans is in `shared/tests/it/housekeeping.rs`.
 
 pub mod ownership;
 

@@ -24,6 +24,7 @@ use crate::decide::provisioning::provisioning_plan;
 use crate::decide::provisioning::scheduler_fit::{Fitting, HANDED_ORDERS, WHOLE_ORDERS, fit};
 use crate::decide::provisioning::selector::Selector;
 use crate::decide::provisioning::subnet_zones::{narrow_to_subnet_zones, zones_by_class_from_status};
+use crate::decide::provisioning::templates::Skipped;
 use crate::model::{InstanceType, ResolvedImage};
 use crate::snapshot::Snapshot;
 
@@ -107,13 +108,37 @@ pub fn plan_batch(view: &Snapshot, region: &RegionCatalog<'_>, fit_to: FitTo) ->
 /// the NodePools `selector` picks, each narrowed to its class's subnet zones and AMIs as
 /// the class's `status` records them, planned and fitted as `fit_to` says. `carpool plan`
 /// prints it. Returns the plan and the snapshot it was made on (its NodePools narrowed).
+///
+/// As the batch does, a dump whose NodePools are all left out (not picked, or their
+/// EC2NodeClass missing) launches nothing: every pending pod is unschedulable with
+/// `no_valid_nodepool`, and the skipped objects say why. A dump with no NodePool at all is
+/// planned with the default NodePool (`templates::DEFAULT_NODEPOOL`), so that a bare list
+/// of pods can be sized; the provisioner never meets that case, as it reads NodePools from
+/// the cluster.
 pub fn plan_dump(
     mut snapshot: Snapshot,
     region: &RegionCatalog<'_>,
     selector: &Selector,
     fit_to: FitTo,
 ) -> (ProvisioningPlan, Snapshot) {
+    let had_nodepools = !snapshot.nodepools.is_empty();
     prepare_pools(&mut snapshot, selector);
+    if had_nodepools && let Some(unschedulable) = nodepools::without_nodepool(&snapshot) {
+        let skipped = snapshot
+            .skipped
+            .iter()
+            .map(|(object, reason)| Skipped {
+                object: object.clone(),
+                reason: reason.clone(),
+            })
+            .collect();
+        let plan = ProvisioningPlan {
+            unschedulable,
+            skipped,
+            ..ProvisioningPlan::default()
+        };
+        return (plan, snapshot);
+    }
     let (zones, images) = from_status(&snapshot);
     narrow_pools(&mut snapshot, &zones, &images, region.types());
     let (plan, _) = plan_batch(&snapshot, region, fit_to);

@@ -57,7 +57,7 @@ pub struct ConsolidationSettings {
 
 impl ConsolidationSettings {
     /// The settings of a configuration.
-    pub fn from_config(config: &crate::run::provision::ProvisionerConfig) -> Self {
+    pub fn from_config(config: &crate::run::config::Config) -> Self {
         let mut disruption = DisruptionSettings::default();
         if config.repair_after.is_zero() {
             // Repair off: no node is unhealthy for that long.
@@ -230,7 +230,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         ),
         ConsolidationError,
     > {
-        let mut snapshot = crate::run::provision::observe::read_snapshot(self.cluster).await?;
+        let mut snapshot = crate::run::observe::read_snapshot(self.cluster).await?;
         nodepools::keep_managed(&mut snapshot, &self.settings.provision.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
         let provisioner = self.provisioner("consolidator-observe");

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::decide::disruption::{BlockKind, DisruptionCommand, DisruptionDecision};
 use crate::ports::EpochMillis;
-use crate::run::provision::metrics::emf_by;
+use crate::run::emf::emf_by;
 
 /// A consolidation undone, and why.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

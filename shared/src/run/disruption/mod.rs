@@ -53,7 +53,7 @@ pub struct InterruptionSettings {
 
 impl InterruptionSettings {
     /// The settings of a configuration (the provisioner's, with its drain deadline).
-    pub fn from_config(config: &crate::run::provision::ProvisionerConfig) -> Self {
+    pub fn from_config(config: &crate::run::config::Config) -> Self {
         InterruptionSettings {
             provision: Settings::from_config(config, config.watch),
             drain_deadline: config.drain_deadline,

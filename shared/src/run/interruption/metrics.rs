@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::EventReport;
 use crate::ports::EpochMillis;
-use crate::run::provision::metrics::emf_by;
+use crate::run::emf::emf_by;
 
 /// The EMF object for one instance's handling, or `None` for an event that was ignored,
 /// a duplicate, or not Carpool's (nothing was handled).

@@ -83,7 +83,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             ..BatchReport::default()
         };
         let read_start = self.clock.now();
-        let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        let mut snapshot = crate::run::observe::read_snapshot(self.cluster).await?;
         report.snapshot_ms = elapsed_ms(read_start, self.clock.now());
         // Only the NodePools the deployment's selector picks are Carpool's. A NodePool whose
         // EC2NodeClass is missing cannot launch: skip it with the reason, and let the

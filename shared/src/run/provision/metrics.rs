@@ -7,52 +7,7 @@ use serde_json::{Value, json};
 
 use super::report::{BatchReport, HousekeepingReport, RunReport};
 use crate::ports::EpochMillis;
-
-/// The metrics namespace.
-pub const NAMESPACE: &str = "Carpool";
-
-/// An EMF object: `metrics` (name, unit, value) of `cluster` at `timestamp`, in the
-/// [`NAMESPACE`] namespace under the `Cluster` dimension.
-fn emf(cluster: &str, timestamp: EpochMillis, metrics: &[(&str, &str, Value)]) -> Value {
-    emf_by(cluster, &[], timestamp, metrics)
-}
-
-/// [`emf`], the metrics also under `Cluster` with the dimensions `by` (name, value),
-/// e.g. `[("Kind", "spot_interruption")]`.
-pub(crate) fn emf_by(
-    cluster: &str,
-    by: &[(&str, &str)],
-    timestamp: EpochMillis,
-    metrics: &[(&str, &str, Value)],
-) -> Value {
-    let mut dimensions = vec![vec!["Cluster"]];
-    if !by.is_empty() {
-        dimensions.push(std::iter::once("Cluster").chain(by.iter().map(|(k, _)| *k)).collect());
-    }
-    let mut object = json!({
-        "_aws": {
-            "Timestamp": timestamp,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": dimensions,
-                "Metrics": metrics
-                    .iter()
-                    .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
-                    .collect::<Vec<_>>(),
-            }],
-        },
-        "Cluster": cluster,
-    });
-    if let Some(fields) = object.as_object_mut() {
-        for (name, value) in by {
-            fields.insert((*name).to_string(), json!(value));
-        }
-        for (name, _, value) in metrics {
-            fields.insert((*name).to_string(), value.clone());
-        }
-    }
-    object
-}
+use crate::run::emf::emf;
 
 /// The EMF object for one batch of `cluster`, at `timestamp`.
 pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport) -> Value {
@@ -172,7 +127,10 @@ mod tests {
             ..HousekeepingReport::default()
         };
         let v = housekeeping_metrics("prod", 1_700_000_000_000, std::slice::from_ref(&round));
-        assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], NAMESPACE);
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+            crate::run::emf::NAMESPACE
+        );
         assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "Cluster");
         assert_eq!(v["RegistrationFailures"], 1);
         assert_eq!(v["LaunchBackoffs"], 0);

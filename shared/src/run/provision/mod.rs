@@ -35,31 +35,28 @@
 pub mod backoff;
 pub mod batch;
 pub mod batcher;
-pub mod config;
 pub mod events;
 pub mod housekeeping;
 pub mod launch;
 pub mod metrics;
-pub mod observe;
 pub mod replace;
 pub mod report;
-pub mod watch_mode;
 pub mod waves;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub use config::{ConfigError, ConfigRead, ProvisionerConfig};
 pub use events::SharedRecentEvents;
 pub use report::{BatchReport, HousekeepingReport, RunReport};
-pub use watch_mode::WatchMode;
 
 use self::batcher::Batcher;
 use crate::catalog::RegionCatalog;
 use crate::decide::provisioning::pod::{is_provisionable, pod_key};
 use crate::decide::provisioning::selector::Selector;
 use crate::ports::{Cloud, CloudError, Cluster, ClusterError, Lease, StateStore, StoreError, Timer};
+use crate::run::config::Config;
+use crate::run::watch_mode::WatchMode;
 
 /// The lease's name.
 pub const LEASE: &str = "provisioner";
@@ -93,7 +90,7 @@ impl ProvisionError {
     }
 }
 
-/// The settings a run uses (the parts of [`ProvisionerConfig`] the core needs).
+/// The settings a run uses (the parts of [`Config`] the core needs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     /// How long to watch.
@@ -108,7 +105,7 @@ pub struct Settings {
     pub registration_ttl: Duration,
     /// Plan and log, launch and terminate nothing.
     pub dry_run: bool,
-    /// This deployment's name ([`ProvisionerConfig::deployment`]): launches are tagged
+    /// This deployment's name ([`Config::deployment`]): launches are tagged
     /// with it, and housekeeping terminates only instances that carry it.
     pub deployment: String,
     /// The NodePools Carpool manages, by their labels (empty: every NodePool).
@@ -130,7 +127,7 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// The function's defaults (those of an empty [`ProvisionerConfig`]): a 50 s watch,
+    /// The function's defaults (those of an empty [`Config`]): a 50 s watch,
     /// batches of 1 s idle and 10 s at most, a 15 min registration TTL, every NodePool,
     /// launching for real, as the deployment `carpool`, in waves released 10 s after
     /// their first node is Ready at the latest, for up to 60 s from the run's start.
@@ -163,7 +160,7 @@ pub const WAVE_DEADLINE: Duration = Duration::from_secs(300);
 impl Settings {
     /// The settings of a configuration, watching at most `watch_limit` (what the
     /// function's remaining time allows).
-    pub fn from_config(config: &ProvisionerConfig, watch_limit: Duration) -> Self {
+    pub fn from_config(config: &Config, watch_limit: Duration) -> Self {
         Settings {
             watch: config.watch.min(watch_limit),
             batch_idle: config.batch_idle,

@@ -45,7 +45,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         disrupted: &str,
         on_demand: bool,
     ) -> Result<Replacement, ProvisionError> {
-        let mut snapshot = super::observe::read_snapshot(self.cluster).await?;
+        let mut snapshot = crate::run::observe::read_snapshot(self.cluster).await?;
         nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
         self.narrow_pools(&mut snapshot, base).await?;

@@ -16,7 +16,7 @@ pub struct ConfigError {
 
 /// The provisioner's settings.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ProvisionerConfig {
+pub struct Config {
     /// `CARPOOL_CLUSTER_NAME`: the EKS cluster (required).
     pub cluster: String,
     /// `CARPOOL_TABLE_NAME`: the DynamoDB table (required).
@@ -46,8 +46,8 @@ pub struct ProvisionerConfig {
     /// `CARPOOL_WATCH_MODE` (`continuous`, the default, or `adaptive`) and
     /// `CARPOOL_QUIET_AFTER_SECONDS` (default 600): whether a run with nothing pending,
     /// in a cluster where nothing was launched for that long, exits after one check
-    /// ([`super::WatchMode`]).
-    pub watch_mode: super::WatchMode,
+    /// ([`crate::run::watch_mode::WatchMode`]).
+    pub watch_mode: crate::run::watch_mode::WatchMode,
     /// `CARPOOL_BATCH_IDLE_SECONDS` (default 1): a batch closes after this long without
     /// a new pod.
     pub batch_idle: Duration,
@@ -154,15 +154,15 @@ fn flag(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Result
 }
 
 /// `CARPOOL_WATCH_MODE` with `CARPOOL_QUIET_AFTER_SECONDS`.
-fn watch_mode(get: &impl Fn(&str) -> Option<String>) -> Result<super::WatchMode, ConfigError> {
+fn watch_mode(get: &impl Fn(&str) -> Option<String>) -> Result<crate::run::watch_mode::WatchMode, ConfigError> {
     let quiet_after = seconds(
         get,
         "CARPOOL_QUIET_AFTER_SECONDS",
-        super::watch_mode::QUIET_AFTER.as_secs_f64(),
+        crate::run::watch_mode::QUIET_AFTER.as_secs_f64(),
     )?;
     match optional(get, "CARPOOL_WATCH_MODE") {
-        None => Ok(super::WatchMode::Continuous),
-        Some(text) => super::WatchMode::parse(&text, quiet_after).map_err(|e| ConfigError {
+        None => Ok(crate::run::watch_mode::WatchMode::Continuous),
+        Some(text) => crate::run::watch_mode::WatchMode::parse(&text, quiet_after).map_err(|e| ConfigError {
             variable: "CARPOOL_WATCH_MODE",
             message: e.to_string(),
         }),
@@ -178,7 +178,7 @@ fn selector(get: &impl Fn(&str) -> Option<String>, variable: &'static str) -> Re
 }
 
 /// The log level, read on its own so that logging starts at it even when the rest of the
-/// configuration is invalid (see [`ProvisionerConfig::log_level`]).
+/// configuration is invalid (see [`Config::log_level`]).
 fn log_level(get: &impl Fn(&str) -> Option<String>) -> String {
     optional(get, "CARPOOL_LOG_LEVEL")
         .or_else(|| optional(get, "AWS_LAMBDA_LOG_LEVEL").map(|l| l.to_ascii_lowercase()))
@@ -189,13 +189,13 @@ fn log_level(get: &impl Fn(&str) -> Option<String>) -> String {
 /// what is wrong with it (to be logged at that level).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigRead {
-    /// The log level ([`ProvisionerConfig::log_level`]).
+    /// The log level ([`Config::log_level`]).
     pub log_level: String,
     /// The configuration, with the same log level.
-    pub config: Result<ProvisionerConfig, ConfigError>,
+    pub config: Result<Config, ConfigError>,
 }
 
-impl ProvisionerConfig {
+impl Config {
     /// Reads the settings through `get` (the environment, in the function).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         Self::read(get).config
@@ -213,7 +213,7 @@ impl ProvisionerConfig {
     fn with_log_level(get: &impl Fn(&str) -> Option<String>, log_level: String) -> Result<Self, ConfigError> {
         let cluster = required(&get, "CARPOOL_CLUSTER_NAME")?;
         let table = required(&get, "CARPOOL_TABLE_NAME")?;
-        let config = ProvisionerConfig {
+        let config = Config {
             cluster,
             deployment: optional(&get, "CARPOOL_DEPLOYMENT").unwrap_or_else(|| table.clone()),
             table,
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn the_defaults_are_karpenters_batching_and_a_fifteen_minute_registration_ttl() {
-        let c = ProvisionerConfig::from_vars(vars(BASE)).unwrap();
+        let c = Config::from_vars(vars(BASE)).unwrap();
         assert_eq!(c.watch, Duration::from_secs(50));
         assert_eq!(c.batch_idle, Duration::from_secs(1));
         assert_eq!(c.batch_max, Duration::from_secs(10));
@@ -309,48 +309,42 @@ mod tests {
         assert_eq!(c.deployment, "carpool", "the deployment defaults to the table's name");
         let mut named = BASE.to_vec();
         named.push(("CARPOOL_DEPLOYMENT", "carpool-prod"));
-        assert_eq!(
-            ProvisionerConfig::from_vars(vars(&named)).unwrap().deployment,
-            "carpool-prod"
-        );
+        assert_eq!(Config::from_vars(vars(&named)).unwrap().deployment, "carpool-prod");
     }
 
     #[test]
     fn the_log_level_is_read_even_when_the_rest_is_invalid() {
-        let read = ProvisionerConfig::read(vars(&[("CARPOOL_LOG_LEVEL", "debug")]));
+        let read = Config::read(vars(&[("CARPOOL_LOG_LEVEL", "debug")]));
         assert_eq!(read.log_level, "debug");
         assert_eq!(read.config.unwrap_err().variable, "CARPOOL_CLUSTER_NAME");
-        let read = ProvisionerConfig::read(vars(&[("AWS_LAMBDA_LOG_LEVEL", "WARN")]));
+        let read = Config::read(vars(&[("AWS_LAMBDA_LOG_LEVEL", "WARN")]));
         assert_eq!(read.log_level, "warn");
         let mut both = BASE.to_vec();
         both.extend([("CARPOOL_LOG_LEVEL", "carpool=trace"), ("AWS_LAMBDA_LOG_LEVEL", "WARN")]);
-        let read = ProvisionerConfig::read(vars(&both));
+        let read = Config::read(vars(&both));
         assert_eq!(read.log_level, "carpool=trace");
         assert_eq!(read.config.unwrap().log_level, "carpool=trace");
-        assert_eq!(ProvisionerConfig::from_vars(vars(BASE)).unwrap().log_level, "info");
+        assert_eq!(Config::from_vars(vars(BASE)).unwrap().log_level, "info");
     }
 
     #[test]
     fn a_missing_or_bad_variable_is_an_error_naming_it() {
-        let e = ProvisionerConfig::from_vars(vars(&BASE[1..])).unwrap_err();
+        let e = Config::from_vars(vars(&BASE[1..])).unwrap_err();
         assert_eq!(e.variable, "CARPOOL_CLUSTER_NAME");
         let mut bad = BASE.to_vec();
         bad.push(("CARPOOL_BATCH_MAX_SECONDS", "ten"));
-        let e = ProvisionerConfig::from_vars(vars(&bad)).unwrap_err();
+        let e = Config::from_vars(vars(&bad)).unwrap_err();
         assert_eq!(
             e.to_string(),
             "CARPOOL_BATCH_MAX_SECONDS: \"ten\" is not a number of seconds between 0 and 86400"
         );
         let mut bad = BASE.to_vec();
         bad.push(("CARPOOL_DRY_RUN", "maybe"));
-        assert_eq!(
-            ProvisionerConfig::from_vars(vars(&bad)).unwrap_err().variable,
-            "CARPOOL_DRY_RUN"
-        );
+        assert_eq!(Config::from_vars(vars(&bad)).unwrap_err().variable, "CARPOOL_DRY_RUN");
         let mut bad = BASE.to_vec();
         bad.push(("CARPOOL_BATCH_IDLE_SECONDS", "20"));
         assert_eq!(
-            ProvisionerConfig::from_vars(vars(&bad)).unwrap_err().variable,
+            Config::from_vars(vars(&bad)).unwrap_err().variable,
             "CARPOOL_BATCH_IDLE_SECONDS"
         );
     }
@@ -359,14 +353,14 @@ mod tests {
     fn a_nodepool_selector_that_does_not_parse_is_an_error_naming_the_variable() {
         let mut bad = BASE.to_vec();
         bad.push(("CARPOOL_NODEPOOL_SELECTOR", "team in web"));
-        let e = ProvisionerConfig::from_vars(vars(&bad)).unwrap_err();
+        let e = Config::from_vars(vars(&bad)).unwrap_err();
         assert_eq!(e.variable, "CARPOOL_NODEPOOL_SELECTOR");
         let mut good = BASE.to_vec();
         good.push(("CARPOOL_NODEPOOL_SELECTOR", "carpool.sh/managed=true"));
-        let c = ProvisionerConfig::from_vars(vars(&good)).unwrap();
+        let c = Config::from_vars(vars(&good)).unwrap();
         assert_eq!(c.nodepool_selector, Selector::parse("carpool.sh/managed=true").unwrap());
         assert_eq!(
-            ProvisionerConfig::from_vars(vars(BASE)).unwrap().nodepool_selector,
+            Config::from_vars(vars(BASE)).unwrap().nodepool_selector,
             Selector::default()
         );
     }
@@ -378,10 +372,10 @@ mod tests {
             ("CARPOOL_TABLE_NAME", "carpool"),
             ("AWS_REGION", "us-east-1"),
         ];
-        let ok = ProvisionerConfig::from_vars(vars(&named)).unwrap();
+        let ok = Config::from_vars(vars(&named)).unwrap();
         assert_eq!(ok.drain_deadline, Duration::from_secs(90));
         named.push(("CARPOOL_DRAIN_DEADLINE_SECONDS", "120"));
-        let e = ProvisionerConfig::from_vars(vars(&named)).unwrap_err();
+        let e = Config::from_vars(vars(&named)).unwrap_err();
         assert_eq!(e.variable, "CARPOOL_DRAIN_DEADLINE_SECONDS");
         assert!(e.message.contains("below 120"), "{e}");
     }
