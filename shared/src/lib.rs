@@ -18,14 +18,15 @@
 //!   cheapest-types [query](catalog::query).
 //!
 //! - [`snapshot`]: a cluster dump (`kubectl get ... -o json|yaml`) read into typed objects.
-//! - [`decide`]: pure decisions. The scheduling simulation and cost-aware packer that
-//!   turn a snapshot into a [`decide::ProvisioningPlan`], its lower bound, and an
-//!   independent [plan checker](decide::checker); the NodePools that can launch
-//!   ([`decide::nodepools`]); the [housekeeping plan](decide::housekeeping): what to
-//!   mark registered, label, terminate (and why) and forget; and the
-//!   [interruption events](decide::interruption) (spot warnings, rebalance
-//!   recommendations, state changes, Health events, scheduled ticks) read into typed
-//!   actions.
+//! - [`decide`]: pure decisions, one folder per job, depending on [`model`] and
+//!   [`catalog`] only: [`provisioning`](decide::provisioning) (the scheduling simulation
+//!   and cost-aware packer that turn a snapshot into a [`decide::ProvisioningPlan`], its
+//!   lower bound, and the one planning path the provisioner and `carpool plan` share),
+//!   [`kube_scheduler`](decide::kube_scheduler) (one model of kube-scheduler's scores and
+//!   placement), [`waves`](decide::waves), [`disruption`](decide::disruption) (Karpenter's
+//!   methods, budgets, the drain order), [`interruption`](decide::interruption) (events
+//!   read into typed actions), [`housekeeping`](decide::housekeeping), and the independent
+//!   [plan checker](decide::checker).
 //!
 //! - [`ports`]: the effects as traits with documented contracts: [`ports::Clock`],
 //!   [`ports::Cloud`], [`ports::Cluster`] and [`ports::StateStore`].
@@ -33,12 +34,13 @@
 //! - `fixtures` (feature `test-util`): builders of the pods, nodes, NodePools and
 //!   EC2NodeClasses that tests write, shared by every test crate.
 //!
-//! - [`run`]: one step of each job over the ports (the provisioner's watch, batches,
-//!   launches and housekeeping), carrying out the plans [`decide`] makes and returning a
-//!   report; the drain of a node by eviction ([`run::drain`], in the order
-//!   [`decide::drain`] sets); and the region's catalog with live prices
-//!   ([`run::price_refresh`]). The
-//!   Lambda handlers call it.
+//! - [`run`]: one step of each job over the ports, carrying out the plans [`decide`]
+//!   makes and returning a report: [`run::provision`], [`run::interruption`],
+//!   [`run::consolidate`]; and what they share: the `DISRUPT#` state machine
+//!   ([`run::disruption`]), the drain ([`run::drain`]), the one configuration
+//!   ([`run::config`]), the cluster read ([`run::observe`]), metrics ([`run::emf`]) and
+//!   the region's catalog with live prices ([`run::price_refresh`]). The Lambda handlers
+//!   call it.
 //!
 //! - [`error_chain`]: an error and its sources in one line, for messages meant for people.
 //!

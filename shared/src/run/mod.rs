@@ -14,6 +14,7 @@
 //! - [`disruption`]: the `DISRUPT#` state machine the interruption function and the
 //!   consolidator both drive.
 //! - [`consolidate`]: the consolidator's run.
+//! - [`ports`]: the ports a runner works through, borrowed together.
 //! - [`observe`]: the cluster read into a snapshot; [`emf`]: metrics as CloudWatch reads them.
 //! - [`price_refresh`]: a region's catalog with live prices and offerings, read again
 //!   when stale; every function that plans keeps one across invocations.
@@ -25,6 +26,7 @@ pub mod drain;
 pub mod emf;
 pub mod interruption;
 pub mod observe;
+pub mod ports;
 pub mod price_refresh;
 pub mod provision;
 pub mod watch_mode;

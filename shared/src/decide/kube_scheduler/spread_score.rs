@@ -12,8 +12,8 @@
 //! `ownerReference`), which its controller's selector matches, and no Service.
 //!
 //! Without it, a replay of pods of one Deployment and no spread of their own piles them
-//! on the emptiest node where kube-scheduler spreads them over zones and nodes (measured
-//! on the stress e2e: three 6-GiB pods on one node, where the replay put one).
+//! on the emptiest node where kube-scheduler spreads them over zones and nodes (the
+//! measurement is in the book, `docs/src/design/waves-and-fit.md`).
 
 use std::collections::BTreeMap;
 

@@ -283,8 +283,7 @@ pub fn fit(
         // stranded wins; on a tie, growing a node before adding one, then the cheaper.
         // The cheapest alone may only move the problem, and an added node is the least
         // predictable fix: empty, it scores best for the scheduler's next small pods
-        // (measured on the stress e2e: with adds preferred when cheaper, 3 runs of 5
-        // stranded a pod; growing, none of 10).
+        // (measured: `docs/src/design/waves-and-fit.md`).
         let mut best: Option<(usize, f64, String, Fix, ProvisioningPlan)> = None;
         for (pod, fix, added) in candidates.into_iter().take(LOOKAHEAD) {
             if fitting.replays.saturating_mul(checks) >= CHECK_BUDGET {

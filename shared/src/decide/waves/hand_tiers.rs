@@ -19,8 +19,7 @@
 //! last: the smallest pods wait a poll for each tier before theirs (three at most), or
 //! [`TIER_HOLD`] for a tier the scheduler does not place at once. Within a tier of one size the
 //! scheduler's order no longer matters; a tier that mixes sizes can still cut up room
-//! (measured on the stress e2e with three tiers: its 500m pods and 100m pods handed
-//! together left a 500m pod without room).
+//! (measured: `docs/src/design/waves-and-fit.md`).
 //!
 //! [`crate::decide::provisioning::scheduler_fit`] replays the same order ([`crate::decide::kube_scheduler::Order::Tiered`]).
 

@@ -4,7 +4,7 @@
 //! tries the pod. When the nodes of a plan register one by one, the first to come up
 //! takes the pods in the scheduler's queue order, by its own scoring (least-allocated),
 //! not the plan's; the pods the plan packed elsewhere find their room taken, stay
-//! pending, and the re-check launches again (issue 17 measured 13 nodes for 11 planned).
+//! pending, and the re-check launches again (measured: `docs/src/design/waves-and-fit.md`).
 //!
 //! So every node a batch launches registers with the startup taint
 //! [`WAVE_TAINT`]`=<wave>:NoSchedule` (through the kubelet's `--register-with-taints`),
@@ -30,9 +30,7 @@
 //!
 //! Why by pod and not by node: removing the taint takes one write per node, and
 //! kube-scheduler binds the head of its queue to the first node it sees released, before
-//! the others' updates reach it (measured on the stress e2e: the first five 3-CPU pods on
-//! the first node released, within 3 ms, while the other nodes' updates took 50 to 140 ms
-//! more to be seen; the plan's 1-GiB pods then had no room left). A pod's own update
+//! the others' updates reach it (measured: `docs/src/design/waves-and-fit.md`). A pod's own update
 //! requeues that pod alone (`TaintToleration`'s `isSchedulableAfterPodTolerationChange`,
 //! `pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go`), and it sees
 //! every node of the wave as one. The toleration names the wave, so it opens that wave's
@@ -248,9 +246,8 @@ pub struct Untaint {
 /// The node lifecycle controller removes `node.kubernetes.io/not-ready` only once it sees
 /// the Ready condition (`doNoScheduleTaintingPass`,
 /// `pkg/controller/nodelifecycle/node_lifecycle_controller.go`), some milliseconds after
-/// it. A wave handed meanwhile is used by kube-scheduler without that node (measured on
-/// the stress e2e: six 3-CPU pods on two of the three big nodes, and four pods left with
-/// no room), so such a node is not Ready for its wave yet.
+/// it. A wave handed meanwhile is used by kube-scheduler without that node (measured:
+/// `docs/src/design/waves-and-fit.md`), so such a node is not Ready for its wave yet.
 fn ready_since(node: &Node) -> Option<EpochMillis> {
     let starting = node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| {
         ts.iter()

@@ -51,7 +51,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 .filter(|p| !p.is_empty());
             targets.push((name.clone(), instance.to_string(), pool));
         }
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         // The group: the first node's instance and the start, so that a command started again
         // after a rollback never reuses the launch ids of the attempt rolled back.
         let Some(group) = targets.first().map(|t| format!("{}-{}", t.1, epoch_millis(now))) else {
@@ -87,7 +87,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 held_until: 0,
                 version: 0,
             };
-            match self.store.create_disruption(&record).await {
+            match self.ports.store.create_disruption(&record).await {
                 Ok(r) => records.push(r),
                 Err(StoreError::Conflict { .. }) => {
                     let why = format!("a disruption of {node} started meanwhile");
@@ -99,7 +99,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
             }
         }
         for r in &records {
-            match self.cluster.taint(&r.node, &disrupted_taint()).await {
+            match self.ports.cluster.taint(&r.node, &disrupted_taint()).await {
                 Ok(()) | Err(ClusterError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -114,7 +114,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                     &command.replacements,
                     snapshot,
                     region,
-                    self.clock.now(),
+                    self.ports.clock.now(),
                     &BTreeMap::new(),
                     Some(&reservation),
                     None,
@@ -127,7 +127,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                     Ok(LaunchOutcome::Unknown(u)) => launch_ids.push(u.1.id),
                     Ok(LaunchOutcome::OutOfCapacity(offerings, f)) => {
                         for o in offerings {
-                            self.store.mark_unavailable(&o).await?;
+                            self.ports.store.mark_unavailable(&o).await?;
                         }
                         failed = Some(format!(
                             "{} in {} ({}): {}",
@@ -154,7 +154,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
         for r in &mut records {
             r.step = DisruptionStep::ReplacementLaunched;
             r.replacements.clone_from(&launch_ids);
-            *r = self.store.update_disruption(r).await?;
+            *r = self.ports.store.update_disruption(r).await?;
         }
         report.started = records.iter().map(|r| r.node.clone()).collect();
         tracing::info!(method = %command.method, nodes = ?command.nodes, replacements = ?launch_ids,
@@ -173,6 +173,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
     ) -> Result<bool, ConsolidationError> {
         let mut groups: BTreeMap<String, Vec<DisruptionRecord>> = BTreeMap::new();
         for r in self
+            .ports
             .store
             .list_disruptions()
             .await?
@@ -186,13 +187,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
             let first = group.trim_start_matches(GROUP_PREFIX).to_string();
             let prefix = format!("{}-", replacement_prefix(&first));
             let launches: Vec<_> = self
+                .ports
                 .store
                 .list_launches()
                 .await?
                 .into_iter()
                 .filter(|l| l.id.starts_with(&prefix))
                 .collect();
-            let now = self.clock.now();
+            let now = self.ports.clock.now();
             // The run that started it died before its records said the replacements were
             // launched: resumed when they were (or none was needed), else rolled back.
             if records.iter().any(|r| r.step == DisruptionStep::Tainted) {
@@ -209,7 +211,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 }
                 for r in &mut records {
                     r.step = DisruptionStep::ReplacementLaunched;
-                    *r = self.store.update_disruption(r).await?;
+                    *r = self.ports.store.update_disruption(r).await?;
                 }
             }
             let failed = records
@@ -252,10 +254,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
         report: &mut ConsolidationReport,
     ) -> Result<bool, ConsolidationError> {
         let interrupter = Disrupter::new(
-            self.cloud,
-            self.cluster,
-            self.store,
-            self.clock,
+            self.ports.cloud,
+            self.ports.cluster,
+            self.ports.store,
+            self.ports.clock,
             InterruptionSettings {
                 provision: self.settings.provision.clone(),
                 drain_deadline: self.settings.drain_slice,
@@ -299,11 +301,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
     ) -> Result<(), ConsolidationError> {
         let nodes: BTreeSet<String> = records.iter().map(|r| r.node.clone()).collect();
         for r in records {
-            match self.cluster.untaint(&r.node, &disrupted_taint()).await {
+            match self.ports.cluster.untaint(&r.node, &disrupted_taint()).await {
                 Ok(()) | Err(ClusterError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            self.store.delete_disruption(&r.instance_id).await?;
+            self.ports.store.delete_disruption(&r.instance_id).await?;
         }
         tracing::warn!(nodes = ?nodes, reason = %why, "consolidation rolled back");
         report.rolled_back.push(RolledBack {

@@ -34,6 +34,7 @@ use crate::decide::disruption::{DisruptionCommand, DisruptionInput, DisruptionSe
 use crate::decide::provisioning::nodepools;
 use crate::ports::{Cloud, Cluster, ClusterError, StateStore, StoreError, Timer};
 use crate::run::disruption::InterruptionError;
+use crate::run::ports::Ports;
 use crate::run::provision::{ProvisionError, Provisioner, Settings};
 use crate::snapshot::Snapshot;
 
@@ -109,14 +110,8 @@ pub enum ConsolidationError {
 
 /// One run's ports and settings.
 pub struct Consolidator<'a, C, K, S, T> {
-    /// EC2.
-    pub cloud: &'a C,
-    /// The Kubernetes API.
-    pub cluster: &'a K,
-    /// DynamoDB.
-    pub store: &'a S,
-    /// Time.
-    pub clock: &'a T,
+    /// EC2, the Kubernetes API, DynamoDB and time.
+    pub ports: Ports<'a, C, K, S, T>,
     /// Settings.
     pub settings: ConsolidationSettings,
     /// Who runs (the Lambda request id).
@@ -134,10 +129,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         owner: &str,
     ) -> Self {
         Consolidator {
-            cloud,
-            cluster,
-            store,
-            clock,
+            ports: Ports {
+                cloud,
+                cluster,
+                store,
+                clock,
+            },
             settings,
             owner: owner.to_string(),
         }
@@ -150,9 +147,9 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         until: SystemTime,
     ) -> Result<ConsolidationReport, ConsolidationError> {
         let mut report = ConsolidationReport::default();
-        let start = self.clock.now();
+        let start = self.ports.clock.now();
         let ttl = until.duration_since(start).unwrap_or_default() + Duration::from_secs(60);
-        let lease = match self.store.acquire_lease(LEASE, &self.owner, start, ttl).await {
+        let lease = match self.ports.store.acquire_lease(LEASE, &self.owner, start, ttl).await {
             Ok(lease) => lease,
             Err(StoreError::Conflict { detail, .. }) => {
                 tracing::info!(holder = %detail, "another run holds the consolidator lease; exiting");
@@ -163,11 +160,18 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             Err(e) => return Err(e.into()),
         };
         let outcome = self.work(region, until, &mut report).await;
-        if let Err(e) = self.store.release_lease(&lease).await {
+        if let Err(e) = self.ports.store.release_lease(&lease).await {
             tracing::warn!(error = %crate::error_chain::Chain(&e), "could not release the consolidator lease; it lapses by itself");
         }
-        report.elapsed_ms =
-            u64::try_from(self.clock.now().duration_since(start).unwrap_or_default().as_millis()).unwrap_or(u64::MAX);
+        report.elapsed_ms = u64::try_from(
+            self.ports
+                .clock
+                .now()
+                .duration_since(start)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
         outcome?;
         report.log();
         Ok(report)
@@ -186,7 +190,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         let decision = decide(&DisruptionInput {
             snapshot: &snapshot,
             region: &region_now,
-            now: self.clock.now(),
+            now: self.ports.clock.now(),
             in_progress: in_progress.clone(),
             settings: self.settings.disruption.clone(),
             images,
@@ -195,12 +199,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         let Some(command) = decision.command else {
             return Ok(());
         };
-        self.clock.sleep(self.settings.recheck_delay).await;
+        self.ports.clock.sleep(self.settings.recheck_delay).await;
         let (snapshot, region_now, in_progress, images) = self.observe(region).await?;
         let again = decide(&DisruptionInput {
             snapshot: &snapshot,
             region: &region_now,
-            now: self.clock.now(),
+            now: self.ports.clock.now(),
             in_progress,
             settings: self.settings.disruption.clone(),
             images,
@@ -230,7 +234,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         ),
         ConsolidationError,
     > {
-        let mut snapshot = crate::run::observe::read_snapshot(self.cluster).await?;
+        let mut snapshot = crate::run::observe::read_snapshot(self.ports.cluster).await?;
         nodepools::keep_managed(&mut snapshot, &self.settings.provision.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
         let provisioner = self.provisioner("consolidator-observe");
@@ -239,10 +243,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             .await
             .map_err(ConsolidationError::Prepare)?;
         let mut region = region.clone();
-        for o in self.store.unavailable_offerings(self.clock.now()).await? {
+        for o in self.ports.store.unavailable_offerings(self.ports.clock.now()).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }
         let in_progress = self
+            .ports
             .store
             .list_disruptions()
             .await?
@@ -254,10 +259,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
 
     fn provisioner(&self, owner: &str) -> Provisioner<'a, C, K, S, T> {
         Provisioner::new(
-            self.cloud,
-            self.cluster,
-            self.store,
-            self.clock,
+            self.ports.cloud,
+            self.ports.cluster,
+            self.ports.store,
+            self.ports.clock,
             self.settings.provision.clone(),
             owner,
         )

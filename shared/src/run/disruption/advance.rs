@@ -52,7 +52,7 @@ fn at(ms: EpochMillis) -> SystemTime {
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
     /// The instance as EC2 describes it now; `None` when EC2 does not know it.
     pub(crate) async fn described(&self, id: &str) -> Result<Option<Instance>, InterruptionError> {
-        match self.cloud.get(id).await {
+        match self.ports.cloud.get(id).await {
             Ok(i) => Ok(Some(i)),
             Err(CloudError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
@@ -61,7 +61,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
 
     /// Takes the record for this invocation (unless another holds it), renewing the hold.
     async fn hold(&self, record: &DisruptionRecord) -> Result<Option<DisruptionRecord>, InterruptionError> {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         if let Some(holder) = &record.held_by
             && holder != &self.owner
             && record.held_until > epoch_millis(now)
@@ -72,7 +72,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         next.held_by = Some(self.owner.clone());
         next.held_until = epoch_millis(now + self.settings.hold);
         next.updated_at = epoch_millis(now);
-        match self.store.update_disruption(&next).await {
+        match self.ports.store.update_disruption(&next).await {
             Ok(r) => Ok(Some(r)),
             Err(StoreError::Conflict { .. }) => Ok(None),
             Err(e) => Err(e.into()),
@@ -82,10 +82,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
     /// Writes the record's progress, renewing the hold. A lost condition means another
     /// invocation took the disruption over (this one's hold lapsed) or finished it.
     async fn save(&self, record: &mut DisruptionRecord) -> Result<(), InterruptionError> {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         record.held_until = epoch_millis(now + self.settings.hold);
         record.updated_at = epoch_millis(now);
-        *record = self.store.update_disruption(record).await.map_err(lost)?;
+        *record = self.ports.store.update_disruption(record).await.map_err(lost)?;
         Ok(())
     }
 
@@ -126,7 +126,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         until: SystemTime,
         mut report: EventReport,
     ) -> Result<EventReport, InterruptionError> {
-        let start = self.clock.now();
+        let start = self.ports.clock.now();
         let event_at = at(event_time.unwrap_or(record.started_at));
         report.node = Some(record.node.clone());
         report.replacements.clone_from(&record.replacements);
@@ -149,17 +149,17 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         {
             self.cleanup(&record.instance_id, Some(&record.node)).await?;
             report.outcome = Outcome::CleanedUp;
-            report.elapsed_ms = since_ms(start, self.clock.now());
+            report.elapsed_ms = since_ms(start, self.ports.clock.now());
             return Ok(report);
         }
         let spot = instance.as_ref().is_some_and(|i| i.capacity_type == CapacityType::Spot);
 
         // Taint (again: idempotent, and a resumed record may not have got that far).
         if record.step < DisruptionStep::Terminated {
-            match self.cluster.taint(&record.node, &disrupted_taint()).await {
+            match self.ports.cluster.taint(&record.node, &disrupted_taint()).await {
                 Ok(()) => {
                     if record.step == DisruptionStep::Tainted {
-                        report.event_to_taint_ms = Some(since_ms(event_at, self.clock.now()));
+                        report.event_to_taint_ms = Some(since_ms(event_at, self.ports.clock.now()));
                     }
                 }
                 Err(ClusterError::NotFound { .. }) => {
@@ -172,7 +172,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
 
         if record.step < DisruptionStep::ReplacementLaunched {
             self.replace(region, &mut record, spot, &mut report).await?;
-            report.event_to_replacement_ms = Some(since_ms(event_at, self.clock.now()));
+            report.event_to_replacement_ms = Some(since_ms(event_at, self.ports.clock.now()));
             record.step = DisruptionStep::ReplacementLaunched;
             self.save(&mut record).await?;
         }
@@ -182,7 +182,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             if !self.replacements_ready(&record).await? {
                 self.release(&mut record).await?;
                 report.outcome = Outcome::WaitingForReplacement;
-                report.elapsed_ms = since_ms(start, self.clock.now());
+                report.elapsed_ms = since_ms(start, self.ports.clock.now());
                 return Ok(report);
             }
             record.step = DisruptionStep::ReplacementReady;
@@ -195,20 +195,20 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
                 self.save(&mut record).await?;
             }
             let drained = self.drain(&mut record, until, &mut report).await?;
-            let deadline_passed = epoch_millis(self.clock.now()) >= record.drain_deadline;
+            let deadline_passed = epoch_millis(self.ports.clock.now()) >= record.drain_deadline;
             if drained {
-                report.event_to_drained_ms = Some(since_ms(event_at, self.clock.now()));
+                report.event_to_drained_ms = Some(since_ms(event_at, self.ports.clock.now()));
             }
             if !(drained || (record.hard_deadline && deadline_passed)) {
                 self.release(&mut record).await?;
                 report.outcome = Outcome::Draining;
-                report.elapsed_ms = since_ms(start, self.clock.now());
+                report.elapsed_ms = since_ms(start, self.ports.clock.now());
                 return Ok(report);
             }
             if self.settings.provision.dry_run {
                 tracing::info!(instance_id = %record.instance_id, "dry run: would terminate");
             } else {
-                match self.cloud.terminate(&record.instance_id).await {
+                match self.ports.cloud.terminate(&record.instance_id).await {
                     Ok(()) | Err(CloudError::NotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -226,7 +226,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             self.release(&mut record).await?;
             report.outcome = Outcome::Terminating;
         }
-        report.elapsed_ms = since_ms(start, self.clock.now());
+        report.elapsed_ms = since_ms(start, self.ports.clock.now());
         Ok(report)
     }
 
@@ -234,8 +234,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
     async fn release(&self, record: &mut DisruptionRecord) -> Result<(), InterruptionError> {
         record.held_by = None;
         record.held_until = 0;
-        record.updated_at = epoch_millis(self.clock.now());
-        *record = self.store.update_disruption(record).await.map_err(lost)?;
+        record.updated_at = epoch_millis(self.ports.clock.now());
+        *record = self.ports.store.update_disruption(record).await.map_err(lost)?;
         Ok(())
     }
 
@@ -250,6 +250,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
     ) -> Result<(), InterruptionError> {
         let prefix = replacement_prefix(&record.instance_id);
         let earlier: Vec<String> = self
+            .ports
             .store
             .list_launches()
             .await?
@@ -263,10 +264,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             return Ok(());
         }
         let provisioner = Provisioner::new(
-            self.cloud,
-            self.cluster,
-            self.store,
-            self.clock,
+            self.ports.cloud,
+            self.ports.cluster,
+            self.ports.store,
+            self.ports.clock,
             self.settings.provision.clone(),
             &prefix,
         );
@@ -302,13 +303,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
 
     /// Whether every replacement's node is registered and Ready.
     async fn replacements_ready(&self, record: &DisruptionRecord) -> Result<bool, InterruptionError> {
-        let launches = self.store.list_launches().await?;
+        let launches = self.ports.store.list_launches().await?;
         let instances: Vec<String> = launches
             .iter()
             .filter(|l| record.replacements.contains(&l.id) && !matches!(l.state, LaunchState::Failed { .. }))
             .filter_map(|l| l.instance_id.clone())
             .collect();
-        let nodes = self.cluster.nodes().await?;
+        let nodes = self.ports.cluster.nodes().await?;
         Ok(instances.iter().all(|id| {
             nodes.iter().any(|n| {
                 n.spec
@@ -333,19 +334,19 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         until: SystemTime,
         report: &mut EventReport,
     ) -> Result<bool, InterruptionError> {
-        let start = self.clock.now();
+        let start = self.ports.clock.now();
         let deadline = at(record.drain_deadline);
         let mut wait = self.settings.retry_initial;
         let drained = loop {
-            let now = self.clock.now();
-            let pass = drain_pass(self.cluster, &record.node, now, deadline, &record.evicted).await?;
+            let now = self.ports.clock.now();
+            let pass = drain_pass(self.ports.cluster, &record.node, now, deadline, &record.evicted).await?;
             report.evicted += pass.evicted.len();
             report.blocked = pass.blocked.iter().map(ToString::to_string).collect();
             let progressed = !pass.evicted.is_empty();
             if progressed {
                 record.evicted.extend(pass.evicted.iter().map(|p| p.pod.clone()));
             }
-            let now = self.clock.now();
+            let now = self.ports.clock.now();
             if progressed || epoch_millis(now) + 5_000 >= record.held_until {
                 self.save(record).await?;
             }
@@ -372,13 +373,19 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
                 (wait * 2).min(RETRY_MAX)
             };
             let left = stop.duration_since(now).unwrap_or_default();
-            self.clock.sleep(wait.min(left)).await;
+            self.ports.clock.sleep(wait.min(left)).await;
         };
         if !drained {
             tracing::warn!(node = %record.node, blocked = ?report.blocked, "drain not finished by this invocation");
         }
         report.drained = drained;
-        report.drain_seconds = self.clock.now().duration_since(start).unwrap_or_default().as_secs_f64();
+        report.drain_seconds = self
+            .ports
+            .clock
+            .now()
+            .duration_since(start)
+            .unwrap_or_default()
+            .as_secs_f64();
         Ok(drained)
     }
 
@@ -386,7 +393,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
     /// records, and its disruption record. Idempotent.
     pub(crate) async fn cleanup(&self, instance_id: &str, node: Option<&str>) -> Result<(), InterruptionError> {
         if let Some(node) = node {
-            let ours = self.cluster.nodes().await?.iter().any(|n| {
+            let ours = self.ports.cluster.nodes().await?.iter().any(|n| {
                 n.metadata.name.as_deref() == Some(node)
                     && n.metadata
                         .labels
@@ -395,19 +402,19 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
                         .is_some_and(|v| v == "true")
             });
             if ours && !self.settings.provision.dry_run {
-                self.cluster.delete_node(node).await?;
+                self.ports.cluster.delete_node(node).await?;
             }
         }
         if self.settings.provision.dry_run {
             return Ok(());
         }
-        self.store.delete_node(instance_id).await?;
-        for launch in self.store.list_launches().await? {
+        self.ports.store.delete_node(instance_id).await?;
+        for launch in self.ports.store.list_launches().await? {
             if launch.instance_id.as_deref() == Some(instance_id) {
-                self.store.delete_launch(&launch.id).await?;
+                self.ports.store.delete_launch(&launch.id).await?;
             }
         }
-        self.store.delete_disruption(instance_id).await?;
+        self.ports.store.delete_disruption(instance_id).await?;
         tracing::info!(
             instance_id,
             node = node.unwrap_or(""),

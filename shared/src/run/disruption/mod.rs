@@ -20,6 +20,7 @@ pub use report::{EventReport, Outcome};
 
 use crate::ports::{Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, StateStore, StoreError, Timer};
 use crate::run::drain::DrainError;
+use crate::run::ports::Ports;
 use crate::run::provision::{ProvisionError, Settings};
 
 /// The prefix of a consolidation's `DISRUPT#` reason.
@@ -105,14 +106,8 @@ pub enum InterruptionError {
 
 /// One invocation's ports and settings.
 pub struct Disrupter<'a, C, K, S, T> {
-    /// EC2.
-    pub cloud: &'a C,
-    /// The Kubernetes API.
-    pub cluster: &'a K,
-    /// DynamoDB.
-    pub store: &'a S,
-    /// Time.
-    pub clock: &'a T,
+    /// EC2, the Kubernetes API, DynamoDB and time.
+    pub ports: Ports<'a, C, K, S, T>,
     /// Settings.
     pub settings: InterruptionSettings,
     /// Who runs (the Lambda request id): the holder of the disruptions it advances.
@@ -135,10 +130,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         owner: &str,
     ) -> Self {
         Disrupter {
-            cloud,
-            cluster,
-            store,
-            clock,
+            ports: Ports {
+                cloud,
+                cluster,
+                store,
+                clock,
+            },
             settings,
             owner: owner.to_string(),
         }

@@ -111,7 +111,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
     ) -> Result<Vec<EventReport>, InterruptionError> {
         // A consolidation's disruptions are the consolidator's to advance (it rolls them
         // back when their replacement fails or their drain stalls).
-        let records = self.store.list_disruptions().await?;
+        let records = self.ports.store.list_disruptions().await?;
         let mut reports = Vec::new();
         for record in records.into_iter().filter(|r| !is_consolidation(r)) {
             let report = EventReport::new(
@@ -133,15 +133,16 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         id: &str,
         until: SystemTime,
     ) -> Result<EventReport, InterruptionError> {
-        let start = self.clock.now();
+        let start = self.ports.clock.now();
         let key = event_key(event, id);
         let mut report = EventReport::new(&event.id, event.kind, event.action_word(), Some(id), Outcome::Duplicate);
-        if self.store.event_recorded(&key, start).await? {
+        if self.ports.store.event_recorded(&key, start).await? {
             tracing::info!(event_id = %event.id, instance_id = %id, "event handled before: nothing done twice");
             return Ok(report);
         }
         let instance = self.described(id).await?;
         let existing = self
+            .ports
             .store
             .list_disruptions()
             .await?
@@ -162,7 +163,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             report.outcome = Outcome::Ignored {
                 reason: "the instance is running again: the event is stale".into(),
             };
-            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            self.ports
+                .store
+                .record_event(&key, start, self.settings.event_ttl)
+                .await?;
             return Ok(report);
         }
         if let Some(i) = &instance
@@ -170,21 +174,30 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         {
             tracing::info!(event_id = %event.id, instance_id = %id, reason = %reason, "not Carpool's instance: ignored");
             report.outcome = Outcome::NotOwned { reason };
-            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            self.ports
+                .store
+                .record_event(&key, start, self.settings.event_ttl)
+                .await?;
             return Ok(report);
         }
         if instance.is_none() && existing.is_none() && !self.has_records(id).await? {
             report.outcome = Outcome::NotOwned {
                 reason: "EC2 does not know it and Carpool has no record of it".into(),
             };
-            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            self.ports
+                .store
+                .record_event(&key, start, self.settings.event_ttl)
+                .await?;
             return Ok(report);
         }
         if matches!(event.action, Action::Cleanup { .. }) || gone {
             self.cleanup(id, node.as_deref()).await?;
-            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            self.ports
+                .store
+                .record_event(&key, start, self.settings.event_ttl)
+                .await?;
             report.outcome = Outcome::CleanedUp;
-            report.elapsed_ms = since_ms(start, self.clock.now());
+            report.elapsed_ms = since_ms(start, self.ports.clock.now());
             return Ok(report);
         }
         let Some(instance) = instance else {
@@ -198,7 +211,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             report.outcome = Outcome::Ignored {
                 reason: "the instance is running: the state change is stale".into(),
             };
-            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            self.ports
+                .store
+                .record_event(&key, start, self.settings.event_ttl)
+                .await?;
             return Ok(report);
         }
         if matches!(
@@ -214,12 +230,15 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 capacity_type: CapacityType::Spot,
                 until: epoch_millis(start + crate::run::provision::launch::UNAVAILABLE_FOR),
             };
-            self.store.mark_unavailable(&offering).await?;
+            self.ports.store.mark_unavailable(&offering).await?;
         }
         let Some(node) = node else {
             tracing::info!(event_id = %event.id, instance_id = %id, "the instance has no Node yet: nothing to drain");
             report.outcome = Outcome::NoNode;
-            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            self.ports
+                .store
+                .record_event(&key, start, self.settings.event_ttl)
+                .await?;
             return Ok(report);
         };
         if matches!(event.action, Action::Rebalance) && !self.rebalance_opted_in(&instance.nodepool).await? {
@@ -229,7 +248,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                     instance.nodepool
                 ),
             };
-            self.store.record_event(&key, start, self.settings.event_ttl).await?;
+            self.ports
+                .store
+                .record_event(&key, start, self.settings.event_ttl)
+                .await?;
             return Ok(report);
         }
         let record = match existing {
@@ -248,7 +270,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 }
                 record.event_id.clone_from(&event.id);
                 record.reason = reason_of(&event.action).to_string();
-                match self.store.update_disruption(&record).await {
+                match self.ports.store.update_disruption(&record).await {
                     Ok(r) => r,
                     Err(StoreError::Conflict { .. }) => return Ok(report),
                     Err(e) => return Err(e.into()),
@@ -282,11 +304,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                     held_until: 0,
                     version: 0,
                 };
-                match self.store.create_disruption(&record).await {
+                match self.ports.store.create_disruption(&record).await {
                     Ok(r) => r,
                     Err(StoreError::Conflict { .. }) => {
                         // Another delivery created it a moment ago: join it.
                         match self
+                            .ports
                             .store
                             .list_disruptions()
                             .await?
@@ -301,14 +324,17 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 }
             }
         };
-        self.store.record_event(&key, start, self.settings.event_ttl).await?;
+        self.ports
+            .store
+            .record_event(&key, start, self.settings.event_ttl)
+            .await?;
         self.advance(region, record, Some(instance), event.time, until, report)
             .await
     }
 
     /// The Node of an instance, by its providerID.
     async fn node_of(&self, instance_id: &str) -> Result<Option<String>, InterruptionError> {
-        Ok(self.cluster.nodes().await?.into_iter().find_map(|n| {
+        Ok(self.ports.cluster.nodes().await?.into_iter().find_map(|n| {
             let id = n
                 .spec
                 .as_ref()?
@@ -322,12 +348,14 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
     /// Whether Carpool has a node or launch record of the instance.
     async fn has_records(&self, instance_id: &str) -> Result<bool, InterruptionError> {
         let node = self
+            .ports
             .store
             .list_nodes()
             .await?
             .iter()
             .any(|n| n.instance_id == instance_id);
         let launch = self
+            .ports
             .store
             .list_launches()
             .await?
@@ -337,7 +365,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
     }
 
     async fn rebalance_opted_in(&self, nodepool: &str) -> Result<bool, InterruptionError> {
-        let pools = self.cluster.nodepools().await?;
+        let pools = self.ports.cluster.nodepools().await?;
         Ok(pools.valid.iter().any(|p| {
             p.name() == nodepool
                 && p.metadata

@@ -46,13 +46,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 Change::Clear => {
                     tracing::info!(nodepool = %key.nodepool, node_class = %key.node_class,
                         "a node registered: launch backoff reset");
-                    self.store.delete_backoff(&key.nodepool, &key.node_class).await
+                    self.ports.store.delete_backoff(&key.nodepool, &key.node_class).await
                 }
                 Change::Put { backoff, window_set } => {
                     let result = if backoff.version == 0 {
-                        self.store.create_backoff(&backoff).await
+                        self.ports.store.create_backoff(&backoff).await
                     } else {
-                        self.store.update_backoff(&backoff).await
+                        self.ports.store.update_backoff(&backoff).await
                     };
                     if result.is_ok() && window_set {
                         let until = crate::decide::provisioning::backoff::reason(&backoff).to_string();

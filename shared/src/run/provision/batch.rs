@@ -82,9 +82,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             dry_run: self.settings.dry_run,
             ..BatchReport::default()
         };
-        let read_start = self.clock.now();
-        let mut snapshot = crate::run::observe::read_snapshot(self.cluster).await?;
-        report.snapshot_ms = elapsed_ms(read_start, self.clock.now());
+        let read_start = self.ports.clock.now();
+        let mut snapshot = crate::run::observe::read_snapshot(self.ports.cluster).await?;
+        report.snapshot_ms = elapsed_ms(read_start, self.ports.clock.now());
         // Only the NodePools the deployment's selector picks are Carpool's. A NodePool whose
         // EC2NodeClass is missing cannot launch: skip it with the reason, and let the
         // others work; with none left, launch nothing.
@@ -98,9 +98,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             return Ok(report);
         }
         self.narrow_pools(&mut snapshot, base).await?;
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         // A NodePool backed off after failures in a row is left out until its window ends.
-        let backoffs = self.store.list_backoffs().await?;
+        let backoffs = self.ports.store.list_backoffs().await?;
         let held = backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
         for h in &held {
             tracing::warn!(nodepool = %h.backoff.nodepool, node_class = %h.backoff.node_class,
@@ -119,9 +119,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             self.publish_events(&snapshot, &report, &[]).await;
             return Ok(report);
         }
-        let mut launches = self.store.list_launches().await?;
+        let mut launches = self.ports.store.list_launches().await?;
         let mut region = base.clone();
-        for o in self.store.unavailable_offerings(now).await? {
+        for o in self.ports.store.unavailable_offerings(now).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }
         let created = created_at(&snapshot);
@@ -137,7 +137,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let mut not_launched: Vec<Unschedulable> = Vec::new();
         for round in 0..MAX_ROUNDS {
             report.rounds = round + 1;
-            let plan_start = self.clock.now();
+            let plan_start = self.ports.clock.now();
             // The view takes the snapshot's pods and gives them back once planned: a copy
             // of a large cluster's running pods would double the run's memory.
             // `keep_reserved`'s tolerations stay on them, which is what every round adds.
@@ -166,7 +166,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 }
                 report.fitting.push(fitting);
             }
-            report.plan_ms += elapsed_ms(plan_start, self.clock.now());
+            report.plan_ms += elapsed_ms(plan_start, self.ports.clock.now());
             if round == 0 {
                 report.pods_seen = view
                     .pods
@@ -189,7 +189,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 break;
             }
 
-            let launch_start = self.clock.now();
+            let launch_start = self.ports.clock.now();
             let fleet_at = epoch_millis(launch_start);
             let outcomes = self
                 .launch_all(
@@ -202,7 +202,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     wave.as_ref(),
                 )
                 .await;
-            report.launch_ms += elapsed_ms(launch_start, self.clock.now());
+            report.launch_ms += elapsed_ms(launch_start, self.ports.clock.now());
 
             let tiers = crate::decide::waves::hand_tiers::of_plan(&snapshot, &plan);
             let mut out_of_capacity = false;
@@ -245,7 +245,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         for o in offerings {
                             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
                             report.marked_unavailable.push(offering_name(&o));
-                            self.store.mark_unavailable(&o).await?;
+                            self.ports.store.mark_unavailable(&o).await?;
                         }
                         report.launch_errors.push(failure);
                     }
@@ -274,7 +274,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 // the next rounds, and of later batches until its window ends.
                 let rounds = super::backoff::launch_error_rounds(&failed, &snapshot);
                 let set = self
-                    .apply_backoffs(&rounds, &backoffs, epoch_millis(self.clock.now()))
+                    .apply_backoffs(&rounds, &backoffs, epoch_millis(self.ports.clock.now()))
                     .await?;
                 snapshot
                     .nodepools
@@ -301,12 +301,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     ) -> Result<BTreeMap<String, Vec<crate::ports::ResolvedImage>>, ProvisionError> {
         let mut zones_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
-            zones_by_class.insert(class.name().to_string(), self.cloud.zones(class).await?);
+            zones_by_class.insert(class.name().to_string(), self.ports.cloud.zones(class).await?);
         }
         let mut images_by_class = BTreeMap::new();
         for class in &snapshot.nodeclasses {
             // A class whose AMIs cannot be resolved launches nothing; the others still do.
-            let images = match self.cloud.images(class).await {
+            let images = match self.ports.cloud.images(class).await {
                 Err(e @ crate::ports::CloudError::NodeClass { .. }) => {
                     tracing::warn!(node_class = %class.name(), error = %e, "no AMI: the class launches nothing");
                     Vec::new()

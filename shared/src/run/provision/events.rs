@@ -59,7 +59,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             nominated: &nominated,
             unschedulable: &report.unschedulable,
         };
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         let events = pod_events(&outcome, &lock(&self.recent_events), now);
         if events.is_empty() {
             return;
@@ -67,7 +67,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let results: Vec<_> = stream::iter(
             events
                 .iter()
-                .map(|e| async move { (e, self.cluster.publish_event(e).await) }),
+                .map(|e| async move { (e, self.ports.cluster.publish_event(e).await) }),
         )
         .buffer_unordered(PUBLISH_CONCURRENCY)
         .collect()

@@ -48,11 +48,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     /// One round of housekeeping.
     pub async fn housekeeping(&self, region: &RegionCatalog<'_>) -> Result<HousekeepingReport, ProvisionError> {
         let mut report = HousekeepingReport::default();
-        let now = epoch_millis(self.clock.now());
-        let nodes = self.cluster.nodes().await?;
-        let instances = self.cloud.list().await?;
-        let launches = self.store.list_launches().await?;
-        let node_records = match self.store.list_nodes().await {
+        let now = epoch_millis(self.ports.clock.now());
+        let nodes = self.ports.cluster.nodes().await?;
+        let instances = self.ports.cloud.list().await?;
+        let launches = self.ports.store.list_launches().await?;
+        let node_records = match self.ports.store.list_nodes().await {
             Ok(records) => Some(records),
             Err(e) => {
                 report.errors.push(format!("node records: {}", Chain(&e)));
@@ -61,7 +61,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         };
         let mut looked_up = BTreeMap::new();
         for id in housekeeping::to_look_up(&nodes, &instances, &launches) {
-            match self.cloud.get(&id).await {
+            match self.ports.cloud.get(&id).await {
                 Ok(instance) => {
                     looked_up.insert(id, Some(instance));
                 }
@@ -101,7 +101,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
 
     /// Updates the backoffs of the NodePools whose launches registered or did not.
     async fn registration_backoffs(&self, plan: &HousekeepingPlan, now: EpochMillis, report: &mut HousekeepingReport) {
-        let pools = match self.cluster.nodepools().await {
+        let pools = match self.ports.cluster.nodepools().await {
             Ok(pools) => pools.valid,
             Err(e) => {
                 report.errors.push(format!("launch backoffs: NodePools: {}", Chain(&e)));
@@ -117,7 +117,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         if rounds.is_empty() {
             return;
         }
-        let stored = match self.store.list_backoffs().await {
+        let stored = match self.ports.store.list_backoffs().await {
             Ok(stored) => stored,
             Err(e) => {
                 report.errors.push(format!("launch backoffs: {}", Chain(&e)));
@@ -141,7 +141,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         }
         for found in &plan.reconcile {
             let instance = found.instance_id.clone().unwrap_or_default();
-            match self.store.update_launch(found).await {
+            match self.ports.store.update_launch(found).await {
                 Ok(_) => {
                     tracing::info!(launch_id = %found.id, instance_id = %instance,
                         instance_type = %found.instance_type, zone = %found.zone,
@@ -152,13 +152,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             }
         }
         for failed in &plan.fail {
-            if let Err(e) = self.store.update_launch(failed).await {
+            if let Err(e) = self.ports.store.update_launch(failed).await {
                 report.errors.push(format!("launch {}: {}", failed.id, Chain(&e)));
             }
         }
         for lost in &plan.lost {
             let reason = lost.reason.to_string();
-            match self.store.update_launch(&lost.launch).await {
+            match self.ports.store.update_launch(&lost.launch).await {
                 Ok(_) => {
                     tracing::warn!(launch_id = %lost.launch.id, reason = %reason,
                         pods = %lost.launch.pods.join(","), "launch lost; its pods are planned again");
@@ -199,11 +199,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         }
         for forget in &plan.forget {
             match forget {
-                Forget::Launch(id) => match self.store.delete_launch(id).await {
+                Forget::Launch(id) => match self.ports.store.delete_launch(id).await {
                     Ok(()) => report.records_removed += 1,
                     Err(e) => report.errors.push(format!("launch {id}: {}", Chain(&e))),
                 },
-                Forget::NodeRecord(id) => match self.store.delete_node(id).await {
+                Forget::NodeRecord(id) => match self.ports.store.delete_node(id).await {
                     Ok(()) => report.records_removed += 1,
                     Err(e) => report.errors.push(format!("node record {id}: {}", Chain(&e))),
                 },
@@ -211,6 +211,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         }
         for labelling in &plan.label {
             match self
+                .ports
                 .cluster
                 .patch_labels_annotations(&labelling.node, &labelling.labels, &MetadataPatch::new())
                 .await
@@ -233,15 +234,15 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             node,
             then_forget,
         } = registration;
-        self.store.update_launch(launch).await?;
-        match self.store.create_node(node).await {
+        self.ports.store.update_launch(launch).await?;
+        match self.ports.store.create_node(node).await {
             Ok(_) | Err(StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e.into()),
         }
         tracing::info!(launch_id = %launch.id, instance_id = %node.instance_id, node = %node.node, "registered");
         report.registered.push((launch.id.clone(), node.node.clone()));
         if *then_forget {
-            match self.store.delete_node(&node.instance_id).await {
+            match self.ports.store.delete_node(&node.instance_id).await {
                 Ok(()) => report.records_removed += 1,
                 Err(e) => report
                     .errors
@@ -258,14 +259,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     ) -> Result<(), ProvisionError> {
         let id = &termination.instance_id;
         let reason = termination.reason.to_string();
-        self.cloud.terminate(id).await?;
+        self.ports.cloud.terminate(id).await?;
         tracing::warn!(
             launch_id = termination.launch_id.as_deref().unwrap_or(""), instance_id = %id, reason = %reason,
             "terminated an unregistered instance"
         );
         report.terminated.push((id.clone(), reason));
         if let Some(failed) = &termination.then_write {
-            self.store.update_launch(failed).await?;
+            self.ports.store.update_launch(failed).await?;
         }
         Ok(())
     }

@@ -188,15 +188,15 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             release_by: wave.map(|w| w.release_by),
             version: 0,
         };
-        let record = self.store.create_launch(&record).await?;
-        match self.cloud.launch(&request).await {
+        let record = self.ports.store.create_launch(&record).await?;
+        match self.ports.cloud.launch(&request).await {
             Ok(instance) => {
                 let mut updated = record.clone();
                 updated.instance_id = Some(instance.id.clone());
                 updated.instance_type.clone_from(&instance.instance_type);
                 updated.zone.clone_from(&instance.zone);
                 updated.capacity_type = instance.capacity_type;
-                let updated = self.store.update_launch(&updated).await?;
+                let updated = self.ports.store.update_launch(&updated).await?;
                 let price = region
                     .types()
                     .iter()
@@ -233,7 +233,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 ))))
             }
             Err(CloudError::InsufficientCapacity { offerings }) => {
-                self.store.delete_launch(&launch_id).await?;
+                self.ports.store.delete_launch(&launch_id).await?;
                 let until = epoch_millis(at + UNAVAILABLE_FOR);
                 let mut unavailable: Vec<UnavailableOffering> = offerings
                     .iter()
@@ -275,7 +275,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 failed.state = LaunchState::Failed {
                     reason: message.clone(),
                 };
-                self.store.update_launch(&failed).await?;
+                self.ports.store.update_launch(&failed).await?;
                 Ok(LaunchOutcome::Failed(failure(message)))
             }
         }

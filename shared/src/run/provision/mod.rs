@@ -56,6 +56,7 @@ use crate::decide::provisioning::pod::{is_provisionable, pod_key};
 use crate::decide::provisioning::selector::Selector;
 use crate::ports::{Cloud, CloudError, Cluster, ClusterError, Lease, StateStore, StoreError, Timer};
 use crate::run::config::Config;
+use crate::run::ports::Ports;
 use crate::run::watch_mode::WatchMode;
 
 /// The lease's name.
@@ -187,14 +188,8 @@ pub fn poll_interval(idle: Duration) -> Duration {
 
 /// One run's ports and settings.
 pub struct Provisioner<'a, C, K, S, T> {
-    /// EC2.
-    pub cloud: &'a C,
-    /// The Kubernetes API.
-    pub cluster: &'a K,
-    /// DynamoDB.
-    pub store: &'a S,
-    /// Time.
-    pub clock: &'a T,
+    /// EC2, the Kubernetes API, DynamoDB and time.
+    pub ports: Ports<'a, C, K, S, T>,
     /// Settings.
     pub settings: Settings,
     /// Who runs (the Lambda request id): the lease owner, and the launch ids' prefix.
@@ -226,10 +221,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
     /// A run by `owner`.
     pub fn new(cloud: &'a C, cluster: &'a K, store: &'a S, clock: &'a T, settings: Settings, owner: &str) -> Self {
         Provisioner {
-            cloud,
-            cluster,
-            store,
-            clock,
+            ports: Ports {
+                cloud,
+                cluster,
+                store,
+                clock,
+            },
             settings,
             owner: owner.to_string(),
             launches: AtomicU64::new(0),
@@ -266,9 +263,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
     /// Watches, batches, plans and launches until the window ends; see the module doc.
     pub async fn run(&mut self, region: &RegionCatalog<'_>) -> Result<RunReport, ProvisionError> {
         let mut report = RunReport::default();
-        let start = self.clock.now();
-        let requests_before = self.cluster.requests_sent();
+        let start = self.ports.clock.now();
+        let requests_before = self.ports.cluster.requests_sent();
         let mut lease = match self
+            .ports
             .store
             .acquire_lease(LEASE, &self.owner, start, self.lease_ttl())
             .await
@@ -282,11 +280,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             Err(e) => return Err(e.into()),
         };
         let outcome = self.watch(region, start, &mut lease, &mut report).await;
-        if let Err(e) = self.store.release_lease(&lease).await {
+        if let Err(e) = self.ports.store.release_lease(&lease).await {
             tracing::warn!(error = %crate::error_chain::Chain(&e), "could not release the provisioner lease; it lapses by itself");
         }
-        report.watched_ms = u64::try_from(since(self.clock.now(), start).as_millis()).unwrap_or(u64::MAX);
-        report.apiserver_requests = self.cluster.requests_sent().saturating_sub(requests_before);
+        report.watched_ms = u64::try_from(since(self.ports.clock.now(), start).as_millis()).unwrap_or(u64::MAX);
+        report.apiserver_requests = self.ports.cluster.requests_sent().saturating_sub(requests_before);
         outcome.map(|()| report)
     }
 
@@ -310,7 +308,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         let mut first_poll = true;
         let release_end = start + self.settings.release_limit.max(self.settings.watch);
         loop {
-            let now = self.clock.now();
+            let now = self.ports.clock.now();
             // A wave released while some of its pods were still pending keeps the watch
             // open until they can be planned again (`wave_settled_for`), so the run that
             // launched the wave provides for what kube-scheduler left over.
@@ -324,11 +322,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 }
                 self.release_waves(report, None).await;
                 self.renew_if_due(lease).await?;
-                self.clock.sleep(self.settings.poll).await;
+                self.ports.clock.sleep(self.settings.poll).await;
                 continue;
             }
             first = false;
-            let polled = match self.cluster.pending_pods().await {
+            let polled = match self.ports.cluster.pending_pods().await {
                 Ok(pods) => {
                     faults.polls = 0;
                     pods
@@ -341,7 +339,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                     if faults.polls >= MAX_FAILED_POLLS {
                         return Err(e.into());
                     }
-                    self.clock.sleep(self.settings.poll).await;
+                    self.ports.clock.sleep(self.settings.poll).await;
                     continue;
                 }
             };
@@ -371,7 +369,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                     Ok(batch) => {
                         faults.batches = 0;
                         self.log_batch(&batch);
-                        let at = self.clock.now();
+                        let at = self.ports.clock.now();
                         handled.extend(pods.into_iter().map(|p| (p, at)));
                         report.batches.push(batch);
                     }
@@ -390,10 +388,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 self.release_waves(report, fresh.map(Vec::as_slice)).await;
             }
             self.renew_if_due(lease).await?;
-            if self.clock.now() >= deadline && !batcher.is_open() && self.waves.is_empty() {
+            if self.ports.clock.now() >= deadline && !batcher.is_open() && self.waves.is_empty() {
                 break;
             }
-            self.clock.sleep(self.settings.poll).await;
+            self.ports.clock.sleep(self.settings.poll).await;
         }
         Ok(())
     }
@@ -409,7 +407,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         if pending > 0 {
             return false;
         }
-        match self.store.list_launches().await {
+        match self.ports.store.list_launches().await {
             Ok(launches) => self.settings.watch_mode.may_exit_early(pending, &launches, now),
             Err(_) => false,
         }
@@ -464,10 +462,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
     }
 
     async fn renew_if_due(&self, lease: &mut Lease) -> Result<(), ProvisionError> {
-        if self.clock.now() >= lease_renew_at(lease) {
+        if self.ports.clock.now() >= lease_renew_at(lease) {
             *lease = self
+                .ports
                 .store
-                .renew_lease(lease, self.clock.now(), self.lease_ttl())
+                .renew_lease(lease, self.ports.clock.now(), self.lease_ttl())
                 .await?;
         }
         Ok(())

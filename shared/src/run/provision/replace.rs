@@ -45,12 +45,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         disrupted: &str,
         on_demand: bool,
     ) -> Result<Replacement, ProvisionError> {
-        let mut snapshot = crate::run::observe::read_snapshot(self.cluster).await?;
+        let mut snapshot = crate::run::observe::read_snapshot(self.ports.cluster).await?;
         nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
         self.narrow_pools(&mut snapshot, base).await?;
-        let now = self.clock.now();
-        let backoffs = self.store.list_backoffs().await?;
+        let now = self.ports.clock.now();
+        let backoffs = self.ports.store.list_backoffs().await?;
         backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
         if on_demand {
             prefer_on_demand(&mut snapshot.nodepools);
@@ -65,7 +65,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             return Ok(replacement);
         }
         let mut region = base.clone();
-        for o in self.store.unavailable_offerings(now).await? {
+        for o in self.ports.store.unavailable_offerings(now).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }
         let created = BTreeMap::new();
@@ -75,7 +75,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             if plan.nodes.is_empty() || self.settings.dry_run {
                 break;
             }
-            let at = self.clock.now();
+            let at = self.ports.clock.now();
             let outcomes = self
                 .launch_all(&plan.nodes, &snapshot, &region, at, &created, Some(&reservation), None)
                 .await;
@@ -99,7 +99,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         out_of_capacity = true;
                         for o in offerings {
                             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
-                            self.store.mark_unavailable(&o).await?;
+                            self.ports.store.mark_unavailable(&o).await?;
                         }
                         replacement.failures.push(failure);
                     }

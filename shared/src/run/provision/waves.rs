@@ -46,8 +46,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 .iter()
                 .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()));
             let outcome = match listed {
-                Some(n) => self.cluster.untaint_listed(n, &wave_taint(&u.wave)).await,
-                None => self.cluster.untaint(&u.node, &wave_taint(&u.wave)).await,
+                Some(n) => self.ports.cluster.untaint_listed(n, &wave_taint(&u.wave)).await,
+                None => self.ports.cluster.untaint(&u.node, &wave_taint(&u.wave)).await,
             };
             match outcome {
                 Ok(()) | Err(ClusterError::NotFound { .. }) => Ok(()),
@@ -79,11 +79,17 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let listed = async {
             let waves: Vec<String> = self.waves.iter().cloned().collect();
             let nodes = self
+                .ports
                 .cluster
                 .nodes_of_waves(&waves)
                 .await
                 .map_err(|e| Chain(&e).to_string())?;
-            let launches = self.store.list_launches().await.map_err(|e| Chain(&e).to_string())?;
+            let launches = self
+                .ports
+                .store
+                .list_launches()
+                .await
+                .map_err(|e| Chain(&e).to_string())?;
             Ok::<_, String>((nodes, launches))
         };
         let (nodes, launches) = match listed.await {
@@ -93,7 +99,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 return;
             }
         };
-        let now = epoch_millis(self.clock.now());
+        let now = epoch_millis(self.ports.clock.now());
         let due = releases(&nodes, &launches, now, self.settings.wave_grace);
         // The pending pods, counted by the wave they were planned into, when a wave of
         // this run is due for being Ready (to hand it, or to see its pods placed).
@@ -104,7 +110,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let pending: &[Pod] = match polled {
             _ if !ready_own => &[],
             Some(pods) => pods,
-            None => match self.cluster.pending_pods().await {
+            None => match self.ports.cluster.pending_pods().await {
                 Ok(pods) => {
                     listed_now = pods;
                     &listed_now
@@ -142,7 +148,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             .iter()
             .any(|u| self.waves.contains(&u.wave) && waiting.get(&u.wave).is_some_and(|t| t.values().any(|n| *n > 0)))
         {
-            let until = self.clock.now() + self.settings.batch_max + self.settings.poll * 2;
+            let until = self.ports.clock.now() + self.settings.batch_max + self.settings.poll * 2;
             self.recheck_until = Some(self.recheck_until.map_or(until, |r| r.max(until)));
         }
         let (released, errors) = self.untaint_all(&nodes, step.untaint).await;
@@ -157,7 +163,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     taints.retain(|t| t.key != crate::model::well_known::WAVE_TAINT);
                 }
             }
-            let at = self.clock.now();
+            let at = self.ports.clock.now();
             let done: Vec<String> = self
                 .waves
                 .iter()
@@ -187,7 +193,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             .map(|p| {
                 let toleration = &toleration;
                 async move {
-                    let outcome = self.cluster.tolerate(p, toleration).await;
+                    let outcome = self.ports.cluster.tolerate(p, toleration).await;
                     if let Err(e) = &outcome {
                         tracing::warn!(pod = %pod_key(p), wave = %wave, error = %Chain(e), "handing a wave to a pod");
                     }
