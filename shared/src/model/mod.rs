@@ -1,5 +1,9 @@
 //! Plain types: quantities, resources, pods' requests and node requirements, nodes,
-//! instance types, offerings, and the NodePool and EC2NodeClass manifests.
+//! instance types, offerings, and the NodePool and EC2NodeClass manifests; what the cloud
+//! reports (instances, images, prices, why a class cannot launch) and what a launch asks
+//! for; the records kept in DynamoDB and time as they hold it; Events on pods; the
+//! well-known labels, annotations and taints. Everything else in the crate builds on
+//! these, and they build on nothing else in it.
 
 pub mod content_hash;
 pub mod duration;

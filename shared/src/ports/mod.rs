@@ -4,6 +4,9 @@
 //! `carpool-adapters` (EC2, DynamoDB, the Kubernetes API); stateful in-memory fakes live in
 //! [`crate::fakes`] (feature `test-util`), for tests and the simulator.
 //!
+//! The data the traits take and return are model types ([`crate::model`]); this module
+//! re-exports those its traits name, so that an implementation needs one import.
+//!
 //! The traits are async without a runtime: methods return `impl Future + Send`, so this
 //! crate needs no tokio.
 
