@@ -9,6 +9,8 @@
 //! - [`drain`]: a node drained by eviction, tier by tier, until a deadline, with each
 //!   blocked pod explained (its PDB and the disruptions it allows); the interruption
 //!   function and the consolidator drain through it.
+//! - [`launch`]: one planned node recorded and launched, and the replacement of a node
+//!   that is going away, shared by the three jobs.
 //! - [`config`]: the one configuration every function reads from its environment, once,
 //!   with its defaults in one place; [`watch_mode`]: how long a provisioner run watches.
 //! - [`disruption`]: the `DISRUPT#` state machine the interruption function and the
@@ -25,6 +27,7 @@ pub mod disruption;
 pub mod drain;
 pub mod emf;
 pub mod interruption;
+pub mod launch;
 pub mod observe;
 pub mod ports;
 pub mod price_refresh;

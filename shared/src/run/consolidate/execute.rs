@@ -19,7 +19,7 @@ use crate::ports::{
 use crate::run::disruption::advance::{disrupted_taint, replacement_prefix};
 use crate::run::disruption::{Disrupter, EventReport, InterruptionSettings, Outcome};
 use crate::run::disruption::{GROUP_PREFIX, REASON_PREFIX, is_consolidation};
-use crate::run::provision::launch::LaunchOutcome;
+use crate::run::launch::LaunchOutcome;
 use crate::snapshot::Snapshot;
 
 fn ms(d: Duration) -> i64 {

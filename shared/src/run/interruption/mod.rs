@@ -17,7 +17,7 @@
 //! A disruption advances step by step, each step idempotent, the record written after
 //! each: taint `carpool.sh/disrupted:NoSchedule`; launch the replacement through the
 //! provisioner's path, its room reserved for the node's pods
-//! ([`crate::run::provision::replace`]); for a rebalance recommendation or a scheduled
+//! ([`crate::run::launch::replace`]); for a rebalance recommendation or a scheduled
 //! change, wait until it is Ready; drain by eviction ([`crate::run::drain`]); terminate
 //! the instance; once it is gone, delete the Node and the records. An invocation holds
 //! the record while it works (`held_by`, renewed every pass); a crashed or timed-out
@@ -228,7 +228,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 instance_type: instance.instance_type.clone(),
                 zone: instance.zone.clone(),
                 capacity_type: CapacityType::Spot,
-                until: epoch_millis(start + crate::run::provision::launch::UNAVAILABLE_FOR),
+                until: epoch_millis(start + crate::run::launch::UNAVAILABLE_FOR),
             };
             self.ports.store.mark_unavailable(&offering).await?;
         }

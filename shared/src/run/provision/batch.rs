@@ -1,13 +1,12 @@
 //! One batch: snapshot, drop the NodePools that cannot launch
 //! ([`crate::decide::provisioning::nodepools`]) and those backed off ([`crate::decide::provisioning::backoff`]),
 //! count capacity in flight, plan, launch every planned node at once
-//! ([`super::launch`]), re-plan after capacity errors, back off the NodePools whose
+//! ([`crate::run::launch`]), re-plan after capacity errors, back off the NodePools whose
 //! launches failed otherwise, publish the pods' Events ([`super::events`]), report.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use super::launch::{LaunchOutcome, Wave};
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
@@ -21,6 +20,7 @@ use crate::decide::provisioning::unschedulable::Reason;
 use crate::decide::waves::wave::wave_id;
 use crate::decide::{PlannedNode, Unschedulable};
 use crate::ports::{Cloud, Cluster, EpochMillis, StateStore, Timer, UnavailableOffering, epoch_millis};
+use crate::run::launch::{LaunchOutcome, Wave};
 use crate::snapshot::Snapshot;
 
 /// Planning rounds per batch: the first, and re-plans after capacity errors. Each round

@@ -37,9 +37,9 @@ pub mod batch;
 pub mod batcher;
 pub mod events;
 pub mod housekeeping;
-pub mod launch;
+
 pub mod metrics;
-pub mod replace;
+
 pub mod report;
 pub mod waves;
 

@@ -4,14 +4,18 @@
 //! outcome the batch acts on. A call whose outcome is unknown (a timeout, a 5xx after the
 //! request was sent) leaves the record in flight: it counts as capacity, and housekeeping
 //! resolves it through the launch-id tag (or fails it after a short grace).
+//!
+//! The provisioner's batch launches its planned nodes here, and [`replace`] launches the
+//! replacement of a node that is going away, for the interruption function and the
+//! consolidator, through the same path.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use futures_util::{StreamExt, stream};
 
-use super::report::{LaunchFailure, Launched};
-use super::{ProvisionError, Provisioner};
+pub mod replace;
+
 use crate::catalog::RegionCatalog;
 use crate::decide::PlannedNode;
 use crate::decide::disruption::drift::template_hash;
@@ -25,6 +29,8 @@ use crate::ports::{
     Cloud, CloudError, Cluster, EpochMillis, LaunchRecord, LaunchRequest, LaunchState, Reservation, StateStore, Timer,
     UnavailableOffering, epoch_millis,
 };
+use crate::run::provision::report::{LaunchFailure, Launched};
+use crate::run::provision::{ProvisionError, Provisioner};
 use crate::snapshot::Snapshot;
 
 /// How long an offering that ran out of capacity is left out (Karpenter's ICE cache TTL).

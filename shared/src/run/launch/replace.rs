@@ -6,15 +6,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::launch::LaunchOutcome;
-use super::report::{LaunchFailure, Launched};
-use super::{ProvisionError, Provisioner, batch::MAX_ROUNDS};
+use super::LaunchOutcome;
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::replacement::{moving_pods, prefer_on_demand, replacement_view};
 use crate::decide::provisioning::reservation::reservation_for;
 use crate::decide::provisioning::{backoff, nodepools};
 use crate::decide::{Unschedulable, provisioning_plan};
 use crate::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
+use crate::run::provision::report::{LaunchFailure, Launched};
+use crate::run::provision::{ProvisionError, Provisioner, batch::MAX_ROUNDS};
 
 /// What was launched to replace a node.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
