@@ -95,6 +95,7 @@ pub fn run(args: &DisruptArgs) -> Result<()> {
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        owned: None,
     });
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
     let at = jiff::Timestamp::try_from(now)

@@ -122,6 +122,7 @@ pub fn run(region: &RegionCatalog<'_>, nodes: usize, pods: usize) -> Result<Cons
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        owned: None,
     });
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
     let running = snapshot

@@ -65,6 +65,14 @@ struct State {
     requests: HashMap<String, LaunchRequest>,
     /// EC2NodeClasses every launch of which fails, and why.
     broken: HashMap<String, NodeClassReason>,
+    /// EC2NodeClasses whose `images` fails, with the error (an untyped one: an
+    /// `ssmParameter` the role may not read, say).
+    unresolvable: HashMap<String, CloudFault>,
+    /// The classes `images` was asked for, in order.
+    images_asked: Vec<String>,
+    /// The launch templates the launches would have used: what of a request goes into a
+    /// template's content (its class, labels and taints), as the EC2 adapter renders it.
+    templates: std::collections::BTreeSet<String>,
     calls: Vec<String>,
     next_id: u64,
     now: i64,
@@ -85,6 +93,13 @@ impl FakeCloud {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many distinct launch templates the launches so far would have used (the EC2
+    /// adapter names a template by the hash of its content: the class, the labels and the
+    /// taints a request carries).
+    pub fn template_count(&self) -> usize {
+        self.lock().templates.len()
     }
 
     /// Sets the zones of an EC2NodeClass's subnets.
@@ -126,9 +141,23 @@ impl FakeCloud {
         self.lock().broken.insert(node_class.to_string(), reason);
     }
 
+    /// Makes every `images` of the EC2NodeClass `node_class` fail with `fault`'s error
+    /// (not [`CloudError::NodeClass`]: an error the class does not own by its type, as an
+    /// SSM parameter the role may not read gives), until [`FakeCloud::fix_class`].
+    pub fn fail_images(&self, node_class: &str, fault: CloudFault) {
+        self.lock().unresolvable.insert(node_class.to_string(), fault);
+    }
+
+    /// The classes whose images were asked for, in order.
+    pub fn images_asked(&self) -> Vec<String> {
+        self.lock().images_asked.clone()
+    }
+
     /// Lets launches with `node_class` succeed again.
     pub fn fix_class(&self, node_class: &str) {
-        self.lock().broken.remove(node_class);
+        let mut state = self.lock();
+        state.broken.remove(node_class);
+        state.unresolvable.remove(node_class);
     }
 
     /// Sets the spot prices `spot_prices` answers with.
@@ -217,6 +246,13 @@ impl Cloud for FakeCloud {
         } else {
             self.enter(call.clone())?
         };
+        let template = crate::model::content_hash::content_hash(&(
+            request.node_class.name(),
+            &request.labels,
+            &request.taints,
+            &request.startup_taints,
+        ));
+        state.templates.insert(template);
         if let Some(reason) = state.broken.get(request.node_class.name()) {
             return Err(CloudError::NodeClass {
                 node_class: request.node_class.name().to_string(),
@@ -270,15 +306,29 @@ impl Cloud for FakeCloud {
             .unwrap_or_else(|| DEFAULT_ZONES.iter().map(|z| z.to_string()).collect()))
     }
 
-    /// Not recorded in [`FakeCloud::calls`] and takes no injected fault: it stands for the
-    /// adapter's cached resolution.
+    /// Not recorded in [`FakeCloud::calls`] (see [`FakeCloud::images_asked`]) and takes no
+    /// injected fault (see [`FakeCloud::fail_images`]): it stands for the adapter's cached
+    /// resolution.
     async fn images(&self, node_class: &EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError> {
-        Ok(self
-            .lock()
-            .images
-            .get(node_class.name())
-            .cloned()
-            .unwrap_or_else(default_images))
+        let mut state = self.lock();
+        state.images_asked.push(node_class.name().to_string());
+        let what = format!("images {}", node_class.name());
+        match state.unresolvable.get(node_class.name()) {
+            Some(CloudFault::Throttled) => Err(CloudError::Throttled {
+                what,
+                source: Injected::boxed(),
+            }),
+            Some(CloudFault::Unauthorized) => Err(CloudError::Unauthorized {
+                what,
+                source: Injected::boxed(),
+            }),
+            Some(_) => Err(CloudError::Api(format!("injected failure on {what}").into())),
+            None => Ok(state
+                .images
+                .get(node_class.name())
+                .cloned()
+                .unwrap_or_else(default_images)),
+        }
     }
 
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {

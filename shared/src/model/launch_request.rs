@@ -43,3 +43,19 @@ pub struct LaunchRequest {
     /// Taints the node starts with, removed by an agent.
     pub startup_taints: Vec<Taint>,
 }
+
+impl LaunchRequest {
+    /// Checks that every label and taint the node would register with has the syntax the
+    /// apiserver accepts on a Node ([`super::label_syntax`]): they are written into the
+    /// node's user data, and nothing else may be. NodePools and pods are checked when they
+    /// are read; this is the last check before the cloud.
+    pub fn check_labels_and_taints(&self) -> Result<(), super::label_syntax::LabelSyntaxError> {
+        for (k, v) in &self.labels {
+            super::label_syntax::label(k, v)?;
+        }
+        self.taints
+            .iter()
+            .chain(&self.startup_taints)
+            .try_for_each(super::label_syntax::taint)
+    }
+}

@@ -12,6 +12,7 @@ pub mod image;
 pub mod instance;
 pub mod instance_type;
 pub mod kubelet;
+pub mod label_syntax;
 pub mod launch_request;
 pub mod manifest;
 pub mod market;

@@ -44,6 +44,13 @@ pub enum NodeClassReason {
         /// The parameter's name.
         parameter: String,
     },
+    /// The SSM parameter that names its AMI does not exist (SSM answers
+    /// `ParameterNotFound`: a typo, or a parameter in another Region or account).
+    #[error("reads its AMI from SSM parameter {parameter}, which does not exist")]
+    SsmParameterNotFound {
+        /// The parameter's name.
+        parameter: String,
+    },
     /// Its AMI alias names a Windows family, which Carpool does not launch.
     #[error("selects AMI alias {alias:?}: Windows nodes are not supported")]
     WindowsAlias {

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::duration::NillableDuration;
+use super::label_syntax;
 use super::manifest::{ManifestError, Validate};
 use super::quantity::Quantity;
 use super::requirements::{NodeSelectorRequirement, RequirementError, Requirements};
@@ -280,6 +281,7 @@ pub(crate) fn validate_taints(taints: &[Taint], path: &str) -> Result<(), Manife
         if t.key.is_empty() {
             return Err(ManifestError::at(format!("{path}[{i}].key"), "a taint needs a key"));
         }
+        label_syntax::taint(t).map_err(|e| ManifestError::at(format!("{path}[{i}]"), e.to_string()))?;
         if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
             return Err(ManifestError::at(
                 format!("{path}[{i}].effect"),
@@ -296,7 +298,7 @@ pub(crate) fn validate_taints(taints: &[Taint], path: &str) -> Result<(), Manife
 fn requirement_field(e: &RequirementError) -> &'static str {
     match e {
         RequirementError::UnknownOperator(_) | RequirementError::Syntax(_) => "operator",
-        RequirementError::Values { .. } | RequirementError::NotInteger { .. } => "values",
+        RequirementError::Values { .. } | RequirementError::NotInteger { .. } | RequirementError::Label(_) => "values",
         RequirementError::MinValues { .. } => "minValues",
     }
 }
@@ -330,16 +332,25 @@ impl Validate for NodePool {
                     format!("label {:?} is restricted", r.key),
                 ));
             }
+            // Each value may become the node's label (Karpenter's `ValidateRequirement`
+            // checks key and values with the apiserver's label rules).
+            label_syntax::label_key(&r.key).map_err(|e| ManifestError::at(format!("{REQ}[{i}].key"), e.to_string()))?;
+            for v in &r.values {
+                label_syntax::label_value(&r.key, v)
+                    .map_err(|e| ManifestError::at(format!("{REQ}[{i}].values"), e.to_string()))?;
+            }
         }
         Requirements::from_wire(&spec.requirements)
             .map_err(|(i, e)| ManifestError::at(format!("{REQ}[{i}].{}", requirement_field(&e)), e.to_string()))?;
-        for key in self.spec.template.metadata.labels.keys() {
+        for (key, value) in &self.spec.template.metadata.labels {
             if RESTRICTED_LABELS.contains(&key.as_str()) {
                 return Err(ManifestError::at(
                     format!("spec.template.metadata.labels[{key}]"),
                     format!("label {key:?} is restricted"),
                 ));
             }
+            label_syntax::label(key, value)
+                .map_err(|e| ManifestError::at(format!("spec.template.metadata.labels[{key}]"), e.to_string()))?;
         }
         validate_taints(&spec.taints, "spec.template.spec.taints")?;
         validate_taints(&spec.startup_taints, "spec.template.spec.startupTaints")?;

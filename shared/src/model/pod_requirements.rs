@@ -13,6 +13,7 @@
 use crate::model::pod::PodSpec;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement as K8sRequirement;
 
+use super::label_syntax;
 use super::requirements::{NodeSelectorRequirement, Operator, Requirement, RequirementError, Requirements};
 use super::well_known::HOSTNAME;
 
@@ -45,6 +46,11 @@ pub fn from_k8s(r: &K8sRequirement) -> Result<Requirement, RequirementError> {
 pub fn pod_requirement_branches(spec: &PodSpec) -> Result<Vec<Requirements>, PodRequirementError> {
     let mut base = Requirements::new();
     for (k, v) in spec.node_selector.iter().flatten() {
+        // The apiserver checks a nodeSelector as labels; a pod read from a file may not be.
+        label_syntax::label(k, v).map_err(|source| PodRequirementError {
+            field: format!("spec.nodeSelector[{k}]"),
+            source: source.into(),
+        })?;
         base.add(Requirement::in_values(k, [v.clone()]));
     }
     let terms = spec
@@ -65,10 +71,19 @@ pub fn pod_requirement_branches(spec: &PodSpec) -> Result<Vec<Requirements>, Pod
         }
         let mut branch = base.clone();
         for (i, e) in exprs.iter().enumerate() {
-            branch.add(from_k8s(e).map_err(|source| PodRequirementError {
-                field: format!("{TERMS}[{t}].matchExpressions[{i}]"),
-                source,
-            })?);
+            let field = || format!("{TERMS}[{t}].matchExpressions[{i}]");
+            // A required value may become the label of the node launched for the pod (a
+            // NodePool's custom key with `Exists`): one no Node could carry would reach the
+            // node's user data, so the pod is refused, with an Event saying why.
+            if e.operator == "In" {
+                for v in e.values.iter().flatten() {
+                    label_syntax::label_value(&e.key, v).map_err(|source| PodRequirementError {
+                        field: field(),
+                        source: source.into(),
+                    })?;
+                }
+            }
+            branch.add(from_k8s(e).map_err(|source| PodRequirementError { field: field(), source })?);
         }
         for (i, f) in fields.iter().enumerate() {
             let mut f = f.clone();

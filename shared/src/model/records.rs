@@ -248,6 +248,12 @@ pub enum FailureReason {
         /// The launch error.
         error: String,
     },
+    /// Its EC2NodeClass could not be resolved (its subnets' zones, or its AMIs): an
+    /// `ssmParameter` that does not exist or that the role may not read, say.
+    NodeClass {
+        /// The resolution's error, with its causes.
+        error: String,
+    },
     /// An instance did not become a Node within the registration TTL.
     NotRegistered {
         /// The instance, when one was launched.
@@ -261,6 +267,7 @@ impl std::fmt::Display for FailureReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FailureReason::Launch { error } => write!(f, "launch failed: {error}"),
+            FailureReason::NodeClass { error } => write!(f, "its EC2NodeClass could not be resolved: {error}"),
             FailureReason::NotRegistered {
                 instance_id: Some(id),
                 detail,

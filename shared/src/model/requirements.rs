@@ -129,6 +129,10 @@ pub enum RequirementError {
         /// Why it is wrong.
         reason: String,
     },
+    /// A key, or an `In` value, that no Node's label could carry
+    /// ([`super::label_syntax`]): it would reach a node's user data.
+    #[error(transparent)]
+    Label(#[from] super::label_syntax::LabelSyntaxError),
     /// Text that is not `KEY OPERATOR [VALUES]`.
     #[error(
         "{0:?} is not a requirement; write 'KEY OPERATOR [V1,V2...] [minValues=N]', e.g. 'kubernetes.io/arch In arm64,amd64'"

@@ -109,6 +109,17 @@ impl CloudError {
 pub trait Cloud: Send + Sync {
     /// Launches one instance for a planned node.
     fn launch(&self, request: &LaunchRequest) -> impl Future<Output = Result<Instance, CloudError>> + Send;
+    /// Deletes the launch templates this cluster's launches made that were created at
+    /// least `idle` before `now` and that no live instance was launched from; returns
+    /// their names. A cloud that makes no templates deletes none.
+    fn collect_launch_templates(
+        &self,
+        now: std::time::SystemTime,
+        idle: std::time::Duration,
+    ) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send {
+        let _ = (now, idle);
+        std::future::ready(Ok(Vec::new()))
+    }
     /// The zones an EC2NodeClass can launch in: those of the subnets it selects.
     fn zones(&self, node_class: &EC2NodeClass) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
     /// One instance.

@@ -129,9 +129,13 @@ impl World {
     }
 
     fn run(&self, owner: &str) -> Result<ConsolidationReport, String> {
+        self.run_with(owner, settings())
+    }
+
+    fn run_with(&self, owner: &str, settings: ConsolidationSettings) -> Result<ConsolidationReport, String> {
         let catalog = Catalog::embedded().unwrap();
         let region = catalog.region("us-east-1").unwrap();
-        let c = Consolidator::new(&self.cloud, &self.cluster, &self.store, &self.clock, settings(), owner);
+        let c = Consolidator::new(&self.cloud, &self.cluster, &self.store, &self.clock, settings, owner);
         let until = self.clock.now() + Duration::from_secs(240);
         block_on(c.run(&region, until)).map_err(|e| carpool::error_chain::Chain(&e).to_string())
     }
@@ -451,4 +455,86 @@ fn a_drain_blocked_past_the_limit_is_rolled_back() {
         assert!(w.cluster.node(n).is_some());
     }
     assert!(w.disruptions().is_empty());
+}
+
+// Karpenter disrupts only the nodes it has a NodeClaim of (`pkg/controllers/state/
+// statenode.go`, `StateNode.Managed`); Carpool, only the nodes whose instance carries its
+// launch-id and this deployment's tags, the rule of housekeeping and the interruption
+// function (`decide::housekeeping::ownership::launched_by`). Beside Karpenter, with the
+// default selector, Karpenter's NodePool name is one Carpool reads too.
+#[test]
+fn a_karpenter_node_beside_carpools_is_never_selected_even_when_empty() {
+    let w = three_underused();
+    // Karpenter's node: labelled with a NodePool Carpool reads, empty, and its instance
+    // carries none of Carpool's tags.
+    w.cloud.add_instance(Instance {
+        id: "i-karpenter".into(),
+        instance_type: "m5.xlarge".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+        nodepool: "general".into(),
+        launch_id: String::new(),
+        deployment: None,
+        state: InstanceState::Running,
+        launched_at: Some(START as i64 * 1000 - 3_600_000),
+    });
+    w.add_node("karpenter-node", "aws:///us-east-1a/i-karpenter", "m5.xlarge");
+    let mut node = w.cluster.node("karpenter-node").unwrap();
+    node.metadata.labels.as_mut().unwrap().remove("carpool.sh/managed");
+    w.cluster.add_node(node);
+    w.daemon_pod("aws-node-k", "karpenter-node");
+
+    let mut consolidated = Vec::new();
+    for run in 1..=6 {
+        let r = w.run(&format!("run-{run}")).unwrap();
+        if let Some(cmd) = &r.command {
+            assert!(!cmd.nodes.contains(&"karpenter-node".to_string()), "{r:#?}");
+            consolidated.extend(cmd.nodes.clone());
+        }
+        assert!(!w.tainted("karpenter-node"), "run {run}");
+        assert!(w.disruptions().iter().all(|d| d.instance_id != "i-karpenter"));
+        w.register_replacements();
+        w.clock.advance(Duration::from_secs(300));
+    }
+    assert!(
+        !consolidated.is_empty(),
+        "Carpool's own under-used nodes are consolidated"
+    );
+    assert!(!w.terminated("i-karpenter"));
+    assert!(w.cluster.node("karpenter-node").is_some());
+}
+
+#[test]
+fn in_dry_run_the_consolidator_reports_its_command_and_changes_nothing() {
+    let w = three_underused();
+    let mut dry = settings();
+    dry.provision.dry_run = true;
+    let instances_before = w.cloud.instances();
+    for run in 1..=3 {
+        let r = w.run_with(&format!("dry-{run}"), dry.clone()).unwrap();
+        let cmd = r.command.as_ref().expect("the command it would run");
+        assert!(!cmd.nodes.is_empty(), "{r:#?}");
+        for n in ["a", "b", "c"] {
+            assert!(!w.tainted(n), "run {run}: {n} tainted");
+        }
+        assert!(w.disruptions().is_empty(), "run {run}: a record was written");
+        assert_eq!(
+            w.cloud.instances(),
+            instances_before,
+            "run {run}: launched or terminated"
+        );
+        assert!(
+            !w.cluster
+                .calls()
+                .iter()
+                .any(|c| c.starts_with("evict") || c.starts_with("delete")),
+            "{:?}",
+            w.cluster.calls()
+        );
+        w.clock.advance(Duration::from_secs(300));
+    }
+    // The real run that follows starts the same consolidation.
+    let r = w.run("real").unwrap();
+    assert!(r.command.is_some());
+    assert!(!w.disruptions().is_empty() || w.cloud.instances() != instances_before);
 }

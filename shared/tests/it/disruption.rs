@@ -130,6 +130,7 @@ fn decide_with(s: &Snapshot, now: &str, tune: impl FnOnce(&mut RegionCatalog<'st
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        owned: None,
     })
 }
 
@@ -174,6 +175,50 @@ fn an_empty_node_past_consolidate_after_is_deleted_and_its_daemonset_pod_does_no
     assert_eq!(cmd.nodes, vec!["empty".to_string()]);
     assert!(cmd.replacements.is_empty() && cmd.moves.is_empty());
     assert!((cmd.savings_per_hour - price("m5.xlarge", CapacityType::OnDemand)).abs() < 1e-9);
+}
+
+// Karpenter disrupts only the nodes it has a NodeClaim of (`pkg/controllers/state/
+// statenode.go`, `StateNode.Managed`: `NodeClaim != nil`), not every node that carries
+// the `karpenter.sh/nodepool` label. Carpool's equivalent of the NodeClaim is its own
+// launch: an instance with its launch-id and deployment tags (`housekeeping::ownership`).
+#[test]
+fn a_karpenter_labelled_node_that_carpool_did_not_launch_is_never_a_candidate() {
+    let mut karpenters = node("karpenter-node", "default", "m5.xlarge", "on-demand");
+    karpenters["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("carpool.sh/managed");
+    let s = snapshot(three_underused(vec![karpenters]));
+    let owned: std::collections::BTreeSet<String> = ["i-a", "i-b", "i-c"].map(String::from).into();
+    let region = region();
+    let input = |owned: Option<std::collections::BTreeSet<String>>| DisruptionInput {
+        snapshot: &s,
+        region: &region,
+        now: at(NOW),
+        in_progress: Default::default(),
+        settings: DisruptionSettings::default(),
+        images: Default::default(),
+        owned,
+    };
+    // By its labels alone, the empty Karpenter node would go first.
+    let by_label = decide(&input(None));
+    assert_eq!(
+        by_label.command.expect("a command").nodes,
+        vec!["karpenter-node".to_string()]
+    );
+    // With the instances Carpool launched known, it is not managed, and the command
+    // consolidates Carpool's own under-used nodes instead.
+    let d = decide(&input(Some(owned)));
+    assert_eq!(blocked(&d, "karpenter-node"), Some(BlockKind::NotManaged));
+    let report = d.candidates.iter().find(|c| c.node == "karpenter-node").unwrap();
+    let why = &report.blocked_by.as_ref().unwrap().message;
+    assert!(why.contains("not launched by this Carpool deployment"), "{why}");
+    let cmd = d.command.expect("Carpool's own nodes are consolidated");
+    assert!(!cmd.nodes.contains(&"karpenter-node".to_string()), "{cmd:?}");
+    assert!(
+        cmd.nodes.iter().all(|n| ["a", "b", "c"].contains(&n.as_str())),
+        "{cmd:?}"
+    );
 }
 
 // Karpenter `nodeclaim/disruption/consolidation.go`: a node is Consolidatable only once
@@ -710,6 +755,7 @@ fn a_node_on_an_ami_its_class_no_longer_resolves_is_drifted() {
         )]
         .into_iter()
         .collect(),
+        owned: None,
     });
     let cmd = d.command.expect("drift");
     assert_eq!(cmd.method, Method::Drift);

@@ -274,6 +274,7 @@ proptest! {
             in_progress: Default::default(),
             settings: DisruptionSettings::default(),
             images: Default::default(),
+            owned: None,
         });
         let Some(cmd) = d.command else { return Ok(()) };
         for n in &cmd.nodes {

@@ -3,7 +3,8 @@
 //! the PDBs holding, terminates it and cleans up; duplicates, stale state changes and
 //! other deployments' instances do nothing; a crash mid-drain is resumed by the next
 //! invocation; the provisioner running during the drain launches nothing for the evicted
-//! pods.
+//! pods; a forged spot warning (about an on-demand instance, or dated an hour ago) cuts
+//! no drain short.
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -70,6 +71,12 @@ struct World {
 /// A spot node running 3 `web` pods and 2 `api` pods, the `api` ones under a PDB with
 /// `minAvailable: 1` (replicas − 1), in a NodePool that allows spot and on-demand.
 fn world() -> World {
+    world_of(CapacityType::Spot)
+}
+
+/// [`world`], with the instance of the capacity type EC2 says it is (its Node is labelled
+/// spot either way).
+fn world_of(capacity_type: CapacityType) -> World {
     let w = World {
         cloud: FakeCloud::new(),
         cluster: FakeCluster::new(),
@@ -88,7 +95,7 @@ fn world() -> World {
         id: SPOT.into(),
         instance_type: "m5.xlarge".into(),
         zone: "us-east-1a".into(),
-        capacity_type: CapacityType::Spot,
+        capacity_type,
         nodepool: "general".into(),
         launch_id: "run-0-0".into(),
         deployment: Some(DEPLOYMENT.into()),
@@ -663,4 +670,123 @@ fn an_instance_shutting_down_is_still_drained_before_it_is_cleaned_up() {
     assert_eq!(cluster.evicted().len(), 5, "its pods were evicted, not dropped");
     assert!(!w.on_demand_instances().is_empty(), "and replaced");
     assert!(w.cluster.node(NODE).is_none());
+}
+
+#[test]
+fn a_spot_warning_about_an_on_demand_instance_taints_evicts_and_terminates_nothing() {
+    // The Node says spot; EC2 says on-demand. EC2 sends spot warnings about spot
+    // instances only, so the warning is not genuine, whatever the Node's label.
+    let w = world_of(CapacityType::OnDemand);
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let reports = handle(&w, &cluster, "inv-1", &spot_warning("e-forged", SPOT, start()));
+    assert!(
+        matches!(&reports[0].outcome, Outcome::Ignored { reason } if reason.contains("not a spot instance")),
+        "{reports:?}"
+    );
+    assert!(cluster.evicted().is_empty());
+    assert!(
+        !w.cluster.calls().iter().any(|c| c.starts_with("taint")),
+        "{:?}",
+        w.cluster.calls()
+    );
+    assert!(w.on_demand_instances().is_empty(), "no replacement launched");
+    let instance = w.cloud.instances().into_iter().find(|i| i.id == SPOT).unwrap();
+    assert_eq!(instance.state, InstanceState::Running);
+    assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
+    // Nor is its offering marked unavailable.
+    assert!(block_on(w.store.unavailable_offerings(start())).unwrap().is_empty());
+}
+
+#[test]
+fn a_spot_warning_dated_an_hour_ago_gets_its_full_deadline_from_arrival() {
+    let w = world();
+    let hour_ago = start() - Duration::from_secs(3600);
+    let event = spot_warning("e-old", SPOT, hour_ago);
+    // Stopped after the first eviction, to read the record it wrote.
+    let replicas = Replicas::new(&w.cluster, Recreate::Running);
+    let dying = Crashing::after_evictions(&replicas, 1);
+    assert!(handle_fut(&w, &dying, "inv-1", &event).now_or_never().is_none());
+    let records = block_on(w.store.list_disruptions()).unwrap();
+    assert_eq!(records.len(), 1);
+    assert!(records[0].hard_deadline);
+    assert_eq!(
+        records[0].drain_deadline,
+        carpool::ports::epoch_millis(start() + Duration::from_secs(90)),
+        "90 s from arrival, not from the event's time"
+    );
+}
+
+#[test]
+fn a_spot_warning_dated_an_hour_ago_drains_with_the_pdb_holding_until_its_deadline() {
+    let w = world();
+    // Evicted pods come back pending: the PDB (minAvailable 1 of 2 api pods) refuses the
+    // second api eviction for as long as the drain lasts.
+    let cluster = Replicas::new(&w.cluster, Recreate::Pending);
+    let hour_ago = start() - Duration::from_secs(3600);
+    let reports = handle(&w, &cluster, "inv-1", &spot_warning("e-old", SPOT, hour_ago));
+    let r = &reports[0];
+    assert!(!r.drained, "{r:?}");
+    assert!(!r.blocked.is_empty(), "{r:?}");
+    // Drained for the deadline's 90 s from arrival, not one pass and terminate.
+    assert!(r.drain_seconds >= 89.0, "drained {} s: {r:?}", r.drain_seconds);
+    let evicted = cluster.evicted();
+    assert_eq!(
+        evicted.iter().filter(|p| p.starts_with("shop/api")).count(),
+        1,
+        "the PDB held: {evicted:?}"
+    );
+}
+
+#[test]
+fn in_dry_run_a_spot_warning_is_reported_and_nothing_is_tainted_evicted_recorded_launched_or_terminated() {
+    let w = world();
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let mut dry = settings();
+    dry.provision.dry_run = true;
+    let d = Disrupter::new(&w.cloud, &cluster, &w.store, &w.clock, dry, "inv-dry");
+    let until = w.clock_now() + Duration::from_secs(120);
+    let reports = block_on(d.handle(&region, &spot_warning("e-dry", SPOT, start()), until)).unwrap();
+    let would = match &reports[0].outcome {
+        Outcome::DryRun { would } => would.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        would.contains("drain it by eviction") && would.contains(NODE),
+        "{would}"
+    );
+    assert!(cluster.evicted().is_empty());
+    assert!(
+        !w.cluster
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("taint") || c.starts_with("delete")),
+        "{:?}",
+        w.cluster.calls()
+    );
+    assert!(w.on_demand_instances().is_empty(), "no replacement launched");
+    let instance = w.cloud.instances().into_iter().find(|i| i.id == SPOT).unwrap();
+    assert_eq!(instance.state, InstanceState::Running);
+    assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
+    assert!(block_on(w.store.unavailable_offerings(start())).unwrap().is_empty());
+    // Not remembered either: the real run that follows handles the same event.
+    let reports = handle(&w, &cluster, "inv-real", &spot_warning("e-dry", SPOT, start()));
+    assert_ne!(reports[0].outcome, Outcome::Duplicate, "{reports:?}");
+    // And a dry-run sweep does not advance the disruption the real run started.
+    let d = Disrupter::new(
+        &w.cloud,
+        &cluster,
+        &w.store,
+        &w.clock,
+        {
+            let mut s = settings();
+            s.provision.dry_run = true;
+            s
+        },
+        "inv-dry-2",
+    );
+    let before = block_on(w.store.list_disruptions()).unwrap();
+    assert!(block_on(d.sweep(&region, until)).unwrap().is_empty());
+    assert_eq!(block_on(w.store.list_disruptions()).unwrap(), before);
 }

@@ -27,9 +27,14 @@
 //!   errors, limits, the registration TTL.
 //! - [`provisioner_crash`]: runs that crash at each await point converge.
 //! - [`launch_reconcile`]: a launch is never lost, and never doubled.
+//! - [`launch_templates`]: many batches use one launch template per NodePool and
+//!   capacity type.
 //! - [`ownership`]: housekeeping terminates only what Carpool owns.
 //! - [`housekeeping`]: housekeeping as a pure decision.
 //! - [`backoff`]: a NodePool that keeps failing is backed off, then tried again.
+//! - [`class_failure`]: a class that cannot be resolved backs off its NodePools alone.
+//! - [`label_injection`]: a label or taint that would break out of the user data never
+//!   reaches a launch.
 //! - [`waves`]: launch waves held by a startup taint and released together.
 //! - [`pod_events`]: the Kubernetes Events published on pending pods.
 //!
@@ -57,6 +62,7 @@ mod ami_requirements;
 mod backoff;
 mod catalog;
 mod checker;
+mod class_failure;
 mod cluster_contract;
 mod consolidation;
 mod disruption;
@@ -66,7 +72,9 @@ mod fake_cloud;
 mod housekeeping;
 mod interruption;
 mod interruption_events;
+mod label_injection;
 mod launch_reconcile;
+mod launch_templates;
 mod manifests;
 mod nodepool_selector;
 mod one_planning_path;

@@ -487,7 +487,7 @@ impl Kubectl {
 
 #[test]
 #[ignore = "needs local stack (infra/local/up)"]
-fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels_and_release_its_wave_taint()
+fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels_and_name_and_release_its_wave_taint()
 -> Result<()> {
     // RBAC grants `patch nodes` whole; infra/rbac/carpool-node-patch.yaml's
     // ValidatingAdmissionPolicy narrows it. The apiserver enforces it here for real, on
@@ -496,7 +496,7 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels_
     kubectl.apply_rbac()?;
     let node = format!("carpool-vap-{}", std::process::id());
     let manifest = format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\nspec:\n  taints:\n    - key: dedicated\n      value: web\n      effect: NoSchedule\n    - key: carpool.sh/wave\n      value: run-1-b0\n      effect: NoSchedule\n"
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\nspec:\n  taints:\n    - key: dedicated\n      value: web\n      effect: NoSchedule\n    - key: carpool.sh/wave\n      value: held\n      effect: NoSchedule\n"
     );
     kubectl
         .run(&["apply", "-f", "-"], None, Some(&manifest))?
@@ -532,8 +532,28 @@ fn the_provisioners_node_patches_may_change_only_carpools_and_karpenters_labels_
             None,
         )?;
         ensure!(taint.is_err(), "the provisioner's group could taint a node");
+        // A node registers its wave taint `held` (the launch template carries nothing of
+        // the batch); the provisioner names the wave on it (decide/waves/wave.rs, `joins`),
+        // and may not move a node from one wave to another.
+        let retaint = |spec: &str| {
+            kubectl.run(
+                &["taint", "node", node.as_str(), spec, "--overwrite"],
+                Some(GROUP),
+                None,
+            )
+        };
+        retaint("carpool.sh/wave=run-1-b0:NoSchedule")?
+            .map_err(|e| anyhow::anyhow!("the provisioner's group could not name a held node's wave: {e}"))?;
+        ensure!(
+            retaint("carpool.sh/wave=run-2-b0:NoSchedule")?.is_err(),
+            "the provisioner's group could move a node from its wave to another"
+        );
+        ensure!(
+            retaint("dedicated=batch:NoSchedule")?.is_err(),
+            "the provisioner's group could change a user's taint"
+        );
         // It may remove a user's taint no more than add one, but it releases its own
-        // launch wave (decide/wave.rs).
+        // launch wave (decide/waves/wave.rs).
         let untaint = |spec: &str| kubectl.run(&["taint", "node", node.as_str(), spec], Some(GROUP), None);
         ensure!(
             untaint("dedicated:NoSchedule-")?.is_err(),

@@ -6,6 +6,9 @@
 //! - [`e2e`]: on the local stack (`#[ignore]`d without it), a spot interruption through
 //!   EventBridge and SQS moves the pods to on-demand with the PDB held, and a function
 //!   killed mid-drain is resumed.
+//! - [`template`]: template.yaml's queue policy denies every sender but the stack's four
+//!   EventBridge rules, and nothing the function's role needs to consume.
 
 mod e2e;
 mod handler;
+mod template;

@@ -268,12 +268,22 @@ async fn parameter_value(
     node_class: &EC2NodeClass,
     parameter: &str,
 ) -> Result<String, CloudError> {
-    let out = ssm
-        .get_parameter()
-        .name(parameter)
-        .send()
-        .await
-        .map_err(|e| map_sdk_err(parameter, e))?;
+    let out = match ssm.get_parameter().name(parameter).send().await {
+        Ok(out) => out,
+        // A typo, or a parameter of another Region or account: the class's own problem.
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(aws_sdk_ssm::operation::get_parameter::GetParameterError::is_parameter_not_found) =>
+        {
+            return Err(node_class_error(
+                node_class,
+                NodeClassReason::SsmParameterNotFound {
+                    parameter: parameter.to_string(),
+                },
+            ));
+        }
+        Err(e) => return Err(map_sdk_err(parameter, e)),
+    };
     out.parameter()
         .and_then(|p| p.value())
         .map(str::to_string)

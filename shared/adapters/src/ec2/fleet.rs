@@ -4,7 +4,7 @@
 //!
 //! Tags: the EC2NodeClass's `spec.tags` go on the launch template and, through CreateFleet,
 //! on the instance and its volumes; Carpool's own tags (cluster, deployment, NodePool,
-//! launch id, `Name`) win over user tags of the same key. Housekeeping terminates only
+//! launch id, launch template, `Name`) win over user tags of the same key. Housekeeping terminates only
 //! instances with both the launch-id tag and this deployment's tag.
 
 use aws_sdk_ec2::error::ProvideErrorMetadata;
@@ -35,6 +35,9 @@ pub const KARPENTER_NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
 pub const LAUNCH_ID_TAG: &str = "carpool.sh/launch-id";
 /// The tag naming the deployment (`CARPOOL_DEPLOYMENT`) that launched an instance.
 pub const DEPLOYMENT_TAG: &str = "carpool.sh/deployment";
+/// The tag naming the launch template an instance was launched from: a template that no
+/// live instance names is collected once idle ([`super::template_gc`]).
+pub const LAUNCH_TEMPLATE_TAG: &str = "carpool.sh/launch-template";
 
 /// What a launch template holds; its hash names it, so equal content reuses one template.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -183,8 +186,9 @@ fn tag(k: &str, v: &str) -> Tag {
     Tag::builder().key(k).value(v).build()
 }
 
-/// The tags of a launch's instance and volumes: the class's, overlaid with Carpool's.
-pub fn launch_tags(cluster: &str, request: &LaunchRequest) -> BTreeMap<String, String> {
+/// The tags of a launch's instance and volumes from launch template `template`: the
+/// class's, overlaid with Carpool's.
+pub fn launch_tags(cluster: &str, request: &LaunchRequest, template: &str) -> BTreeMap<String, String> {
     let name = format!("carpool/{cluster}/{}", request.nodepool);
     merged_tags(
         &request.node_class.spec.tags,
@@ -194,14 +198,15 @@ pub fn launch_tags(cluster: &str, request: &LaunchRequest) -> BTreeMap<String, S
             (NODEPOOL_TAG, request.nodepool.as_str()),
             (KARPENTER_NODEPOOL_TAG, request.nodepool.as_str()),
             (LAUNCH_ID_TAG, request.launch_id.as_str()),
+            (LAUNCH_TEMPLATE_TAG, template),
             ("Name", name.as_str()),
         ],
     )
 }
 
 /// The tag specifications of a launch: the instance and its volumes.
-pub fn instance_tags(cluster: &str, request: &LaunchRequest) -> Vec<TagSpecification> {
-    let tags = launch_tags(cluster, request);
+pub fn instance_tags(cluster: &str, request: &LaunchRequest, template: &str) -> Vec<TagSpecification> {
+    let tags = launch_tags(cluster, request, template);
     vec![
         tag_specification(ResourceType::Instance, &tags),
         tag_specification(ResourceType::Volume, &tags),
@@ -271,7 +276,7 @@ pub fn create_fleet(
                 .set_overrides(Some(overrides(request, subnets)))
                 .build(),
         )
-        .set_tag_specifications(Some(instance_tags(cluster, request)))
+        .set_tag_specifications(Some(instance_tags(cluster, request, template_name)))
 }
 
 /// The instance an instant fleet's answer says it launched, read from the answer alone: no
@@ -439,7 +444,7 @@ mod tests {
         r.node_class = class_with(serde_json::json!({
             "tags": { "Name": "mine", "carpool.sh/cluster": "other", "karpenter.sh/nodepool": "x", "team": "a" }
         }));
-        let specs = instance_tags("demo", &r);
+        let specs = instance_tags("demo", &r, "carpool-0123456789abcdef");
         let kinds: Vec<_> = specs.iter().map(|s| s.resource_type().cloned()).collect();
         assert_eq!(kinds, vec![Some(ResourceType::Instance), Some(ResourceType::Volume)]);
         for spec in &specs {
@@ -454,6 +459,7 @@ mod tests {
             assert_eq!(tags[NODEPOOL_TAG], "default");
             assert_eq!(tags[LAUNCH_ID_TAG], "l-1");
             assert_eq!(tags[DEPLOYMENT_TAG], "carpool-test");
+            assert_eq!(tags[LAUNCH_TEMPLATE_TAG], "carpool-0123456789abcdef");
             assert_eq!(tags["team"], "a");
         }
         let lt = content(&r.node_class, "ami-1").tag_specification();

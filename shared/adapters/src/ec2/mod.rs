@@ -29,6 +29,7 @@ pub mod mime;
 pub mod offerings;
 pub mod pricing;
 pub mod resolve;
+pub mod template_gc;
 pub mod user_data;
 
 use std::collections::BTreeMap;
@@ -231,6 +232,11 @@ impl Ec2Cloud {
             self.lookups.templates.put(name, ());
         }
         ensured
+    }
+
+    /// Forgets that a template exists: it is looked up (and created) again at its next use.
+    fn forget_template(&self, name: &str) {
+        self.lookups.templates.forget(&name.to_string());
     }
 
     async fn describe_or_create_template(&self, content: &TemplateContent, name: String) -> Result<String, CloudError> {
@@ -447,6 +453,11 @@ pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
 
 impl Cloud for Ec2Cloud {
     async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
+        // The labels and taints are written into the user data: the run checks them, and
+        // so does the adapter that writes them, whoever calls it.
+        request
+            .check_labels_and_taints()
+            .map_err(|e| CloudError::Api(format!("not launched: {e}").into()))?;
         let subnets = resolve::subnets(&self.ec2, &self.lookups, &request.node_class, &request.zone).await?;
         if subnets.is_empty() {
             return Err(CloudError::NodeClass {
@@ -461,16 +472,27 @@ impl Cloud for Ec2Cloud {
         let request = &narrowed;
         let content = self.template_content_with(request, image_id).await?;
         let template = self.ensure_launch_template(&content).await?;
-        let out = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
+        let mut sent = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
             .send()
-            .await
-            .map_err(|e| {
-                if e.as_service_error().is_some_and(is_template_not_found) {
-                    // Deleted behind our back: look it up (and create it) again next time.
-                    self.lookups.templates.forget(&template);
-                }
-                map_launch_err(e)
-            })?;
+            .await;
+        if let Err(e) = &sent
+            && e.as_service_error().is_some_and(is_template_not_found)
+        {
+            // Deleted behind our back (another invocation's housekeeping collected it while
+            // this one had it cached): create it again and send the launch once more. The
+            // fleet was refused, so the same client token launches at most one instance.
+            self.forget_template(&template);
+            self.ensure_launch_template(&content).await?;
+            sent = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
+                .send()
+                .await;
+        }
+        let out = sent.map_err(|e| {
+            if e.as_service_error().is_some_and(is_template_not_found) {
+                self.forget_template(&template);
+            }
+            map_launch_err(e)
+        })?;
         // Dated when CreateFleet answered: Ec2Cloud has no clock port, and the caller dates
         // its launch record by its own clock anyway.
         let launched_at = epoch_millis(SystemTime::now());
@@ -479,7 +501,7 @@ impl Cloud for Ec2Cloud {
         let Some(answered) = Answered::from_answer(&out, request) else {
             // The answer's errors may name the template (deleted behind our back): look
             // it up again next time rather than trust the cache.
-            self.lookups.templates.forget(&template);
+            self.forget_template(&template);
             return Err(fleet_failure(out.errors(), &request.zone, request.capacity_type));
         };
         let instance_type = match answered.instance_type.clone() {
@@ -487,6 +509,10 @@ impl Cloud for Ec2Cloud {
             None => self.launched_type(&answered.id, request).await,
         };
         Ok(answered.instance(instance_type, request, launched_at))
+    }
+
+    async fn collect_launch_templates(&self, now: SystemTime, idle: Duration) -> Result<Vec<String>, CloudError> {
+        self.collect_templates(now, idle).await
     }
 
     async fn zones(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<String>, CloudError> {

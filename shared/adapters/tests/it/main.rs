@@ -19,6 +19,9 @@
 //! - [`ec2_amis`]: AMIs resolved as Karpenter resolves them, per architecture.
 //! - [`ec2_fleet_errors`]: fleet capacity errors become `InsufficientCapacity` naming
 //!   the offerings.
+//! - [`ec2_launch_templates`]: 200 batches make one template per NodePool and capacity
+//!   type; idle ones are deleted, another tool's never; a launch from a deleted template
+//!   makes it again.
 //! - [`eks`]: `DescribeCluster`, an EKS-token client on the apiserver, and logs without
 //!   credentials.
 //! - [`kube_cluster`]: the Cluster port on the real apiserver: its contract, a PDB's 429,
@@ -32,6 +35,7 @@ mod dynamodb_poison;
 mod ec2;
 mod ec2_amis;
 mod ec2_fleet_errors;
+mod ec2_launch_templates;
 mod ec2_replayed;
 mod eks;
 mod kube_cluster;

@@ -19,6 +19,7 @@ use crate::catalog::RegionCatalog;
 use crate::decide::disruption::pdb::covering;
 use crate::decide::disruption::replacement::moves;
 use crate::decide::provisioning::pod::pod_key;
+use crate::model::node::instance_id_from_provider_id;
 use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::model::well_known::{DISRUPTED_TAINT, DO_NOT_DISRUPT};
@@ -215,7 +216,12 @@ fn disrupting(node: &K8sNode, in_progress: &BTreeSet<String>) -> Option<&'static
 /// The nodes of a snapshot as candidates, with the static reasons that block them.
 ///
 /// A node is managed when it is labelled `carpool.sh/managed=true` or carries a
-/// `karpenter.sh/nodepool` label, and that NodePool is among `pools`.
+/// `karpenter.sh/nodepool` label, that NodePool is among `pools`, and, when `owned` is
+/// given (the instances this deployment launched, [`crate::decide::housekeeping::ownership::launched_by`]),
+/// its providerID names one of them. A label is not ownership: Karpenter labels its own
+/// nodes `karpenter.sh/nodepool` too, and disrupts only the nodes it has a NodeClaim of
+/// (`pkg/controllers/state/statenode.go`, `StateNode.Managed`: `NodeClaim != nil`).
+#[allow(clippy::too_many_arguments)] // the snapshot's parts a candidate reads, and the run's
 pub fn candidates<'a>(
     nodes: &'a [K8sNode],
     pods: &'a [Pod],
@@ -223,6 +229,7 @@ pub fn candidates<'a>(
     pools: &'a [NodePool],
     region: &RegionCatalog<'_>,
     in_progress: &BTreeSet<String>,
+    owned: Option<&BTreeSet<String>>,
     now: SystemTime,
 ) -> Vec<Candidate<'a>> {
     let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
@@ -275,10 +282,27 @@ pub fn candidates<'a>(
                 ready_condition.and_then(|c| c.last_transition_time.as_ref()).map(time),
             );
             let expire_after = pool.map(|p| p.spec.template.spec.expire_after);
+            let instance = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(instance_id_from_provider_id);
             let blocked = if !managed {
                 Some(Blocked::new(
                     BlockKind::NotManaged,
                     "no carpool.sh/managed=true or karpenter.sh/nodepool label",
+                ))
+            } else if let Some(owned) = owned
+                && !instance.is_some_and(|i| owned.contains(i))
+            {
+                Some(Blocked::new(
+                    BlockKind::NotManaged,
+                    match instance {
+                        Some(i) => format!(
+                            "its instance {i} was not launched by this Carpool deployment (no launch-id tag, or another deployment's tag)"
+                        ),
+                        None => "its providerID names no EC2 instance".to_string(),
+                    },
                 ))
             } else if pool.is_none() {
                 Some(Blocked::new(

@@ -109,6 +109,11 @@ pub struct DisruptionInput<'a> {
     /// The AMIs each EC2NodeClass resolves now, by class name (for drift); a class not
     /// here is read from its `status.amis`, as Karpenter writes it.
     pub images: BTreeMap<String, Vec<ResolvedImage>>,
+    /// The instances this deployment launched (their launch-id and deployment tags,
+    /// [`crate::decide::housekeeping::ownership::launched_by`]), when the cloud was asked:
+    /// a node whose instance is not among them is not a candidate, whatever its labels.
+    /// `None` (a cluster dump, read without the cloud) goes by the labels alone.
+    pub owned: Option<BTreeSet<String>>,
 }
 
 /// One node as the decision saw it.
@@ -175,6 +180,7 @@ impl<'a> Ctx<'a> {
             &snapshot.nodepools,
             input.region,
             &input.in_progress,
+            input.owned.as_ref(),
             input.now,
         );
         let mut pool_nodes: BTreeMap<String, (usize, usize)> = BTreeMap::new();

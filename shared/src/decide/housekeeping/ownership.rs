@@ -1,11 +1,16 @@
 //! Which instances are Carpool's to terminate, and how many at once.
 //!
 //! The cluster tag says an instance is meant for the cluster, not who launched it: a
-//! user's box, or another deployment's node, may carry it too. Carpool terminates only an
-//! instance that carries its launch-id tag **and** this deployment's tag
-//! (`carpool.sh/deployment`, set on every instance it launches), and that has a launch
-//! time (without one its age is unknown). Instances launched before the deployment tag
-//! existed carry none, and are therefore never terminated: an operator cleans them up.
+//! user's box, or another deployment's node, may carry it too. An instance is this
+//! deployment's ([`launched_by`]) only when it carries Carpool's launch-id tag **and** this
+//! deployment's tag (`carpool.sh/deployment`, set on every instance it launches). The
+//! three functions apply that one rule: housekeeping terminates only such an instance, and
+//! only with a launch time (without one its age is unknown) ([`ownership`]); the
+//! interruption function disrupts only such an instance; the consolidator disrupts only a
+//! node whose instance is such an instance, whatever the node's `karpenter.sh/nodepool`
+//! label says (Karpenter, beside it, labels its own nodes so). Instances launched before
+//! the deployment tag existed carry none, and are therefore never terminated or disrupted:
+//! an operator cleans them up.
 //!
 //! Terminations per round are capped ([`termination_cap`]), so that a bug or a bad
 //! listing that makes every node look orphaned terminates a few, not the cluster.
@@ -58,16 +63,26 @@ impl fmt::Display for SpareReason {
     }
 }
 
-/// Whether housekeeping may terminate an instance: it carries Carpool's launch-id tag and
-/// this deployment's tag, and has a launch time.
-pub fn ownership(instance: &Instance, deployment: &str) -> Result<(), SpareReason> {
+/// Whether this deployment launched an instance: it carries Carpool's launch-id tag and
+/// this deployment's tag. The interruption function and the consolidator act only on such
+/// instances.
+pub fn launched_by(instance: &Instance, deployment: &str) -> Result<(), SpareReason> {
     if instance.launch_id.is_empty() {
         Err(SpareReason::NoLaunchIdTag)
     } else if instance.deployment.as_deref() != Some(deployment) {
         Err(SpareReason::OtherDeployment {
             deployment: instance.deployment.clone(),
         })
-    } else if instance.launched_at.is_none() {
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether housekeeping may terminate an instance: this deployment launched it
+/// ([`launched_by`]), and it has a launch time.
+pub fn ownership(instance: &Instance, deployment: &str) -> Result<(), SpareReason> {
+    launched_by(instance, deployment)?;
+    if instance.launched_at.is_none() {
         Err(SpareReason::NoLaunchTime)
     } else {
         Ok(())

@@ -125,6 +125,15 @@ pub enum IgnoreReason {
     },
     /// A Health event that names no instance.
     NoInstance,
+    /// A spot interruption warning about an instance EC2 says is not spot: the event is
+    /// not genuine (EC2 sends spot warnings about spot instances only), and no deadline is
+    /// set from it ([`super::deadline`]).
+    NotSpot {
+        /// The instance the warning names.
+        instance_id: String,
+        /// What EC2 says it is.
+        capacity_type: crate::model::CapacityType,
+    },
 }
 
 impl fmt::Display for IgnoreReason {
@@ -148,6 +157,13 @@ impl fmt::Display for IgnoreReason {
             }
             IgnoreReason::HealthNotEc2 { service } => write!(f, "Health event for service {service:?}, not EC2"),
             IgnoreReason::NoInstance => f.write_str("the event names no EC2 instance"),
+            IgnoreReason::NotSpot {
+                instance_id,
+                capacity_type,
+            } => write!(
+                f,
+                "a spot interruption warning about {instance_id}, which is not a spot instance (EC2 says {capacity_type}): not genuine, nothing done"
+            ),
         }
     }
 }

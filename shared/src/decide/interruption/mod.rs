@@ -14,7 +14,10 @@
 //! - [`parse`]: one event into an [`InterruptionEvent`] ([`parse_event`]);
 //! - [`input`]: a bare event, an SQS message or a Lambda SQS batch into records
 //!   ([`parse_input`]), one per message, each with its own result;
-//! - [`error`]: why an input cannot be read ([`EventError`]).
+//! - [`error`]: why an input cannot be read ([`EventError`]);
+//! - [`deadline`]: the terms of the disruption an event starts ([`drain_terms`]): a spot
+//!   warning is believed only about a spot instance, and its deadline counts from when it
+//!   arrived, never from the `time` it claims.
 //!
 //! | event | action |
 //! |---|---|
@@ -28,10 +31,11 @@
 //! | `aws.events` `Scheduled Event`, EventBridge Scheduler input | [`Action::Sweep`] |
 //! | any other event | [`Action::Ignore`] ([`IgnoreReason::NotHandled`]), kind [`EventKind::Unknown`] |
 //!
-//! Whether Carpool owns the instance, and the instance's actual state (state changes can
-//! arrive out of order), are the run's to check: this module only reads.
+//! Whether Carpool owns the instance, its actual state (state changes can arrive out of
+//! order) and its capacity type are the run's to read; [`drain_terms`] decides from them.
 
 pub mod action;
+pub mod deadline;
 pub mod error;
 pub mod event;
 pub mod input;
@@ -39,6 +43,7 @@ pub mod instance_ids;
 pub mod parse;
 
 pub use action::{Action, Cause, IgnoreReason};
+pub use deadline::{DrainTerms, SPOT_NOTICE, drain_terms};
 pub use error::EventError;
 pub use event::{EventKind, InstanceStateName};
 pub use input::{InputRecord, parse_input, parse_input_text};

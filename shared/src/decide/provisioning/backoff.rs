@@ -8,6 +8,9 @@
 //! to 30 minutes ([`Policy`]):
 //!
 //! - a round's launch errors of a pair count as one failure, and set a window at once;
+//! - so does a class that could not be resolved (its subnets' zones or its AMIs: an
+//!   `ssmParameter` that does not exist, or that the role may not read): its NodePools are
+//!   held back, and every other NodePool goes on;
 //! - each instance that did not register counts as one failure; the
 //!   [`Policy::registration_threshold`]th registration failure in a row, and each after
 //!   it, sets a window (one per round);
@@ -105,6 +108,8 @@ pub struct Round {
     pub registered: bool,
     /// A launch failed for another reason than capacity: the first error.
     pub launch_error: Option<String>,
+    /// The pair's EC2NodeClass could not be resolved: the error.
+    pub node_class_error: Option<String>,
     /// Instances that did not register, each with the reason.
     pub not_registered: Vec<FailureReason>,
 }
@@ -130,7 +135,7 @@ pub enum Change {
 /// registration in the round resets the counts first; the round's failures then count
 /// from zero.
 pub fn next(key: &PoolKey, current: Option<&Backoff>, round: &Round, now: EpochMillis, policy: &Policy) -> Change {
-    let failed = round.launch_error.is_some() || !round.not_registered.is_empty();
+    let failed = round.launch_error.is_some() || round.node_class_error.is_some() || !round.not_registered.is_empty();
     if !failed {
         return match (round.registered, current) {
             (true, Some(_)) => Change::Clear,
@@ -162,6 +167,11 @@ pub fn next(key: &PoolKey, current: Option<&Backoff>, round: &Round, now: EpochM
     if let Some(error) = &round.launch_error {
         b.failures = b.failures.saturating_add(1);
         b.reason = FailureReason::Launch { error: error.clone() };
+        window_set = true;
+    }
+    if let Some(error) = &round.node_class_error {
+        b.failures = b.failures.saturating_add(1);
+        b.reason = FailureReason::NodeClass { error: error.clone() };
         window_set = true;
     }
     if window_set {

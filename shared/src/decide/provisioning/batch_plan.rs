@@ -5,15 +5,17 @@
 //! 1. [`prepare_pools`]: only the NodePools the deployment's selector picks are Carpool's;
 //!    a NodePool whose EC2NodeClass is missing is skipped with its reason;
 //! 2. [`narrow_pools`]: each NodePool is narrowed to the zones its class's subnets are in
-//!    and the instance types its AMIs boot (the provisioner asks the cloud; a dump reads
-//!    the class's `status`, [`from_status`]);
+//!    and the instance types its AMIs boot (the provisioner asks the cloud, only about the
+//!    classes the NodePools left refer to, [`classes_in_use`]; a class it cannot resolve
+//!    takes its NodePools out, [`drop_unresolved`]; a dump reads the class's `status`,
+//!    [`from_status`]);
 //! 3. [`plan_batch`]: the scheduling simulation and packer, then the fit to
 //!    kube-scheduler's own placement in the order the batch's nodes reach it ([`FitTo`]).
 //!
 //! The provisioner adds what only a live cluster has: the capacity of launches in flight,
 //! room reserved for replacements, backed-off NodePools and offerings marked unavailable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::catalog::RegionCatalog;
 use crate::decide::kube_scheduler::Order;
@@ -25,7 +27,7 @@ use crate::decide::provisioning::scheduler_fit::{Fitting, HANDED_ORDERS, WHOLE_O
 use crate::decide::provisioning::selector::Selector;
 use crate::decide::provisioning::subnet_zones::{narrow_to_subnet_zones, zones_by_class_from_status};
 use crate::decide::provisioning::templates::Skipped;
-use crate::model::{InstanceType, ResolvedImage};
+use crate::model::{EC2NodeClass, InstanceType, NodePool, ResolvedImage};
 use crate::snapshot::Snapshot;
 
 /// How a plan is fitted to kube-scheduler's own placement of its pods.
@@ -68,6 +70,43 @@ pub fn prepare_pools(snapshot: &mut Snapshot, selector: &Selector) -> Vec<String
     let unmanaged = nodepools::keep_managed(snapshot, selector);
     nodepools::drop_without_node_class(snapshot);
     unmanaged
+}
+
+/// The EC2NodeClasses the snapshot's NodePools refer to: the only ones a run resolves
+/// (another autoscaler's classes, Karpenter's during a migration say, are never asked
+/// about, so none of their errors can stop Carpool).
+pub fn classes_in_use(snapshot: &Snapshot) -> Vec<&EC2NodeClass> {
+    let used: BTreeSet<&str> = snapshot
+        .nodepools
+        .iter()
+        .map(|p| p.spec.template.spec.node_class_ref.name.as_str())
+        .collect();
+    snapshot
+        .nodeclasses
+        .iter()
+        .filter(|c| used.contains(c.name()))
+        .collect()
+}
+
+/// Drops the NodePools whose class could not be resolved (`failed`: the class's name and
+/// the error), each skipped with its reason; returns them. Every other NodePool stays.
+pub fn drop_unresolved(snapshot: &mut Snapshot, failed: &BTreeMap<String, String>) -> Vec<NodePool> {
+    if failed.is_empty() {
+        return Vec::new();
+    }
+    let (kept, dropped): (Vec<NodePool>, Vec<NodePool>) = std::mem::take(&mut snapshot.nodepools)
+        .into_iter()
+        .partition(|p| !failed.contains_key(&p.spec.template.spec.node_class_ref.name));
+    snapshot.nodepools = kept;
+    for p in &dropped {
+        let class = &p.spec.template.spec.node_class_ref.name;
+        let error = failed.get(class).map_or("", String::as_str);
+        snapshot.skipped.push((
+            format!("NodePool/{}", p.name()),
+            format!("its EC2NodeClass {class} could not be resolved: {error}"),
+        ));
+    }
+    dropped
 }
 
 /// Narrows each NodePool to the zones of its class's subnets and the types its class's

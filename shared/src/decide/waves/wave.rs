@@ -7,8 +7,14 @@
 //! pending, and the re-check launches again (measured: `docs/src/design/waves-and-fit.md`).
 //!
 //! So every node a batch launches registers with the startup taint
-//! [`WAVE_TAINT`]`=<wave>:NoSchedule` (through the kubelet's `--register-with-taints`),
-//! and Carpool removes it from every node of the wave at once ([`releases`]):
+//! [`WAVE_TAINT`]`=`[`HELD`]`:NoSchedule` (through the kubelet's `--register-with-taints`)
+//! and the label [`crate::model::well_known::WAVE_LABEL`]`=`[`HELD`]. The value is the
+//! same for every wave: the user data, and so the launch template named by the hash of
+//! its content, carries nothing of the batch, and the number of launch templates stays
+//! bounded by the NodePools and classes in use. Once the node has registered, Carpool
+//! names its wave on it ([`joins`]: the wave of the launch record of its instance, as the
+//! taint's value and the label's), before any pod may use it; and it removes the taint
+//! from every node of the wave at once ([`releases`]):
 //!
 //! - when each launch of the wave that has not failed has a Ready node
 //!   ([`Release::AllReady`]);
@@ -72,7 +78,11 @@ pub fn wave_id(owner: &str, batch: u64) -> String {
     format!("{head}{suffix}")
 }
 
-/// The taint a node of `wave` registers with.
+/// The value of the wave taint and label every wave's node registers with, until
+/// Carpool names its wave on it ([`joins`]). No wave id is `held`: each ends with `-b<n>`.
+pub const HELD: &str = "held";
+
+/// The taint of a node of `wave` ([`HELD`] for the taint a node registers with).
 pub fn wave_taint(wave: &str) -> Taint {
     Taint {
         key: WAVE_TAINT.into(),
@@ -197,7 +207,7 @@ pub fn hand_off(
     out
 }
 
-/// The wave a node is held back for, when it carries the taint.
+/// The value of a node's wave taint, when it carries one: its wave, or [`HELD`].
 pub fn wave_of(node: &Node) -> Option<&str> {
     node.spec
         .as_ref()?
@@ -206,6 +216,57 @@ pub fn wave_of(node: &Node) -> Option<&str> {
         .iter()
         .find(|t| t.key == WAVE_TAINT)
         .map(|t| t.value.as_deref().unwrap_or_default())
+}
+
+/// The wave of each launched instance, from its launch record.
+fn waves_by_instance(launches: &[LaunchRecord]) -> BTreeMap<&str, &str> {
+    launches
+        .iter()
+        .filter_map(|l| Some((l.instance_id.as_deref()?, l.wave.as_deref()?)))
+        .collect()
+}
+
+/// The wave a node is held back for: its taint's value, or, for a node still [`HELD`],
+/// the wave of its instance's launch record (`HELD` itself when no record names one).
+fn held_for<'a>(node: &'a Node, by_instance: &BTreeMap<&str, &'a str>) -> Option<&'a str> {
+    match wave_of(node)? {
+        HELD => Some(
+            instance_of(node)
+                .and_then(|id| by_instance.get(id).copied())
+                .unwrap_or(HELD),
+        ),
+        wave => Some(wave),
+    }
+}
+
+/// A node that registered [`HELD`] and whose wave is now known: Carpool sets its wave
+/// taint's value and its wave label to `wave`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Join {
+    /// The node.
+    pub node: String,
+    /// Its wave, from its instance's launch record.
+    pub wave: String,
+}
+
+/// The nodes still [`HELD`] whose instance's launch record names a wave.
+///
+/// No pod tolerates `held`, nor the wave's id until the wave is handed ([`hand_off`]), so
+/// the write that names the wave on a node never opens it to kube-scheduler: the wave's
+/// nodes are still opened all at once, by the hand-off.
+pub fn joins(nodes: &[Node], launches: &[LaunchRecord]) -> Vec<Join> {
+    let by_instance = waves_by_instance(launches);
+    nodes
+        .iter()
+        .filter(|n| wave_of(n) == Some(HELD))
+        .filter_map(|n| {
+            let wave = by_instance.get(instance_of(n)?)?;
+            Some(Join {
+                node: n.metadata.name.clone()?,
+                wave: (*wave).to_string(),
+            })
+        })
+        .collect()
 }
 
 /// Why a node's wave taint is removed.
@@ -274,9 +335,10 @@ fn instance_of(node: &Node) -> Option<&str> {
 /// (their `wave` and `release_by`), the time and the grace; see the module doc.
 pub fn releases(nodes: &[Node], launches: &[LaunchRecord], now: EpochMillis, grace: Duration) -> Vec<Untaint> {
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    let by_instance = waves_by_instance(launches);
     let mut held: BTreeMap<&str, Vec<&Node>> = BTreeMap::new();
     for n in nodes {
-        if let Some(w) = wave_of(n) {
+        if let Some(w) = held_for(n, &by_instance) {
             held.entry(w).or_default().push(n);
         }
     }
@@ -344,7 +406,8 @@ pub fn settled(wave: &str, nodes: &[Node], launches: &[LaunchRecord], now: Epoch
     {
         return true;
     }
-    if nodes.iter().any(|n| wave_of(n) == Some(wave)) {
+    let by_instance = waves_by_instance(launches);
+    if nodes.iter().any(|n| held_for(n, &by_instance) == Some(wave)) {
         return false;
     }
     let registered: BTreeSet<&str> = nodes.iter().filter_map(instance_of).collect();

@@ -171,6 +171,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
         until: SystemTime,
         report: &mut ConsolidationReport,
     ) -> Result<bool, ConsolidationError> {
+        if self.settings.provision.dry_run {
+            // A dry run starts nothing, and does not advance what a real run started.
+            return Ok(false);
+        }
         let mut groups: BTreeMap<String, Vec<DisruptionRecord>> = BTreeMap::new();
         for r in self
             .ports

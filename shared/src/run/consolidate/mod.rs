@@ -12,7 +12,11 @@
 //!    stalls past [`ConsolidationSettings::drain_limit`]. While one is in progress no
 //!    other starts.
 //! 2. **Decide** on a fresh snapshot (the NodePools Carpool manages, offerings out of
-//!    capacity left out, the nodes in any disruption excluded).
+//!    capacity left out, the nodes in any disruption excluded). Only a node whose
+//!    instance this deployment launched is a candidate (its launch-id and deployment
+//!    tags, the rule housekeeping and the interruption function apply:
+//!    [`crate::decide::housekeeping::ownership`]); a `karpenter.sh/nodepool` label alone
+//!    is not ownership, as Karpenter labels its own nodes so.
 //! 3. **Re-check** after [`ConsolidationSettings::recheck_delay`] on another fresh
 //!    snapshot, and abandon the command unless the same method picks the same nodes
 //!    (Karpenter validates its commands the same way, after 15 s).
@@ -31,6 +35,7 @@ pub use report::{ConsolidationReport, RolledBack};
 
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::{DisruptionCommand, DisruptionInput, DisruptionSettings, decide};
+use crate::decide::housekeeping::ownership::launched_by;
 use crate::decide::provisioning::nodepools;
 use crate::ports::{Cloud, Cluster, ClusterError, StateStore, StoreError, Timer};
 use crate::run::disruption::InterruptionError;
@@ -97,9 +102,9 @@ pub enum ConsolidationError {
     /// The state store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Reading the NodePools' zones or images failed.
-    #[error("preparing the snapshot")]
-    Prepare(#[source] ProvisionError),
+    /// EC2 failed (listing this cluster's instances).
+    #[error(transparent)]
+    Cloud(#[from] crate::ports::CloudError),
     /// The launch path failed outside a launch (its records): the next run resumes.
     #[error("launching the replacement")]
     Launch(#[source] ProvisionError),
@@ -186,29 +191,15 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         if self.resume(region, until, report).await? {
             return Ok(());
         }
-        let (snapshot, region_now, in_progress, images) = self.observe(region).await?;
-        let decision = decide(&DisruptionInput {
-            snapshot: &snapshot,
-            region: &region_now,
-            now: self.ports.clock.now(),
-            in_progress: in_progress.clone(),
-            settings: self.settings.disruption.clone(),
-            images,
-        });
+        let seen = self.observe(region).await?;
+        let decision = decide(&seen.input(self.ports.clock.now(), &self.settings.disruption));
         report.record_decision(&decision);
         let Some(command) = decision.command else {
             return Ok(());
         };
         self.ports.clock.sleep(self.settings.recheck_delay).await;
-        let (snapshot, region_now, in_progress, images) = self.observe(region).await?;
-        let again = decide(&DisruptionInput {
-            snapshot: &snapshot,
-            region: &region_now,
-            now: self.ports.clock.now(),
-            in_progress,
-            settings: self.settings.disruption.clone(),
-            images,
-        });
+        let seen = self.observe(region).await?;
+        let again = decide(&seen.input(self.ports.clock.now(), &self.settings.disruption));
         let Some(fresh) = again.command.filter(|c| same_command(c, &command)) else {
             let why = "the cluster changed during the re-check: the command no longer holds".to_string();
             tracing::info!(method = %command.method, nodes = ?command.nodes, reason = %why, "consolidation abandoned");
@@ -216,32 +207,29 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             return Ok(());
         };
         report.command = Some(fresh.clone());
-        self.start(&region_now, &snapshot, &fresh, until, report).await
+        if self.settings.provision.dry_run {
+            // Decided, re-checked, logged and reported: nothing tainted, evicted,
+            // recorded, launched or terminated.
+            tracing::warn!(method = %fresh.method, nodes = ?fresh.nodes,
+                replacements = fresh.replacements.len(), savings_per_hour = fresh.savings_per_hour,
+                "dry run: would consolidate");
+            return Ok(());
+        }
+        self.start(&seen.region, &seen.snapshot, &fresh, until, report).await
     }
 
-    /// The snapshot the decision reads, the region with the offerings out of capacity left
-    /// out, the nodes of every disruption in progress, and the AMIs each class resolves.
-    #[allow(clippy::type_complexity)] // the four things a decision reads, unpacked at once
-    async fn observe<'r>(
-        &self,
-        region: &RegionCatalog<'r>,
-    ) -> Result<
-        (
-            Snapshot,
-            RegionCatalog<'r>,
-            BTreeSet<String>,
-            BTreeMap<String, Vec<crate::ports::ResolvedImage>>,
-        ),
-        ConsolidationError,
-    > {
+    /// What the decision reads: see [`Observed`].
+    async fn observe<'r>(&self, region: &RegionCatalog<'r>) -> Result<Observed<'r>, ConsolidationError> {
         let mut snapshot = crate::run::observe::read_snapshot(self.ports.cluster).await?;
         nodepools::keep_managed(&mut snapshot, &self.settings.provision.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
-        let provisioner = self.provisioner("consolidator-observe");
-        let images = provisioner
+        // A class that cannot be resolved leaves its NodePools out: their nodes are not
+        // candidates, and nothing is planned on them.
+        let images = self
+            .provisioner("consolidator-observe")
             .narrow_pools(&mut snapshot, region)
             .await
-            .map_err(ConsolidationError::Prepare)?;
+            .images;
         let mut region = region.clone();
         for o in self.ports.store.unavailable_offerings(self.ports.clock.now()).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
@@ -254,7 +242,25 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             .into_iter()
             .map(|d| d.node)
             .collect();
-        Ok((snapshot, region, in_progress, images))
+        // Only nodes whose instance this deployment launched are its to disrupt: a
+        // `karpenter.sh/nodepool` label is not ownership (Karpenter's nodes carry it too).
+        let deployment = &self.settings.provision.deployment;
+        let owned = self
+            .ports
+            .cloud
+            .list()
+            .await?
+            .into_iter()
+            .filter(|i| launched_by(i, deployment).is_ok())
+            .map(|i| i.id)
+            .collect();
+        Ok(Observed {
+            snapshot,
+            region,
+            in_progress,
+            images,
+            owned,
+        })
     }
 
     fn provisioner(&self, owner: &str) -> Provisioner<'a, C, K, S, T> {
@@ -266,6 +272,35 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             self.settings.provision.clone(),
             owner,
         )
+    }
+}
+
+/// What a decision reads, observed afresh.
+struct Observed<'r> {
+    /// The cluster, its NodePools those Carpool manages, narrowed to their classes'
+    /// zones and AMIs (a class that cannot be resolved leaves its NodePools out).
+    snapshot: Snapshot,
+    /// The region, with the offerings out of capacity left out.
+    region: RegionCatalog<'r>,
+    /// The nodes of every disruption in progress.
+    in_progress: BTreeSet<String>,
+    /// The AMIs each class resolves.
+    images: BTreeMap<String, Vec<crate::ports::ResolvedImage>>,
+    /// The instances this deployment launched ([`launched_by`]).
+    owned: BTreeSet<String>,
+}
+
+impl Observed<'_> {
+    fn input(&self, now: SystemTime, settings: &DisruptionSettings) -> DisruptionInput<'_> {
+        DisruptionInput {
+            snapshot: &self.snapshot,
+            region: &self.region,
+            now,
+            in_progress: self.in_progress.clone(),
+            settings: settings.clone(),
+            images: self.images.clone(),
+            owned: Some(self.owned.clone()),
+        }
     }
 }
 

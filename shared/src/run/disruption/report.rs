@@ -17,6 +17,11 @@ pub enum Outcome {
     },
     /// The event was handled before (its `EVENT#` record): nothing done twice.
     Duplicate,
+    /// Dry run: what would have been done, and nothing done.
+    DryRun {
+        /// What would have been done.
+        would: String,
+    },
     /// The instance is not this deployment's: acknowledged, left alone.
     NotOwned {
         /// Why it is not.

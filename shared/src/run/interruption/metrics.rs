@@ -20,7 +20,7 @@ pub fn event_metrics(cluster: &str, timestamp: EpochMillis, report: &EventReport
     use super::Outcome;
     if matches!(
         report.outcome,
-        Outcome::Ignored { .. } | Outcome::Duplicate | Outcome::NotOwned { .. }
+        Outcome::Ignored { .. } | Outcome::Duplicate | Outcome::NotOwned { .. } | Outcome::DryRun { .. }
     ) {
         return None;
     }

@@ -24,19 +24,22 @@
 //! holder's record is taken over once its hold lapses, by the next event or by the
 //! scheduled [sweep](Disrupter::sweep), which resumes every disruption in progress.
 //!
-//! Deadlines: a spot interruption, and an instance stopping or shutting down, go away
-//! whatever Carpool does, so the drain ends at the event's time plus
-//! [`InterruptionSettings::drain_deadline`] (90 s, inside the 2-minute notice) and the
-//! instance is terminated then, drained or not. A rebalance recommendation and a
-//! scheduled change leave time: the drain retries blocked pods in later invocations,
-//! PDBs holding, and the instance is terminated only once drained.
+//! Deadlines ([`crate::decide::interruption::deadline`]): a spot interruption, and an
+//! instance stopping or shutting down, go away whatever Carpool does, so the drain ends
+//! [`InterruptionSettings::drain_deadline`] (90 s, inside the 2-minute notice) after the
+//! event **arrived** (this handling's start, not the event's `time`, which the sender
+//! writes) and the instance is terminated then, drained or not. A spot warning is
+//! believed only about an instance EC2 says is spot; one about an on-demand instance is
+//! ignored with the reason. A rebalance recommendation and a scheduled change leave time:
+//! the drain retries blocked pods in later invocations, PDBs holding, and the instance is
+//! terminated only once drained.
 
 pub mod metrics;
 
 use std::time::SystemTime;
 
 use crate::catalog::RegionCatalog;
-use crate::decide::interruption::{Action, Cause, InstanceStateName, InterruptionEvent};
+use crate::decide::interruption::{Action, Cause, InstanceStateName, InterruptionEvent, drain_terms};
 use crate::model::CapacityType;
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known::REBALANCE_ANNOTATION;
@@ -113,6 +116,14 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         // back when their replacement fails or their drain stalls).
         let records = self.ports.store.list_disruptions().await?;
         let mut reports = Vec::new();
+        if self.settings.provision.dry_run {
+            // A dry run starts no disruption; one a real run left is not advanced either.
+            for record in records.iter().filter(|r| !is_consolidation(r)) {
+                tracing::warn!(instance_id = %record.instance_id, node = ?record.node, step = ?record.step,
+                    "dry run: would resume this disruption");
+            }
+            return Ok(reports);
+        }
         for record in records.into_iter().filter(|r| !is_consolidation(r)) {
             let report = EventReport::new(
                 &record.event_id,
@@ -163,10 +174,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             report.outcome = Outcome::Ignored {
                 reason: "the instance is running again: the event is stale".into(),
             };
-            self.ports
-                .store
-                .record_event(&key, start, self.settings.event_ttl)
-                .await?;
+            self.remember(&key, start).await?;
             return Ok(report);
         }
         if let Some(i) = &instance
@@ -174,28 +182,27 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         {
             tracing::info!(event_id = %event.id, instance_id = %id, reason = %reason, "not Carpool's instance: ignored");
             report.outcome = Outcome::NotOwned { reason };
-            self.ports
-                .store
-                .record_event(&key, start, self.settings.event_ttl)
-                .await?;
+            self.remember(&key, start).await?;
             return Ok(report);
         }
         if instance.is_none() && existing.is_none() && !self.has_records(id).await? {
             report.outcome = Outcome::NotOwned {
                 reason: "EC2 does not know it and Carpool has no record of it".into(),
             };
-            self.ports
-                .store
-                .record_event(&key, start, self.settings.event_ttl)
-                .await?;
+            self.remember(&key, start).await?;
             return Ok(report);
         }
         if matches!(event.action, Action::Cleanup { .. }) || gone {
+            if self.settings.provision.dry_run {
+                tracing::warn!(event_id = %event.id, instance_id = %id, node = ?node,
+                    "dry run: would clean up the instance's Node and records");
+                report.outcome = Outcome::DryRun {
+                    would: "clean up the instance's Node and records".into(),
+                };
+                return Ok(report);
+            }
             self.cleanup(id, node.as_deref()).await?;
-            self.ports
-                .store
-                .record_event(&key, start, self.settings.event_ttl)
-                .await?;
+            self.remember(&key, start).await?;
             report.outcome = Outcome::CleanedUp;
             report.elapsed_ms = since_ms(start, self.ports.clock.now());
             return Ok(report);
@@ -211,10 +218,44 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             report.outcome = Outcome::Ignored {
                 reason: "the instance is running: the state change is stale".into(),
             };
-            self.ports
-                .store
-                .record_event(&key, start, self.settings.event_ttl)
-                .await?;
+            self.remember(&key, start).await?;
+            return Ok(report);
+        }
+        // The terms are decided from what EC2 says of the instance and from when the event
+        // arrived (now), not from the event's claims: a spot warning about an on-demand
+        // instance is not genuine, and a `time` in the past must not shorten the drain.
+        let terms = match drain_terms(
+            &event.action,
+            id,
+            instance.capacity_type,
+            epoch_millis(start),
+            self.settings.drain_deadline,
+        ) {
+            Ok(terms) => terms,
+            Err(reason) => {
+                tracing::warn!(event_id = %event.id, instance_id = %id, reason = %reason, "event not believed: ignored");
+                report.outcome = Outcome::Ignored {
+                    reason: reason.to_string(),
+                };
+                self.remember(&key, start).await?;
+                return Ok(report);
+            }
+        };
+        if self.settings.provision.dry_run {
+            // Decided, logged and reported; nothing written, tainted, evicted, launched
+            // or terminated.
+            let would = format!(
+                "{} node {} of instance {id}: taint it, launch a replacement, drain it by eviction{}, terminate it",
+                reason_of(&event.action),
+                node.as_deref().unwrap_or("(none yet)"),
+                if terms.hard {
+                    format!(" until {} (hard deadline)", terms.deadline)
+                } else {
+                    " once the replacement is Ready".to_string()
+                }
+            );
+            tracing::warn!(event_id = %event.id, instance_id = %id, would = %would, "dry run: would disrupt");
+            report.outcome = Outcome::DryRun { would };
             return Ok(report);
         }
         if matches!(
@@ -222,8 +263,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             Action::Disrupt {
                 cause: Cause::SpotInterruption
             }
-        ) && instance.capacity_type == CapacityType::Spot
-        {
+        ) {
             let offering = UnavailableOffering {
                 instance_type: instance.instance_type.clone(),
                 zone: instance.zone.clone(),
@@ -235,10 +275,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         let Some(node) = node else {
             tracing::info!(event_id = %event.id, instance_id = %id, "the instance has no Node yet: nothing to drain");
             report.outcome = Outcome::NoNode;
-            self.ports
-                .store
-                .record_event(&key, start, self.settings.event_ttl)
-                .await?;
+            self.remember(&key, start).await?;
             return Ok(report);
         };
         if matches!(event.action, Action::Rebalance) && !self.rebalance_opted_in(&instance.nodepool).await? {
@@ -248,25 +285,17 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                     instance.nodepool
                 ),
             };
-            self.ports
-                .store
-                .record_event(&key, start, self.settings.event_ttl)
-                .await?;
+            self.remember(&key, start).await?;
             return Ok(report);
         }
         let record = match existing {
             // A node being consolidated is interrupted: the interruption's deadline wins,
             // and the record is the interruption function's from now on.
             Some(mut record) if is_consolidation(&record) => {
-                if let Action::Disrupt {
-                    cause: Cause::SpotInterruption | Cause::StateChange(_),
-                } = event.action
-                {
-                    let event_at = event.time.unwrap_or_else(|| epoch_millis(start));
-                    let deadline_ms = i64::try_from(self.settings.drain_deadline.as_millis()).unwrap_or(i64::MAX);
+                if terms.hard {
                     record.hard_deadline = true;
                     record.wait_for_replacement = false;
-                    record.drain_deadline = event_at.saturating_add(deadline_ms);
+                    record.drain_deadline = terms.deadline;
                 }
                 record.event_id.clone_from(&event.id);
                 record.reason = reason_of(&event.action).to_string();
@@ -278,14 +307,6 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             }
             Some(record) => record,
             None => {
-                let event_at = event.time.unwrap_or_else(|| epoch_millis(start));
-                let (hard, wait) = match &event.action {
-                    Action::Disrupt {
-                        cause: Cause::SpotInterruption | Cause::StateChange(_),
-                    } => (true, false),
-                    _ => (false, true),
-                };
-                let deadline_ms = i64::try_from(self.settings.drain_deadline.as_millis()).unwrap_or(i64::MAX);
                 let record = DisruptionRecord {
                     instance_id: id.to_string(),
                     node: node.clone(),
@@ -296,9 +317,9 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                     updated_at: epoch_millis(start),
                     event_id: event.id.clone(),
                     nodepool: Some(instance.nodepool.clone()).filter(|p| !p.is_empty()),
-                    drain_deadline: event_at.saturating_add(deadline_ms),
-                    hard_deadline: hard,
-                    wait_for_replacement: wait,
+                    drain_deadline: terms.deadline,
+                    hard_deadline: terms.hard,
+                    wait_for_replacement: terms.wait_for_replacement,
                     evicted: Vec::new(),
                     held_by: None,
                     held_until: 0,
@@ -324,12 +345,18 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 }
             }
         };
-        self.ports
-            .store
-            .record_event(&key, start, self.settings.event_ttl)
-            .await?;
+        self.remember(&key, start).await?;
         self.advance(region, record, Some(instance), event.time, until, report)
             .await
+    }
+
+    /// Remembers that the event was handled for an instance (its `EVENT#` record), so a
+    /// redelivery does nothing twice; in dry run, nothing is written.
+    async fn remember(&self, key: &str, at: SystemTime) -> Result<(), InterruptionError> {
+        if !self.settings.provision.dry_run {
+            self.ports.store.record_event(key, at, self.settings.event_ttl).await?;
+        }
+        Ok(())
     }
 
     /// The Node of an instance, by its providerID.

@@ -20,7 +20,7 @@ use crate::catalog::RegionCatalog;
 use crate::decide::PlannedNode;
 use crate::decide::disruption::drift::template_hash;
 use crate::decide::provisioning::templates::pool_labels;
-use crate::decide::waves::wave::wave_taint;
+use crate::decide::waves::wave::{HELD, wave_taint};
 use crate::model::well_known as wk;
 use crate::model::well_known::NODEPOOL_HASH as HASH_KEY;
 use crate::model::well_known::WAVE_LABEL;
@@ -60,13 +60,21 @@ fn capacity_message(offerings: &[UnavailableOffering]) -> String {
     )
 }
 
-/// The launch request for a planned node.
-fn request(
+/// The launch request for a planned node of `pool` (found in `snapshot` with its class),
+/// held back with the launch wave's taint when `in_wave`.
+///
+/// Nothing of the batch goes into the request's labels and taints, which the EC2 adapter
+/// writes into the user data of a launch template named by its content: every wave's node
+/// registers [`HELD`] alike, and the wave is named on the node once it has registered
+/// ([`crate::decide::waves::wave::joins`]). So the launch templates are bounded by the
+/// NodePools, classes and capacity types in use, however many batches launch.
+pub fn launch_request(
     launch_id: &str,
     deployment: &str,
     node: &PlannedNode,
     pool: Option<&NodePool>,
     snapshot: &Snapshot,
+    in_wave: bool,
 ) -> LaunchRequest {
     // The planned node's labels carry the values chosen for the NodePool's custom keys
     // (Karpenter's `NodeClaimTemplate.ToNodeClaim` labels the NodeClaim with them).
@@ -85,7 +93,7 @@ fn request(
     if let Some(p) = pool {
         labels.insert(HASH_KEY.into(), template_hash(p, Some(&node_class)));
     }
-    LaunchRequest {
+    let mut request = LaunchRequest {
         launch_id: launch_id.to_string(),
         deployment: deployment.to_string(),
         nodepool: node.nodepool.clone(),
@@ -98,7 +106,12 @@ fn request(
         startup_taints: pool
             .map(|p| p.spec.template.spec.startup_taints.clone())
             .unwrap_or_default(),
+    };
+    if in_wave {
+        request.startup_taints.push(wave_taint(HELD));
+        request.labels.insert(WAVE_LABEL.into(), HELD.into());
     }
+    request
 }
 
 /// The launch wave a batch's nodes belong to ([`crate::decide::waves::wave`]).
@@ -164,11 +177,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     ) -> Result<LaunchOutcome, ProvisionError> {
         let launch_id = self.next_launch_id();
         let pool = snapshot.nodepools.iter().find(|p| p.name() == node.nodepool);
-        let mut request = request(&launch_id, &self.settings.deployment, node, pool, snapshot);
-        if let Some(w) = wave {
-            request.startup_taints.push(wave_taint(&w.id));
-            request.labels.insert(WAVE_LABEL.into(), w.id.clone());
-        }
+        let request = launch_request(
+            &launch_id,
+            &self.settings.deployment,
+            node,
+            pool,
+            snapshot,
+            wave.is_some(),
+        );
         let failure = |error: String| LaunchFailure {
             nodepool: node.nodepool.clone(),
             instance_type: node.instance_type.clone(),
@@ -176,6 +192,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             capacity_type: node.capacity_type,
             error,
         };
+        // Nothing that could break out of the user data's syntax reaches the cloud.
+        if let Err(e) = request.check_labels_and_taints() {
+            let message = format!("not launched: a label or taint of the node is invalid: {e}");
+            tracing::error!(launch_id = %launch_id, nodepool = %node.nodepool, error = %message, "launch refused");
+            return Ok(LaunchOutcome::Failed(failure(message)));
+        }
         // Recorded before CreateFleet: a crash after the call leaves a record (and the
         // instance its launch-id tag) for housekeeping to follow up.
         let record = LaunchRecord {
@@ -298,7 +320,7 @@ mod tests {
     // labels the NodeClaim with the template's labels and the values resolved for its custom
     // keys; the kubelet registers the node with them.
     #[test]
-    fn a_launch_carries_the_planned_nodes_labels_with_its_custom_values() {
+    fn a_launch_carries_the_planned_nodes_labels_with_its_custom_values_and_nothing_of_its_batch() {
         let pool: NodePool = from_yaml(
             r#"
 apiVersion: karpenter.sh/v1
@@ -332,12 +354,29 @@ spec:
                 ("tier".to_string(), "web".to_string()),
             ]),
         };
-        let r = request("l-1", "test", &node, Some(&pool), &snapshot);
+        let r = launch_request("l-1", "test", &node, Some(&pool), &snapshot, false);
         let label = |k: &str| r.labels.get(k).map(String::as_str);
         assert_eq!(label("company.com/team"), Some("b"));
         assert_eq!(label("tier"), Some("web"));
         assert_eq!(label(wk::NODEPOOL), Some("teams"));
         assert_eq!(label(wk::EC2NODECLASS), Some("web"));
         assert_eq!(label(wk::CAPACITY_TYPE), Some("spot"));
+        assert_eq!(label(WAVE_LABEL), None, "not in a wave");
+        // In a wave, the node registers held, and nothing of its batch is in the request:
+        // two batches' launches differ only by their launch ids.
+        let first = launch_request("run-1-1", "test", &node, Some(&pool), &snapshot, true);
+        let second = launch_request("run-7-3", "test", &node, Some(&pool), &snapshot, true);
+        assert_eq!(first.labels.get(WAVE_LABEL).map(String::as_str), Some(HELD));
+        assert!(first.startup_taints.contains(&wave_taint(HELD)));
+        assert_eq!(
+            LaunchRequest {
+                launch_id: String::new(),
+                ..first
+            },
+            LaunchRequest {
+                launch_id: String::new(),
+                ..second
+            }
+        );
     }
 }

@@ -48,10 +48,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let mut snapshot = crate::run::observe::read_snapshot(self.ports.cluster).await?;
         nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
-        self.narrow_pools(&mut snapshot, base).await?;
         let now = self.ports.clock.now();
         let backoffs = self.ports.store.list_backoffs().await?;
         backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
+        // A class that cannot be resolved leaves its NodePools out of the replacement;
+        // the provisioner's next batch backs them off.
+        self.narrow_pools(&mut snapshot, base).await;
         if on_demand {
             prefer_on_demand(&mut snapshot.nodepools);
         }

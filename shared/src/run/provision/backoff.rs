@@ -29,7 +29,8 @@ pub(super) fn launch_error_rounds(failures: &[LaunchFailure], snapshot: &Snapsho
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// Applies rounds to the stored backoffs (`stored`, as listed), at `now`; returns the
-    /// backoffs that set a new window. A lost race on a record (another writer) is
+    /// backoffs that set a new window. In dry run nothing is written, and the backoffs it
+    /// would set are returned. A lost race on a record (another writer) is
     /// logged and skipped; other store errors end the call.
     pub(super) async fn apply_backoffs(
         &self,
@@ -41,7 +42,21 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let mut set = Vec::new();
         for (key, round) in rounds {
             let current = stored.iter().find(|b| PoolKey::of_backoff(b) == *key);
-            let written = match backoff::next(key, current, round, now, &policy) {
+            let change = backoff::next(key, current, round, now, &policy);
+            if self.settings.dry_run {
+                // Nothing is written: the backoff is reported as the one it would set.
+                if let Change::Put {
+                    backoff,
+                    window_set: true,
+                } = change
+                {
+                    tracing::warn!(nodepool = %backoff.nodepool, node_class = %backoff.node_class,
+                        until = backoff.until, reason = %backoff.reason, "dry run: would back off");
+                    set.push(backoff);
+                }
+                continue;
+            }
+            let written = match change {
                 Change::Unchanged => continue,
                 Change::Clear => {
                     tracing::info!(nodepool = %key.nodepool, node_class = %key.node_class,

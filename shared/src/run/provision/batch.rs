@@ -10,8 +10,10 @@ use std::time::SystemTime;
 use super::report::BatchReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
-use crate::decide::provisioning::backoff;
-use crate::decide::provisioning::batch_plan::{FitTo, narrow_pools, plan_batch, prepare_pools};
+use crate::decide::provisioning::backoff::{self, HeldBack, PoolKey, Round};
+use crate::decide::provisioning::batch_plan::{
+    FitTo, classes_in_use, drop_unresolved, narrow_pools, plan_batch, prepare_pools,
+};
 use crate::decide::provisioning::in_flight::capacity_view;
 use crate::decide::provisioning::nodepools;
 use crate::decide::provisioning::reservation::keep_reserved;
@@ -19,9 +21,22 @@ use crate::decide::provisioning::templates::Skipped;
 use crate::decide::provisioning::unschedulable::Reason;
 use crate::decide::waves::wave::wave_id;
 use crate::decide::{PlannedNode, Unschedulable};
+use crate::error_chain::Chain;
+use crate::model::NodePool;
 use crate::ports::{Cloud, Cluster, EpochMillis, StateStore, Timer, UnavailableOffering, epoch_millis};
 use crate::run::launch::{LaunchOutcome, Wave};
 use crate::snapshot::Snapshot;
+
+/// What resolving the classes of a snapshot's NodePools gave
+/// ([`Provisioner::narrow_pools`]).
+#[derive(Debug, Default)]
+pub(crate) struct Resolved {
+    /// The images of each class resolved, by class.
+    pub images: BTreeMap<String, Vec<crate::ports::ResolvedImage>>,
+    /// The NodePools dropped because their class could not be resolved, each with the
+    /// error.
+    pub unresolved: Vec<(NodePool, String)>,
+}
 
 /// Planning rounds per batch: the first, and re-plans after capacity errors. Each round
 /// leaves out the offerings that failed, so a spot outage across a region's six zones
@@ -97,17 +112,25 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             self.publish_events(&snapshot, &report, &[]).await;
             return Ok(report);
         }
-        self.narrow_pools(&mut snapshot, base).await?;
         let now = self.ports.clock.now();
-        // A NodePool backed off after failures in a row is left out until its window ends.
+        // A NodePool backed off after failures in a row is left out until its window ends
+        // (its class is not resolved meanwhile).
         let backoffs = self.ports.store.list_backoffs().await?;
-        let held = backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
+        let mut held = backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
         for h in &held {
             tracing::warn!(nodepool = %h.backoff.nodepool, node_class = %h.backoff.node_class,
                 until = h.backoff.until, failures = h.backoff.failures, reason = %h.backoff.reason,
                 "NodePool backed off: not launching for it");
         }
         report.backed_off = held.iter().map(|h| h.backoff.clone()).collect();
+        // A class that cannot be resolved backs its NodePools off; the others go on.
+        let resolved = self.narrow_pools(&mut snapshot, base).await;
+        if !resolved.unresolved.is_empty() {
+            let unresolved = self
+                .back_off_unresolved(&resolved.unresolved, &backoffs, &mut report)
+                .await?;
+            held.extend(unresolved);
+        }
         if snapshot.nodepools.is_empty() {
             report.pods_seen = snapshot
                 .pods
@@ -293,30 +316,85 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     }
 
     /// Narrows the snapshot's NodePools to the zones of their classes' subnets and the
-    /// types their AMIs boot; returns the images resolved, by class.
-    pub(crate) async fn narrow_pools(
-        &self,
-        snapshot: &mut Snapshot,
-        base: &RegionCatalog<'_>,
-    ) -> Result<BTreeMap<String, Vec<crate::ports::ResolvedImage>>, ProvisionError> {
+    /// types their AMIs boot. Only the classes the NodePools left refer to are resolved
+    /// ([`classes_in_use`]); a class whose zones or images cannot be resolved, whatever
+    /// the error (a typed [`crate::ports::CloudError::NodeClass`], an SSM parameter the
+    /// role may not read, a throttle), is that class's failure: its NodePools are dropped
+    /// ([`drop_unresolved`]) and returned with the error, and every other NodePool goes on.
+    pub(crate) async fn narrow_pools(&self, snapshot: &mut Snapshot, base: &RegionCatalog<'_>) -> Resolved {
         let mut zones_by_class = BTreeMap::new();
-        for class in &snapshot.nodeclasses {
-            zones_by_class.insert(class.name().to_string(), self.ports.cloud.zones(class).await?);
-        }
         let mut images_by_class = BTreeMap::new();
-        for class in &snapshot.nodeclasses {
-            // A class whose AMIs cannot be resolved launches nothing; the others still do.
-            let images = match self.ports.cloud.images(class).await {
-                Err(e @ crate::ports::CloudError::NodeClass { .. }) => {
-                    tracing::warn!(node_class = %class.name(), error = %e, "no AMI: the class launches nothing");
-                    Vec::new()
-                }
-                other => other?,
+        let mut failed: BTreeMap<String, String> = BTreeMap::new();
+        for class in classes_in_use(snapshot) {
+            let resolved = match self.ports.cloud.zones(class).await {
+                Ok(zones) => self.ports.cloud.images(class).await.map(|images| (zones, images)),
+                Err(e) => Err(e),
             };
-            images_by_class.insert(class.name().to_string(), images);
+            match resolved {
+                Ok((zones, images)) => {
+                    zones_by_class.insert(class.name().to_string(), zones);
+                    images_by_class.insert(class.name().to_string(), images);
+                }
+                Err(e) => {
+                    let error = Chain(&e).to_string();
+                    tracing::warn!(node_class = %class.name(), error = %error,
+                        "EC2NodeClass not resolved: its NodePools launch nothing; the others go on");
+                    failed.insert(class.name().to_string(), error);
+                }
+            }
         }
+        let dropped = drop_unresolved(snapshot, &failed);
         narrow_pools(snapshot, &zones_by_class, &images_by_class, base.types());
-        Ok(images_by_class)
+        Resolved {
+            images: images_by_class,
+            unresolved: dropped
+                .into_iter()
+                .map(|pool| {
+                    let error = failed
+                        .get(&pool.spec.template.spec.node_class_ref.name)
+                        .cloned()
+                        .unwrap_or_default();
+                    (pool, error)
+                })
+                .collect(),
+        }
+    }
+
+    /// Backs off the NodePools whose class could not be resolved; returns them as held
+    /// back, with the backoffs set (in dry run, those it would set).
+    async fn back_off_unresolved(
+        &self,
+        unresolved: &[(NodePool, String)],
+        stored: &[crate::ports::Backoff],
+        report: &mut BatchReport,
+    ) -> Result<Vec<HeldBack>, ProvisionError> {
+        let rounds: BTreeMap<PoolKey, Round> = unresolved
+            .iter()
+            .map(|(pool, error)| {
+                (
+                    PoolKey::of(pool),
+                    Round {
+                        node_class_error: Some(error.clone()),
+                        ..Round::default()
+                    },
+                )
+            })
+            .collect();
+        let set = self
+            .apply_backoffs(&rounds, stored, epoch_millis(self.ports.clock.now()))
+            .await?;
+        let held = unresolved
+            .iter()
+            .filter_map(|(pool, _)| {
+                let backoff = set.iter().find(|b| b.nodepool == pool.name())?.clone();
+                Some(HeldBack {
+                    pool: pool.clone(),
+                    backoff,
+                })
+            })
+            .collect();
+        report.backoffs_set.extend(set);
+        Ok(held)
     }
 
     fn log_dry_run(&self, nodes: &[PlannedNode]) {

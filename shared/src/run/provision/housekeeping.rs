@@ -8,6 +8,9 @@
 //! ([`crate::decide::provisioning::backoff`]): three instances in a row that never joined back the pair
 //! off, a node that registered resets it.
 //!
+//! Once per run, the launch templates no launch uses any more are deleted
+//! ([`TEMPLATE_IDLE`]), so that they never pile up to the Region's quota.
+//!
 //! Each step goes on after an error, which is reported; one bad record does not stop the
 //! others. A step that depends on another (the failed record written after its instance
 //! is terminated) is skipped when that one failed. Terminations held back by the cap, and
@@ -27,6 +30,11 @@ use crate::error_chain::Chain;
 use crate::ports::{
     Cloud, CloudError, Cluster, EpochMillis, MetadataPatch, StateStore, StoreError, Timer, epoch_millis,
 };
+
+/// How long a launch template Carpool made is kept, from its creation, while no live
+/// instance was launched from it. A template in use is kept whatever its age; one deleted
+/// and needed again is created again by the next launch.
+pub const TEMPLATE_IDLE: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// The launches in flight whose instance did not register, as `nodepool → reason`.
 fn not_registered(plan: &HousekeepingPlan) -> Vec<(String, String)> {
@@ -97,6 +105,28 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             tracing::warn!(error = %e, "housekeeping");
         }
         Ok(report)
+    }
+
+    /// Deletes the launch templates no launch uses any more ([`TEMPLATE_IDLE`]; see
+    /// [`Cloud::collect_launch_templates`]), once per run. In dry run, nothing.
+    pub(crate) async fn collect_launch_templates(&self, report: &mut HousekeepingReport) {
+        if self.settings.dry_run {
+            return;
+        }
+        match self
+            .ports
+            .cloud
+            .collect_launch_templates(self.ports.clock.now(), TEMPLATE_IDLE)
+            .await
+        {
+            Ok(deleted) => {
+                if !deleted.is_empty() {
+                    tracing::info!(templates = ?deleted, "deleted launch templates no launch uses");
+                }
+                report.templates_deleted = deleted;
+            }
+            Err(e) => report.errors.push(format!("launch templates: {}", Chain(&e))),
+        }
     }
 
     /// Updates the backoffs of the NodePools whose launches registered or did not.

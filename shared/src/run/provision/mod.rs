@@ -427,7 +427,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
         faults: &mut Faults,
     ) -> Result<(), ProvisionError> {
         match self.housekeeping(region).await {
-            Ok(round) => {
+            Ok(mut round) => {
+                if report.housekeeping.is_empty() {
+                    self.collect_launch_templates(&mut round).await;
+                }
                 faults.housekeeping = 0;
                 report.housekeeping.push(round);
                 Ok(())

@@ -118,6 +118,9 @@ pub struct HousekeepingReport {
     pub spared: Vec<(String, String)>,
     /// Records removed because their instance is gone.
     pub records_removed: usize,
+    /// Launch templates deleted: made by Carpool, idle, and used by no live instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templates_deleted: Vec<String>,
     /// Launches whose instance did not register within the TTL, as `nodepool → reason`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_registered: Vec<(String, String)>,

@@ -4,6 +4,9 @@
 //! [`crate::decide::waves::wave::releases`] names lose the wave taint, all at once: one
 //! conditional write per node, as listed, all concurrent.
 //!
+//! A wave's nodes register [`HELD`] (the launch template carries nothing of the batch);
+//! each poll first names its wave on each of them ([`joins`]), before any hand-off.
+//!
 //! Every housekeeping round releases what is due, whoever launched it, so a wave whose
 //! run crashed is released by the next run. While a run has waves of its own not yet
 //! settled, its watch loop also releases at every poll, and the run goes on after its
@@ -16,10 +19,12 @@ use super::Provisioner;
 use super::report::RunReport;
 use crate::decide::provisioning::pod::pod_key;
 use crate::decide::waves::wave::{
-    Handed, Handing, Release, Untaint, Waiting, hand_off, releases, settled, wave_taint, wave_toleration,
+    HELD, Handed, Handing, Join, Release, Untaint, Waiting, hand_off, joins, releases, settled, wave_taint,
+    wave_toleration,
 };
 use crate::error_chain::Chain;
 use crate::model::pod::Pod;
+use crate::model::well_known::{WAVE_LABEL, WAVE_TAINT};
 use crate::ports::{Cloud, Cluster, ClusterError, EpochMillis, LaunchRecord, StateStore, Timer, epoch_millis};
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
@@ -72,12 +77,54 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         (released, errors)
     }
 
+    /// Names its wave on each node of `nodes` still [`HELD`] whose launch record names one
+    /// ([`joins`]): the wave taint's value, then the wave label, all concurrent; `nodes`
+    /// is updated as written. A node whose write fails stays held, and is released with
+    /// its wave (or retried at the next poll).
+    async fn join_waves(&self, nodes: &mut [Node], launches: &[LaunchRecord]) {
+        let due = joins(nodes, launches);
+        if due.is_empty() {
+            return;
+        }
+        let calls = due.iter().map(|j| async move {
+            self.ports.cluster.taint(&j.node, &wave_taint(&j.wave)).await?;
+            let label = [(WAVE_LABEL.to_string(), Some(j.wave.clone()))].into();
+            self.ports
+                .cluster
+                .patch_labels_annotations(&j.node, &label, &Default::default())
+                .await
+        });
+        let outcomes = join_all(calls).await;
+        for (Join { node, wave }, outcome) in due.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => {
+                    tracing::debug!(node = %node, wave = %wave, "joined its launch wave");
+                    if let Some(n) = nodes
+                        .iter_mut()
+                        .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+                    {
+                        let taints = n.spec.get_or_insert_default().taints.get_or_insert_default();
+                        for t in taints.iter_mut().filter(|t| t.key == WAVE_TAINT) {
+                            t.value = Some(wave.clone());
+                        }
+                        n.metadata
+                            .labels
+                            .get_or_insert_default()
+                            .insert(WAVE_LABEL.into(), wave);
+                    }
+                }
+                Err(e) => tracing::warn!(node = %node, wave = %wave, error = %Chain(&e), "naming a node's launch wave"),
+            }
+        }
+    }
+
     /// Lists the nodes and launches, releases what is due, and forgets this run's waves
     /// that are settled. `polled`: the pending pods as the watch just listed them, read
     /// instead of listing them again. Errors are logged and retried at the next poll.
     pub(crate) async fn release_waves(&mut self, report: &mut RunReport, polled: Option<&[Pod]>) {
         let listed = async {
-            let waves: Vec<String> = self.waves.iter().cloned().collect();
+            // The run's waves, and the nodes still held whose wave is not named yet.
+            let waves: Vec<String> = self.waves.iter().cloned().chain([HELD.to_string()]).collect();
             let nodes = self
                 .ports
                 .cluster
@@ -99,6 +146,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 return;
             }
         };
+        let mut nodes = nodes;
+        self.join_waves(&mut nodes, &launches).await;
         let now = epoch_millis(self.ports.clock.now());
         let due = releases(&nodes, &launches, now, self.settings.wave_grace);
         // The pending pods, counted by the wave they were planned into, when a wave of
@@ -153,14 +202,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         }
         let (released, errors) = self.untaint_all(&nodes, step.untaint).await;
         if errors.is_empty() {
-            let mut nodes = nodes;
             for u in &released {
                 if let Some(n) = nodes
                     .iter_mut()
                     .find(|n| n.metadata.name.as_deref() == Some(u.node.as_str()))
                     && let Some(taints) = n.spec.as_mut().and_then(|s| s.taints.as_mut())
                 {
-                    taints.retain(|t| t.key != crate::model::well_known::WAVE_TAINT);
+                    taints.retain(|t| t.key != WAVE_TAINT);
                 }
             }
             let at = self.ports.clock.now();
