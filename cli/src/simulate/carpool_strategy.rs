@@ -109,7 +109,12 @@ impl Engine<'_, '_> {
             if i.state == InstanceState::Terminated {
                 let since = *self.gone_since.entry(i.id.clone()).or_insert(t);
                 if t - since >= NODE_GONE_AFTER && self.registered.remove(&i.id) {
-                    let _ = pollster::block_on(carpool::ports::Cluster::delete_node(self.cluster, &i.id));
+                    let uid = self
+                        .cluster
+                        .node(&i.id)
+                        .and_then(|n| n.metadata.uid)
+                        .unwrap_or_default();
+                    let _ = pollster::block_on(carpool::ports::Cluster::delete_node(self.cluster, &i.id, &uid));
                 }
                 continue;
             }

@@ -10,7 +10,8 @@
 //!   ends in the DLQ; the rest of the batch goes on;
 //! - an event Carpool does not handle, or about an instance it does not own, is
 //!   acknowledged (logged);
-//! - a handling that fails (an API error) is reported as a failure, and SQS delivers the
+//! - a handling that fails (an API error) is tried again within the invocation
+//!   ([`RETRIES`], while its time allows), then reported as a failure, and SQS delivers the
 //!   message again: every step is idempotent.
 
 use carpool_adapters::edge::ErrorType;
@@ -31,6 +32,14 @@ use serde_json::{Value, json};
 
 /// Time kept back from the function's deadline for the records' answers.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
+
+/// A handling that fails is tried again within the invocation, after 1 s, 2 s and 4 s,
+/// while the invocation's time allows: a message handed back to SQS is delivered again
+/// only after the queue's visibility timeout, long past a spot warning's 2 minutes.
+/// Every step of a handling is idempotent, so a retry redoes nothing twice.
+pub const RETRIES: u32 = 3;
+/// The wait before the first retry; it doubles.
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// What lives across invocations of a warm function: the ports, the configuration and
 /// the region's catalog with its live prices.
@@ -119,12 +128,25 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             }
             Ok(event) => {
                 let owner = format!("{request_id}/{}", message_id.as_deref().unwrap_or(&event.id));
-                match self.handle_event(&owner, &event, until).await {
-                    Ok(reports) => RecordOutcome::Handled(reports),
-                    Err(e) => {
-                        tracing::error!(message_id = message_id.as_deref().unwrap_or(""), event_id = %event.id,
-                            error = %Chain(&e), "handling failed: reported as a batch item failure, to be delivered again");
-                        RecordOutcome::Failed(e)
+                let mut wait = FIRST_RETRY;
+                let mut attempt = 0;
+                loop {
+                    match self.handle_event(&owner, &event, until).await {
+                        Ok(reports) => break RecordOutcome::Handled(reports),
+                        Err(e) if attempt < RETRIES && self.clock.now() + wait < until => {
+                            attempt += 1;
+                            tracing::warn!(message_id = message_id.as_deref().unwrap_or(""), event_id = %event.id,
+                                error = %Chain(&e), attempt, wait_ms = wait.as_millis() as u64,
+                                "handling failed: tried again within the invocation");
+                            self.clock.sleep(wait).await;
+                            wait *= 2;
+                        }
+                        Err(e) => {
+                            tracing::error!(message_id = message_id.as_deref().unwrap_or(""), event_id = %event.id,
+                                error = %Chain(&e), attempts = attempt + 1,
+                                "handling failed: reported as a batch item failure, to be delivered again");
+                            break RecordOutcome::Failed(e);
+                        }
                     }
                 }
             }

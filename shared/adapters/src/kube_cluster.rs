@@ -514,9 +514,16 @@ impl Cluster for KubeCluster {
         }
     }
 
-    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+    async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         self.sent();
-        match self.nodes_api().delete(node, &DeleteParams::default()).await {
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.nodes_api().delete(node, &params).await {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(map_err(&format!("node {node}"), e)),

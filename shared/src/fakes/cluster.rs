@@ -591,8 +591,16 @@ impl Cluster for FakeCluster {
         Ok(state.evict((namespace.to_string(), pod.to_string())))
     }
 
-    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+    async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         let mut state = self.enter(format!("delete_node {node}"))?;
+        if let Some(n) = state.nodes.get(node)
+            && n.metadata.uid.as_deref().unwrap_or_default() != uid
+        {
+            // The apiserver's answer to a failed UID precondition: 409.
+            return Err(ClusterError::Conflict(format!(
+                "node {node}: the UID in the precondition ({uid}) does not match the object's"
+            )));
+        }
         state.nodes.remove(node);
         Ok(())
     }

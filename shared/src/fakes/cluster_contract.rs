@@ -695,7 +695,7 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
         .patch_labels_annotations(&missing, &patch_labels, &MetadataPatch::new())
         .await;
     assert!(not_found(&r), "patch of a missing node: {r:?}");
-    let r = cluster.delete_node(&missing).await;
+    let r = cluster.delete_node(&missing, "no-such-uid").await;
     assert!(r.is_ok(), "deleting a missing node succeeds: {r:?}");
 
     // An Event about a pod of the scene (evicted by now: the pod need not exist).
@@ -711,10 +711,27 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
     let r = cluster.publish_event(&event).await;
     assert!(r.is_ok(), "publish_event: {r:?}");
 
-    // Delete, twice.
-    let r = cluster.delete_node(&node).await;
+    // Delete with the UID as read: a stale UID (a Node re-created under the same name)
+    // is a conflict and deletes nothing; then delete, twice.
+    let uid = cluster
+        .nodes()
+        .await
+        .ok()
+        .and_then(|nodes| {
+            nodes
+                .into_iter()
+                .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+        })
+        .and_then(|n| n.metadata.uid)
+        .unwrap_or_default();
+    let r = cluster.delete_node(&node, "0b7f1c9e-0000-4000-8000-000000000000").await;
+    assert!(
+        matches!(r, Err(ClusterError::Conflict(_))),
+        "delete with a stale UID: {r:?}"
+    );
+    let r = cluster.delete_node(&node, &uid).await;
     assert!(r.is_ok(), "delete_node: {r:?}");
-    let r = cluster.delete_node(&node).await;
+    let r = cluster.delete_node(&node, &uid).await;
     assert!(r.is_ok(), "delete_node again: {r:?}");
     let nodes = cluster.nodes().await;
     assert!(

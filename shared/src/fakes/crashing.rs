@@ -120,9 +120,9 @@ impl<K: Cluster> Cluster for Crashing<'_, K> {
         }
         Ok(answer)
     }
-    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
+    async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         self.gate().await;
-        self.inner.delete_node(node).await
+        self.inner.delete_node(node, uid).await
     }
     async fn patch_labels_annotations(
         &self,

@@ -193,8 +193,10 @@ pub trait Cluster: Send + Sync {
     fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Evicts a pod through the Eviction API.
     fn evict(&self, namespace: &str, pod: &str) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;
-    /// Deletes a Node object; a missing node is success.
-    fn delete_node(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Deletes the Node object `node` whose UID is `uid` (a precondition, as Karpenter's
+    /// terminator deletes with): a Node re-created under the same name since it was read
+    /// is left alone, and the answer is a `Conflict`. A missing node is success.
+    fn delete_node(&self, node: &str, uid: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Sets and removes labels and annotations of a node.
     fn patch_labels_annotations(
         &self,

@@ -308,8 +308,8 @@ impl Cluster for Replicas<'_> {
         }
         Ok(answer)
     }
-    async fn delete_node(&self, node: &str) -> Result<(), ClusterError> {
-        self.inner.delete_node(node).await
+    async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
+        self.inner.delete_node(node, uid).await
     }
     async fn patch_labels_annotations(
         &self,
@@ -789,4 +789,52 @@ fn in_dry_run_a_spot_warning_is_reported_and_nothing_is_tainted_evicted_recorded
     let before = block_on(w.store.list_disruptions()).unwrap();
     assert!(block_on(d.sweep(&region, until)).unwrap().is_empty());
     assert_eq!(block_on(w.store.list_disruptions()).unwrap(), before);
+}
+
+/// A disruption in progress whose instance is already gone, as a crashed run left it.
+fn gone_record(instance_id: &str, hard: bool) -> carpool::ports::DisruptionRecord {
+    let now = carpool::ports::epoch_millis(start());
+    carpool::ports::DisruptionRecord {
+        instance_id: instance_id.into(),
+        node: format!("node-{instance_id}"),
+        reason: "spot-interruption".into(),
+        step: carpool::ports::DisruptionStep::Draining,
+        replacements: Vec::new(),
+        started_at: now,
+        updated_at: now,
+        event_id: format!("e-{instance_id}"),
+        nodepool: Some("general".into()),
+        drain_deadline: now + 90_000,
+        hard_deadline: hard,
+        wait_for_replacement: !hard,
+        evicted: Vec::new(),
+        held_by: None,
+        held_until: 0,
+        version: 0,
+    }
+}
+
+#[test]
+fn a_sweep_advances_every_disruption_and_one_failure_stops_none_of_the_others() {
+    // Issue 26, item 5: the sweep used to stop at its first error, leaving every drain
+    // after it for a minute.
+    let w = world();
+    for (id, hard) in [("i-gone-1", true), ("i-gone-2", false), ("i-gone-3", true)] {
+        block_on(w.store.create_disruption(&gone_record(id, hard))).unwrap();
+    }
+    w.store
+        .fail_on("update DISRUPT#i-gone-1", carpool::fakes::StoreErrorKind::Throttled);
+    let reports = sweep(&w, &w.cluster, "inv-sweep");
+    let done: Vec<&str> = reports.iter().filter_map(|r| r.instance_id.as_deref()).collect();
+    assert_eq!(done.len(), 2, "{reports:?}");
+    assert!(done.contains(&"i-gone-2") && done.contains(&"i-gone-3"), "{done:?}");
+    let left: Vec<String> = block_on(w.store.list_disruptions())
+        .unwrap()
+        .into_iter()
+        .map(|d| d.instance_id)
+        .collect();
+    assert_eq!(left, vec!["i-gone-1".to_string()]);
+    // The next sweep takes it up.
+    sweep(&w, &w.cluster, "inv-sweep-2");
+    assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
 }

@@ -718,7 +718,7 @@ fn the_interruption_group_may_add_and_remove_only_the_disrupted_taint_and_delete
     let as_interruption = Some(INTERRUPTION_GROUP);
     let node = format!("carpool-int-vap-{}", std::process::id());
     let manifest = format!(
-        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\nspec:\n  taints:\n    - key: dedicated\n      value: web\n      effect: NoSchedule\n"
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    team: web\n    karpenter.sh/nodepool: general\n    carpool.sh/managed: \"true\"\nspec:\n  taints:\n    - key: dedicated\n      value: web\n      effect: NoSchedule\n"
     );
     kubectl
         .run(&["apply", "-f", "-"], None, Some(&manifest))?
@@ -794,6 +794,11 @@ fn the_interruption_group_may_add_and_remove_only_the_disrupted_taint_and_delete
                 )?
                 .is_err(),
             "the provisioner's group could add the disrupted taint"
+        );
+        // The group may not make a node Carpool's, nor unmake one.
+        ensure!(
+            label("carpool.sh/managed=false")?.is_err(),
+            "the interruption group could change carpool.sh/managed"
         );
         // And the Node of an instance that is gone is removed by the interruption group.
         kubectl
@@ -907,6 +912,85 @@ fn the_interruption_group_removes_pods_by_eviction_only() -> Result<()> {
             "--wait=false",
             "--ignore-not-found",
         ],
+        None,
+        None,
+    );
+    outcome
+}
+
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_interruption_group_may_not_taint_label_as_its_own_or_delete_a_node_carpool_did_not_launch() -> Result<()> {
+    // Issue 26, item 6. RBAC grants `delete nodes` and `patch nodes` whole, and deleting a
+    // Node deletes its pods past every PodDisruptionBudget. The admission policies of
+    // infra/rbac/carpool-interruption-node-patch.yaml let the group (the interruption
+    // function and the consolidator) taint and delete only Nodes labelled
+    // carpool.sh/managed=true, a label no Carpool group may set: Karpenter's terminator
+    // likewise acts only on the nodes of its NodeClaims (`termination.Controller`,
+    // kubernetes-sigs/karpenter `pkg/controllers/node/termination/controller.go`).
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let as_interruption = Some(INTERRUPTION_GROUP);
+    let node = format!("someone-elses-{}", std::process::id());
+    let manifest = format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n  labels:\n    karpenter.sh/nodepool: general\n"
+    );
+    kubectl
+        .run(&["apply", "-f", "-"], None, Some(&manifest))?
+        .map_err(anyhow::Error::msg)?;
+    let outcome = (|| -> Result<()> {
+        let taint = || {
+            kubectl.run(
+                &["taint", "node", node.as_str(), "carpool.sh/disrupted:NoSchedule"],
+                as_interruption,
+                None,
+            )
+        };
+        ensure!(
+            eventually(&|| Ok(taint()?.is_err()))?,
+            "the interruption group could taint a node Carpool did not launch"
+        );
+        let refused = taint()?.unwrap_err();
+        ensure!(
+            refused.contains("carpool-interruption-node-patch"),
+            "refused, but not by the policy: {refused}"
+        );
+        for group in [INTERRUPTION_GROUP, GROUP] {
+            ensure!(
+                kubectl
+                    .run(
+                        &["label", "node", node.as_str(), "carpool.sh/managed=true"],
+                        Some(group),
+                        None
+                    )?
+                    .is_err(),
+                "{group} could label a node carpool.sh/managed=true"
+            );
+        }
+        // A server-side dry run goes through admission and deletes nothing, so the
+        // policy can be waited for without losing the node.
+        let delete = |dry_run: &str| {
+            kubectl.run(
+                &["delete", "node", node.as_str(), "--wait=false", dry_run],
+                as_interruption,
+                None,
+            )
+        };
+        ensure!(
+            eventually(&|| Ok(delete("--dry-run=server")?.is_err()))?,
+            "the interruption group could delete a node Carpool did not launch"
+        );
+        let refused = delete("--dry-run=none")?.unwrap_err();
+        ensure!(
+            refused.contains("carpool-interruption-node-delete"),
+            "refused, but not by the policy: {refused}"
+        );
+        let still = kubectl.run(&["get", "node", node.as_str(), "-o", "name"], None, None)?;
+        ensure!(still.is_ok(), "the node is gone: {still:?}");
+        Ok(())
+    })();
+    let _ = kubectl.run(
+        &["delete", "node", node.as_str(), "--wait=false", "--ignore-not-found"],
         None,
         None,
     );

@@ -154,20 +154,36 @@ impl Scene {
         self.consolidate_on(&store, owner).await
     }
 
+    /// One consolidator run in dry run.
+    async fn consolidate_dry(&self, owner: &str) -> Result<carpool::run::consolidate::ConsolidationReport> {
+        let store = self.store().await?;
+        self.run_on(&store, owner, true).await
+    }
+
     /// One consolidator run on `store`.
     async fn consolidate_on<S: StateStore>(
         &self,
         store: &S,
         owner: &str,
     ) -> Result<carpool::run::consolidate::ConsolidationReport> {
+        self.run_on(store, owner, false).await
+    }
+
+    async fn run_on<S: StateStore>(
+        &self,
+        store: &S,
+        owner: &str,
+        dry_run: bool,
+    ) -> Result<carpool::run::consolidate::ConsolidationReport> {
         let cloud = self.cloud().await?;
         let cluster = KubeCluster::new(self.kube.clone());
         let region = Catalog::embedded()?.region("us-east-1")?;
-        let settings = ConsolidationSettings {
+        let mut settings = ConsolidationSettings {
             recheck_delay: Duration::from_secs(2),
             drain_slice: Duration::from_secs(30),
             ..ConsolidationSettings::from_config(&self.config()?)
         };
+        settings.provision.dry_run = dry_run;
         let clock = AheadClock(*self.ahead.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
         let until = carpool::ports::Clock::now(&clock) + Duration::from_secs(90);
         let c = Consolidator::new(&cloud, &cluster, store, &clock, settings, owner);
@@ -218,6 +234,37 @@ async fn scaled_down(scene: &Scene) -> Result<()> {
         })
         .and_then(|p| p.spec.as_ref()?.node_name.clone())
         .context("the keeper's node")?;
+
+    // Issue 26, item 8: in dry run the consolidator reports the command it would run and
+    // changes nothing: no taint, eviction, record, launch or termination.
+    let instances: Vec<String> = scene.cloud().await?.list().await?.into_iter().map(|i| i.id).collect();
+    let mut would = Vec::new();
+    for run in 0..3 {
+        let report = scene.consolidate_dry(&format!("dry-{run}")).await?;
+        if let Some(command) = &report.command {
+            eprintln!("dry run {run}: would {:?} {:?}", command.method, command.nodes);
+            would.push(command.method);
+        }
+        ensure!(report.evicted == 0 && report.steps.is_empty(), "{report:?}");
+        ensure!(scene.store().await?.list_disruptions().await?.is_empty(), "dry run wrote a record");
+        let tainted: Vec<String> = Api::<Node>::all(scene.kube.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == "carpool.sh/disrupted"))
+            })
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        ensure!(tainted.is_empty(), "dry run tainted {tainted:?}");
+        let now: Vec<String> = scene.cloud().await?.list().await?.into_iter().map(|i| i.id).collect();
+        ensure!(now == instances, "dry run launched or terminated");
+    }
+    ensure!(!would.is_empty(), "the dry runs reported no command");
 
     let (stop, fewest, violations, watcher) = scene.watch_pdb("web");
     let mut commands: Vec<DisruptionCommand> = Vec::new();

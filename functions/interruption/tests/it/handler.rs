@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use carpool::catalog::Catalog;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore, StoreErrorKind};
 use carpool::model::CapacityType;
-use carpool::ports::{Instance, InstanceState};
+use carpool::ports::{Clock, Instance, InstanceState};
 use carpool::run::config::Config;
 use carpool_interruption::handler::{App, invoke};
 use lambda_runtime::{Context, LambdaEvent};
@@ -93,12 +93,32 @@ async fn a_kind_carpool_does_not_handle_is_acknowledged_not_failed() {
 }
 
 #[tokio::test]
-async fn a_handling_that_fails_is_a_batch_item_failure_to_be_delivered_again() {
+async fn a_handling_that_keeps_failing_is_a_batch_item_failure_to_be_delivered_again() {
     let app = app();
-    app.store.fail_next(StoreErrorKind::Throttled);
+    for _ in 0..=carpool_interruption::handler::RETRIES {
+        app.store.fail_next(StoreErrorKind::Throttled);
+    }
     let batch = json!({"Records": [message("m-1", &sample("spot-interruption-warning.json").to_string())]});
     let answer = invoke(&app, invocation(batch)).await.unwrap();
     assert_eq!(answer, json!({"batchItemFailures": [{"itemIdentifier": "m-1"}]}));
+}
+
+#[tokio::test]
+async fn a_transient_error_is_retried_within_the_invocation_not_after_the_visibility_timeout() {
+    // Issue 26, item 5: handed back to SQS, the message would come again only after the
+    // queue's visibility timeout (900 s), long after a spot warning's two minutes.
+    let app = app();
+    app.store.fail_next(StoreErrorKind::Throttled);
+    app.store.fail_next(StoreErrorKind::Throttled);
+    let before = app.clock.now();
+    let batch = json!({"Records": [message("m-1", &sample("spot-interruption-warning.json").to_string())]});
+    let answer = invoke(&app, invocation(batch)).await.unwrap();
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    let waited = app.clock.now().duration_since(before).unwrap();
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
 }
 
 #[tokio::test]

@@ -493,9 +493,22 @@ async fn drive(
     Ok((cold_start, invocation, peak, summary))
 }
 
-async fn check(scene: &Scene) -> Result<()> {
+async fn check(scene: &mut Scene) -> Result<()> {
     scene.create().await?;
     scene.wait_unschedulable().await?;
+
+    // Issue 26, item 8: in dry run the binary logs what it would launch and launches
+    // nothing (no instance, no launch record).
+    scene.dry_run = true;
+    let dry = run_binary(scene).await?;
+    ensure!(
+        dry.stdout.iter().any(|l| l.contains("dry run: would launch")),
+        "no 'dry run: would launch' line"
+    );
+    let instances = scene.instances().await?;
+    ensure!(instances.is_empty(), "dry run launched {instances:?}");
+    scene.dry_run = false;
+
     let m = run_binary(scene).await?;
     eprintln!(
         "provisioner binary (debug build): cold start {} ms, invocation {} ms, peak RSS {:.1} MiB",
@@ -545,8 +558,8 @@ async fn check(scene: &Scene) -> Result<()> {
 #[ignore = "needs local stack (infra/local/up)"]
 async fn the_binary_answers_a_scheduled_event_with_launches_authenticated_by_an_eks_token() -> Result<()> {
     let _stack = exclusive().await;
-    let scene = Scene::new().await?;
-    let result = check(&scene).await;
+    let mut scene = Scene::new().await?;
+    let result = check(&mut scene).await;
     let cleaned = scene.cleanup().await;
     result?;
     cleaned

@@ -301,3 +301,30 @@ async fn a_bottlerocket_node_gets_its_toml_settings_merged_with_the_class_user_d
     );
     Ok(())
 }
+
+/// Issue 26, item 2: an `ssmParameter` term that names a parameter SSM does not have (a
+/// typo, another Region's) is the class's own problem, typed as such, so the provisioner
+/// backs off its NodePools alone (`shared/tests/it/class_failure.rs` shows the rest).
+/// moto answers `ParameterNotFound` as SSM does.
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn an_ssm_parameter_that_does_not_exist_is_the_classs_own_error() -> Result<()> {
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let cloud = cloud(&stack, &format!("/{}", unique("root"))).await?;
+    let missing = format!("/{}/al2023/image_id", unique("typo"));
+    let mut node_class = class("al2023@latest")?;
+    node_class.spec.ami_selector_terms[0].alias = None;
+    node_class.spec.ami_selector_terms[0].ssm_parameter = Some(missing.clone());
+    match cloud.images(&node_class).await {
+        Err(CloudError::NodeClass {
+            node_class: name,
+            reason: NodeClassReason::SsmParameterNotFound { parameter },
+            ..
+        }) => {
+            ensure!(name == "default" && parameter == missing, "{name} {parameter}");
+        }
+        other => bail!("expected SsmParameterNotFound, got {other:?}"),
+    }
+    Ok(())
+}

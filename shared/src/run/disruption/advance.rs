@@ -393,16 +393,34 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
     /// records, and its disruption record. Idempotent.
     pub(crate) async fn cleanup(&self, instance_id: &str, node: Option<&str>) -> Result<(), InterruptionError> {
         if let Some(node) = node {
-            let ours = self.ports.cluster.nodes().await?.iter().any(|n| {
+            // Only a Carpool node, only the Node of this instance (its providerID), and only
+            // the object read here (its UID): a Node re-created under the same name, or
+            // another instance's, is left alone.
+            let read = self.ports.cluster.nodes().await?.into_iter().find(|n| {
                 n.metadata.name.as_deref() == Some(node)
                     && n.metadata
                         .labels
                         .as_ref()
                         .and_then(|l| l.get(crate::model::well_known::CARPOOL_MANAGED))
                         .is_some_and(|v| v == "true")
+                    && n.spec
+                        .as_ref()
+                        .and_then(|s| s.provider_id.as_deref())
+                        .and_then(crate::model::node::instance_id_from_provider_id)
+                        .is_some_and(|id| id == instance_id)
             });
-            if ours && !self.settings.provision.dry_run {
-                self.ports.cluster.delete_node(node).await?;
+            if let Some(read) = read
+                && !self.settings.provision.dry_run
+            {
+                let uid = read.metadata.uid.unwrap_or_default();
+                match self.ports.cluster.delete_node(node, &uid).await {
+                    Ok(()) => {}
+                    Err(crate::ports::ClusterError::Conflict(why)) => {
+                        tracing::warn!(node = %node, instance_id = %instance_id, reason = %why,
+                            "the Node was re-created since it was read: left alone");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         if self.settings.provision.dry_run {

@@ -94,6 +94,13 @@ pub enum InterruptionError {
     /// The drain failed.
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// Every disruption a sweep advanced failed (each failure is logged); when only some
+    /// did, the sweep reports the others and the next sweep retries these.
+    #[error("the sweep could advance none of its {failed} disruptions")]
+    SweepFailed {
+        /// How many failed.
+        failed: usize,
+    },
     /// Another invocation took the disruption over (this one's hold lapsed) or finished
     /// it: this one stops working on it. [`Disrupter::handle`] reports it as
     /// [`Outcome::HeldElsewhere`], not as an error.

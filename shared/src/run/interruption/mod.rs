@@ -124,7 +124,13 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             }
             return Ok(reports);
         }
-        for record in records.into_iter().filter(|r| !is_consolidation(r)) {
+        // Hard deadlines (spot warnings, instances stopping) first, soonest first; then the
+        // rest. All are advanced at once, and one's failure is that one's: it is logged,
+        // and the next sweep (a minute later) takes it up again.
+        let mut records: Vec<DisruptionRecord> = records.into_iter().filter(|r| !is_consolidation(r)).collect();
+        records.sort_by_key(|r| (!r.hard_deadline, r.drain_deadline));
+        let advanced = futures_util::future::join_all(records.into_iter().map(|record| {
+            let instance_id = record.instance_id.clone();
             let report = EventReport::new(
                 &record.event_id,
                 crate::decide::interruption::EventKind::Scheduled,
@@ -132,7 +138,27 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 Some(&record.instance_id),
                 Outcome::Draining,
             );
-            reports.push(self.advance(region, record, None, None, until, report).await?);
+            async move {
+                (
+                    instance_id,
+                    self.advance(region, record, None, None, until, report).await,
+                )
+            }
+        }))
+        .await;
+        let mut failed = 0usize;
+        for (instance_id, outcome) in advanced {
+            match outcome {
+                Ok(report) => reports.push(report),
+                Err(e) => {
+                    failed += 1;
+                    tracing::error!(instance_id = %instance_id, error = %crate::error_chain::Chain(&e),
+                        "sweep: advancing this disruption failed; the others went on, and the next sweep retries it");
+                }
+            }
+        }
+        if failed > 0 && reports.is_empty() {
+            return Err(InterruptionError::SweepFailed { failed });
         }
         Ok(reports)
     }
