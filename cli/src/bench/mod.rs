@@ -4,12 +4,15 @@
 //!   types) and reports the planning time.
 //! - `consolidate` times one consolidation decision over a generated cluster
 //!   ([`consolidate`]).
+//! - `interruption` handles one batch of spot warnings over a generated cluster and
+//!   reports its apiserver requests and heap ([`interruption`]).
 //! - `packing` runs a suite of scenarios and compares Carpool's plan with a Karpenter-style
 //!   first-fit-decreasing baseline ([`ffd`]) and with the LP lower bound. Every plan, the
 //!   baseline's too, must pass the independent checker.
 
 mod consolidate;
 pub(crate) mod ffd;
+mod interruption;
 mod provision;
 mod scenarios;
 
@@ -77,6 +80,24 @@ enum BenchCommand {
         /// Running pods.
         #[arg(long, default_value_t = 20000)]
         pods: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One batch of spot warnings handled over a generated cluster: apiserver requests and heap.
+    Interruption {
+        /// Nodes.
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        /// Running pods.
+        #[arg(long, default_value_t = 20000)]
+        pods: usize,
+        /// Spot warnings in the batch (each about one of the nodes).
+        #[arg(long, default_value_t = 20)]
+        warnings: usize,
+        /// Each record reads the cluster for itself (as before one read was shared).
+        #[arg(long)]
+        per_record: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -275,6 +296,40 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     r.savings_per_hour,
                     r.simulations,
                     r.peak_rss_mib.unwrap_or(0.0)
+                );
+            }
+        }
+        BenchCommand::Interruption {
+            nodes,
+            pods,
+            warnings,
+            per_record,
+            json,
+        } => {
+            if *warnings == 0 || warnings > nodes {
+                return Err(UsageError("--warnings must be between 1 and --nodes".into()).into());
+            }
+            let r = interruption::run(&region, *nodes, *pods, *warnings, *per_record)?;
+            if *json {
+                say!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                say!(
+                    "nodes {}  pods {}  warnings {}  {}  cluster calls {} (lists {})  drained {}  evicted {}  elapsed {:.0} ms  heap peak {:.0} MiB (fakes {:.0} MiB)",
+                    r.nodes,
+                    r.pods,
+                    r.warnings,
+                    if r.per_record {
+                        "a read per record"
+                    } else {
+                        "one shared read"
+                    },
+                    r.cluster_calls,
+                    r.cluster_lists,
+                    r.drained,
+                    r.evicted,
+                    r.elapsed_ms,
+                    r.heap_peak_mib,
+                    r.fakes_heap_mib
                 );
             }
         }

@@ -27,7 +27,7 @@ use super::scenarios;
 /// The wall clock, except that a sleep returns at once and moves the clock on: the
 /// run's watch costs nothing, and its planning and launching are timed for real.
 #[derive(Default)]
-struct SkippingClock {
+pub(super) struct SkippingClock {
     skipped: std::sync::Mutex<Duration>,
 }
 

@@ -26,6 +26,7 @@ use carpool::run::config::Config;
 use carpool::run::disruption::{Disrupter, EventReport, InterruptionError, InterruptionSettings};
 use carpool::run::interruption::metrics::event_metrics;
 use carpool::run::price_refresh::LiveCatalog;
+use carpool::run::shared_snapshot::SharedSnapshot;
 use futures_util::future::join_all;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
@@ -85,12 +86,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         }
     }
 
-    /// Handles one event as `owner`, until `until`, printing its metrics.
+    /// Handles one event as `owner`, until `until`, on the invocation's `shared` read of
+    /// the cluster, printing its metrics.
     pub async fn handle_event(
         &self,
         owner: &str,
         event: &InterruptionEvent,
         until: SystemTime,
+        shared: &SharedSnapshot,
     ) -> Result<Vec<EventReport>, InterruptionError> {
         let region = self.catalog.region();
         let interrupter = Disrupter::new(
@@ -100,7 +103,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             &self.clock,
             self.settings.clone(),
             owner,
-        );
+        )
+        .with_shared_snapshot(shared);
         let reports = interrupter.handle(&region, event, until).await?;
         let now = epoch_millis(self.clock.now());
         for r in &reports {
@@ -117,6 +121,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         request_id: &str,
         record: InputRecord,
         until: SystemTime,
+        shared: &SharedSnapshot,
     ) -> (Option<String>, RecordOutcome) {
         let message_id = record.message_id;
         let outcome = match record.event {
@@ -131,7 +136,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
                 let mut wait = FIRST_RETRY;
                 let mut attempt = 0;
                 loop {
-                    match self.handle_event(&owner, &event, until).await {
+                    match self.handle_event(&owner, &event, until, shared).await {
                         Ok(reports) => break RecordOutcome::Handled(reports),
                         Err(e) if attempt < RETRIES && self.clock.now() + wait < until => {
                             attempt += 1;
@@ -167,7 +172,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         self.catalog.refresh(&self.cloud, &self.clock).await;
         let until = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline);
         let records = parse_input(payload).inspect_err(|e| tracing::error!(reason = %e, "unreadable SQS batch"))?;
-        let outcomes = join_all(records.into_iter().map(|r| self.record(request_id, r, until))).await;
+        // One read of the cluster for the whole batch, on first need.
+        let shared = SharedSnapshot::new();
+        let outcomes = join_all(records.into_iter().map(|r| self.record(request_id, r, until, &shared))).await;
         let failures: Vec<BatchItemFailure> = outcomes
             .iter()
             .filter(|(_, o)| !matches!(o, RecordOutcome::Handled(_)))
@@ -196,7 +203,10 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             tracing::error!(reason = %e, "unreadable event");
             non_retryable("UnreadableEvent", &e)
         })?;
-        match self.handle_event(request_id, &event, until).await {
+        match self
+            .handle_event(request_id, &event, until, &SharedSnapshot::new())
+            .await
+        {
             Ok(reports) => Ok(json!({ "reports": reports })),
             Err(e) => {
                 tracing::error!(event_id = %event.id, error = %Chain(&e), "handling failed");

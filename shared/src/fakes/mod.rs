@@ -11,6 +11,7 @@ mod crashing;
 mod injected;
 mod store;
 mod store_contract;
+mod yielding;
 
 pub use clock::FakeClock;
 pub use cloud::{CloudFault, FakeCloud, default_images};
@@ -22,3 +23,4 @@ pub use crashing::Crashing;
 pub use injected::Injected;
 pub use store::{FakeStore, StoreErrorKind};
 pub use store_contract::store_contract;
+pub use yielding::Yielding;

@@ -17,7 +17,9 @@
 //!   consolidator both drive.
 //! - [`consolidate`]: the consolidator's run.
 //! - [`ports`]: the ports a runner works through, borrowed together.
-//! - [`observe`]: the cluster read into a snapshot; [`emf`]: metrics as CloudWatch reads them.
+//! - [`observe`]: the cluster read into a snapshot; [`shared_snapshot`]: one read shared
+//!   by an invocation's records, which plan in turn; [`emf`]: metrics as CloudWatch reads
+//!   them.
 //! - [`price_refresh`]: a region's catalog with live prices and offerings, read again
 //!   when stale; every function that plans keeps one across invocations.
 
@@ -32,4 +34,5 @@ pub mod observe;
 pub mod ports;
 pub mod price_refresh;
 pub mod provision;
+pub mod shared_snapshot;
 pub mod watch_mode;

@@ -246,7 +246,10 @@ async fn scaled_down(scene: &Scene) -> Result<()> {
             would.push(command.method);
         }
         ensure!(report.evicted == 0 && report.steps.is_empty(), "{report:?}");
-        ensure!(scene.store().await?.list_disruptions().await?.is_empty(), "dry run wrote a record");
+        ensure!(
+            scene.store().await?.list_disruptions().await?.is_empty(),
+            "dry run wrote a record"
+        );
         let tainted: Vec<String> = Api::<Node>::all(scene.kube.clone())
             .list(&ListParams::default())
             .await?

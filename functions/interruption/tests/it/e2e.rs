@@ -301,7 +301,10 @@ async fn dry_run_changes_nothing(
         .into_iter()
         .map(|t| t.key)
         .collect();
-    ensure!(!taints.iter().any(|k| k == "carpool.sh/disrupted"), "dry run tainted: {taints:?}");
+    ensure!(
+        !taints.iter().any(|k| k == "carpool.sh/disrupted"),
+        "dry run tainted: {taints:?}"
+    );
     let still = scene
         .pods()
         .await?
@@ -309,7 +312,10 @@ async fn dry_run_changes_nothing(
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .count();
     ensure!(still == on_spot, "dry run evicted: {still} of {on_spot} pods left");
-    ensure!(scene.store().await?.list_disruptions().await?.is_empty(), "dry run wrote a record");
+    ensure!(
+        scene.store().await?.list_disruptions().await?.is_empty(),
+        "dry run wrote a record"
+    );
     let now: Vec<String> = scene.cloud().await?.list().await?.into_iter().map(|i| i.id).collect();
     ensure!(now == instances, "dry run launched or terminated: {now:?}");
     Ok(())

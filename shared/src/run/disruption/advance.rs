@@ -270,7 +270,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             self.ports.clock,
             self.settings.provision.clone(),
             &prefix,
-        );
+        )
+        .with_shared_snapshot(self.shared_snapshot);
         let replacement = provisioner
             .replace_node(region, &record.node, &record.instance_id, spot)
             .await

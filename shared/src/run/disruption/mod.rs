@@ -119,6 +119,9 @@ pub struct Disrupter<'a, C, K, S, T> {
     pub settings: InterruptionSettings,
     /// Who runs (the Lambda request id): the holder of the disruptions it advances.
     pub owner: String,
+    /// The invocation's one read of the cluster, shared by its records; `None`: each
+    /// replacement reads the cluster itself.
+    pub shared_snapshot: Option<&'a crate::run::shared_snapshot::SharedSnapshot>,
 }
 
 pub(crate) fn since_ms(from: SystemTime, to: SystemTime) -> u64 {
@@ -145,6 +148,15 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             },
             settings,
             owner: owner.to_string(),
+            shared_snapshot: None,
         }
+    }
+
+    /// Plans replacements on `shared`, read once for the invocation and shared by its
+    /// records ([`crate::run::shared_snapshot`]).
+    #[must_use]
+    pub fn with_shared_snapshot(mut self, shared: &'a crate::run::shared_snapshot::SharedSnapshot) -> Self {
+        self.shared_snapshot = Some(shared);
+        self
     }
 }

@@ -5,6 +5,7 @@
 //! will too.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::LaunchOutcome;
 use crate::catalog::RegionCatalog;
@@ -15,6 +16,7 @@ use crate::decide::{Unschedulable, provisioning_plan};
 use crate::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use crate::run::provision::report::{LaunchFailure, Launched};
 use crate::run::provision::{ProvisionError, Provisioner, batch::MAX_ROUNDS};
+use crate::snapshot::Snapshot;
 
 /// What was launched to replace a node.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -45,43 +47,72 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         disrupted: &str,
         on_demand: bool,
     ) -> Result<Replacement, ProvisionError> {
-        let mut snapshot = crate::run::observe::read_snapshot(self.ports.cluster).await?;
-        nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
-        nodepools::drop_without_node_class(&mut snapshot);
+        // The cluster as this invocation read it (once, for all its records, with a
+        // shared snapshot), or as read now.
+        let read = match self.shared_snapshot {
+            Some(shared) => shared.get(self.ports.cluster).await?,
+            None => Arc::new(crate::run::observe::read_snapshot(self.ports.cluster).await?),
+        };
         let now = self.ports.clock.now();
         let backoffs = self.ports.store.list_backoffs().await?;
-        backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
-        // A class that cannot be resolved leaves its NodePools out of the replacement;
-        // the provisioner's next batch backs them off.
-        self.narrow_pools(&mut snapshot, base).await;
-        if on_demand {
-            prefer_on_demand(&mut snapshot.nodepools);
-        }
-        let reservation = reservation_for(disrupted, &moving_pods(&snapshot, node));
-        let (mut view, pods) = replacement_view(&snapshot, node);
-        let mut replacement = Replacement {
-            pods,
-            ..Replacement::default()
-        };
-        if replacement.pods.is_empty() {
-            return Ok(replacement);
-        }
         let mut region = base.clone();
         for o in self.ports.store.unavailable_offerings(now).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }
+        let mut replacement = Replacement::default();
+        // The pods a launch of an earlier round provided for.
+        let mut provided: BTreeSet<String> = BTreeSet::new();
         let created = BTreeMap::new();
         for _ in 0..MAX_ROUNDS {
-            let plan = provisioning_plan(&view, &region);
+            let (plan, pools, reservation) = {
+                // One record plans at a time: its copy of the cluster and its planning
+                // view are let go before the next one makes its own.
+                let _turn = match self.shared_snapshot {
+                    Some(shared) => Some(shared.planning().await),
+                    None => None,
+                };
+                let mut snapshot = Snapshot::clone(&read);
+                nodepools::keep_managed(&mut snapshot, &self.settings.nodepool_selector);
+                nodepools::drop_without_node_class(&mut snapshot);
+                backoff::hold_back(&mut snapshot, &backoffs, epoch_millis(now));
+                // A class that cannot be resolved leaves its NodePools out of the
+                // replacement; the provisioner's next batch backs them off.
+                self.narrow_pools(&mut snapshot, base).await;
+                if on_demand {
+                    prefer_on_demand(&mut snapshot.nodepools);
+                }
+                let reservation = reservation_for(disrupted, &moving_pods(&snapshot, node));
+                let (mut view, pods) = replacement_view(&snapshot, node);
+                if replacement.pods.is_empty() {
+                    replacement.pods = pods;
+                }
+                // A round after the first plans only for the pods whose node ran out of
+                // capacity.
+                view.pods.retain(|p| {
+                    !provided.contains(&crate::decide::provisioning::pod::pod_key(p))
+                        || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+                });
+                let plan = (!replacement.pods.is_empty()).then(|| provisioning_plan(&view, &region));
+                // What a launch reads of the cluster: its NodePools and classes.
+                let pools = Snapshot {
+                    nodepools: std::mem::take(&mut snapshot.nodepools),
+                    nodeclasses: std::mem::take(&mut snapshot.nodeclasses),
+                    ..Snapshot::default()
+                };
+                (plan, pools, reservation)
+            };
+            let Some(plan) = plan else {
+                return Ok(replacement);
+            };
             replacement.unschedulable = plan.unschedulable.clone();
             if plan.nodes.is_empty() || self.settings.dry_run {
                 break;
             }
             let at = self.ports.clock.now();
+            let snapshot = &pools;
             let outcomes = self
-                .launch_all(&plan.nodes, &snapshot, &region, at, &created, Some(&reservation), None)
+                .launch_all(&plan.nodes, snapshot, &region, at, &created, Some(&reservation), None)
                 .await;
-            let mut provided: BTreeSet<String> = BTreeSet::new();
             let mut out_of_capacity = false;
             for (planned, outcome) in plan.nodes.iter().zip(outcomes) {
                 match outcome? {
@@ -111,11 +142,6 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                     }
                 }
             }
-            // The next round plans only for the pods whose node ran out of capacity.
-            view.pods.retain(|p| {
-                !provided.contains(&crate::decide::provisioning::pod::pod_key(p))
-                    || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-            });
             if !out_of_capacity {
                 break;
             }

@@ -211,6 +211,9 @@ pub struct Provisioner<'a, C, K, S, T> {
     /// still pending.
     recheck_until: Option<SystemTime>,
     recent_events: SharedRecentEvents,
+    /// The cluster as the invocation read it, shared by its records (the interruption
+    /// function's replacements); `None`: read when needed.
+    pub(crate) shared_snapshot: Option<&'a crate::run::shared_snapshot::SharedSnapshot>,
 }
 
 fn since(now: SystemTime, then: SystemTime) -> Duration {
@@ -238,7 +241,16 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             released_at: HashMap::new(),
             recheck_until: None,
             recent_events: SharedRecentEvents::default(),
+            shared_snapshot: None,
         }
+    }
+
+    /// Plans a node's replacement on `shared`, the invocation's one read of the cluster,
+    /// in turn with the invocation's other records ([`crate::run::shared_snapshot`]).
+    #[must_use]
+    pub fn with_shared_snapshot(mut self, shared: Option<&'a crate::run::shared_snapshot::SharedSnapshot>) -> Self {
+        self.shared_snapshot = shared;
+        self
     }
 
     /// The run remembers the Events it publishes in `recent` (for the rate limit), and

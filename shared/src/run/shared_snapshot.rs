@@ -1,0 +1,89 @@
+//! One read of the cluster shared by the records of one invocation, and planning done
+//! one record at a time.
+//!
+//! A mass spot reclaim sends the interruption function batches of ten warnings at once.
+//! Each warning's replacement is planned from the whole cluster (the node's pods, and the
+//! rest of the cluster for their spreads and affinities): read per record, that is ten
+//! full reads of every pod, node and budget per batch, and about a hundred concurrent
+//! LISTs when Lambda runs ten batches at once; and ten copies of the cluster, and ten
+//! planning views of it, in memory at once.
+//!
+//! So an invocation reads the cluster once, on first need ([`SharedSnapshot::get`]), and
+//! its records plan one at a time ([`SharedSnapshot::planning`]): a record clones what it
+//! narrows and plans on, plans, and lets the copy go before the next record plans.
+//! Launches, drains and terminations still run concurrently. The snapshot is as fresh as
+//! the invocation: what a record's replacement launched is read from the state store
+//! (launches in flight, reservations), never from the snapshot. `carpool bench
+//! interruption` measures the requests and the memory either way.
+
+use std::sync::Arc;
+
+use futures_util::lock::{Mutex, MutexGuard};
+
+use crate::ports::{Cluster, ClusterError};
+use crate::run::observe::read_snapshot;
+use crate::snapshot::Snapshot;
+
+/// The cluster read once for an invocation, and the turn to plan.
+#[derive(Default)]
+pub struct SharedSnapshot {
+    read: Mutex<Option<Arc<Snapshot>>>,
+    planning: Mutex<()>,
+}
+
+impl SharedSnapshot {
+    /// A cell with nothing read yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The snapshot, read from `cluster` by the first caller; the others wait for that
+    /// read and share it. A failed read is not kept: the next caller reads again.
+    pub async fn get<K: Cluster>(&self, cluster: &K) -> Result<Arc<Snapshot>, ClusterError> {
+        let mut read = self.read.lock().await;
+        if let Some(snapshot) = read.as_ref() {
+            return Ok(Arc::clone(snapshot));
+        }
+        let snapshot = Arc::new(read_snapshot(cluster).await?);
+        *read = Some(Arc::clone(&snapshot));
+        Ok(snapshot)
+    }
+
+    /// The turn to plan: held while a record copies, narrows and plans on the snapshot.
+    pub async fn planning(&self) -> MutexGuard<'_, ()> {
+        self.planning.lock().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::{ClusterErrorKind, FakeCluster, Yielding};
+    use futures_util::future::join_all;
+
+    fn lists_of_pods(cluster: &FakeCluster) -> usize {
+        cluster.calls().iter().filter(|c| *c == "scheduled_pods").count()
+    }
+
+    #[test]
+    fn ten_records_that_need_the_cluster_at_once_read_it_once() {
+        let cluster = FakeCluster::new();
+        // Each call takes a turn: the ten reads are in flight together, as over the network.
+        let slow = Yielding::new(&cluster);
+        let shared = SharedSnapshot::new();
+        let reads = pollster::block_on(join_all((0..10).map(|_| shared.get(&slow))));
+        assert!(reads.iter().all(Result::is_ok));
+        assert_eq!(lists_of_pods(&cluster), 1, "{:?}", cluster.calls());
+    }
+
+    #[test]
+    fn a_read_that_failed_is_not_kept_and_the_next_record_reads_again() {
+        let cluster = FakeCluster::new();
+        let shared = SharedSnapshot::new();
+        cluster.fail_next(ClusterErrorKind::Throttled);
+        assert!(pollster::block_on(shared.get(&cluster)).is_err());
+        assert!(pollster::block_on(shared.get(&cluster)).is_ok());
+        assert!(pollster::block_on(shared.get(&cluster)).is_ok());
+        assert_eq!(lists_of_pods(&cluster), 1, "read again once, then shared");
+    }
+}
