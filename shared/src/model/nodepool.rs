@@ -276,6 +276,39 @@ pub fn parse_schedule(schedule: &str) -> Result<croner::Cron, String> {
 /// Label keys a NodePool may not set or require: they are Carpool's to set.
 const RESTRICTED_LABELS: &[&str] = &[well_known::NODEPOOL, well_known::HOSTNAME];
 
+/// Label domains a NodePool may not set or require a key of, unless the key is well
+/// known, and the subdomains excepted from them: Karpenter's `RestrictedLabelDomains` and
+/// `LabelDomainExceptions` (kubernetes-sigs/karpenter `pkg/apis/v1/labels.go`, with the
+/// AWS provider's `karpenter.k8s.aws`). Such labels are the kubelet's, the cloud
+/// provider's or another tool's to set; the kubelet's NodeRestriction would refuse most.
+const RESTRICTED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws"];
+const DOMAIN_EXCEPTIONS: &[&str] = &["kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"];
+
+/// The restricted domain a label key is in, when it is not well known
+/// (Karpenter's `IsRestrictedLabel`).
+fn restricted_domain(key: &str) -> Option<&'static str> {
+    if well_known::is_well_known(key) {
+        return None;
+    }
+    let (domain, _) = key.split_once('/')?;
+    if DOMAIN_EXCEPTIONS.iter().any(|e| domain.ends_with(e)) {
+        return None;
+    }
+    RESTRICTED_DOMAINS.iter().copied().find(|d| domain.ends_with(d))
+}
+
+fn check_domain(key: &str, path: String) -> Result<(), ManifestError> {
+    match restricted_domain(key) {
+        Some(domain) => Err(ManifestError::at(
+            path,
+            format!(
+                "label domain {domain:?} is restricted ({key:?} is not a well-known label); use a domain of your own"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn validate_taints(taints: &[Taint], path: &str) -> Result<(), ManifestError> {
     for (i, t) in taints.iter().enumerate() {
         if t.key.is_empty() {
@@ -335,6 +368,7 @@ impl Validate for NodePool {
             // Each value may become the node's label (Karpenter's `ValidateRequirement`
             // checks key and values with the apiserver's label rules).
             label_syntax::label_key(&r.key).map_err(|e| ManifestError::at(format!("{REQ}[{i}].key"), e.to_string()))?;
+            check_domain(&r.key, format!("{REQ}[{i}].key"))?;
             for v in &r.values {
                 label_syntax::label_value(&r.key, v)
                     .map_err(|e| ManifestError::at(format!("{REQ}[{i}].values"), e.to_string()))?;
@@ -351,6 +385,7 @@ impl Validate for NodePool {
             }
             label_syntax::label(key, value)
                 .map_err(|e| ManifestError::at(format!("spec.template.metadata.labels[{key}]"), e.to_string()))?;
+            check_domain(key, format!("spec.template.metadata.labels[{key}]"))?;
         }
         validate_taints(&spec.taints, "spec.template.spec.taints")?;
         validate_taints(&spec.startup_taints, "spec.template.spec.startupTaints")?;

@@ -288,3 +288,43 @@ fn ec2nodeclass_errors_name_the_field_path() {
         assert_eq!(&err.path, path, "changing {from:?} to {to:?}: {err}");
     }
 }
+
+// Karpenter's `IsRestrictedLabel` (kubernetes-sigs/karpenter `pkg/apis/v1/labels.go`): a
+// key in `kubernetes.io`, `k8s.io`, `karpenter.sh` (or the AWS provider's
+// `karpenter.k8s.aws`) that is not a well-known label is refused, in requirements and in
+// the template's labels; `node.kubernetes.io`, `node-restriction.kubernetes.io` and
+// `kops.k8s.io` are excepted. The kubelet, the cloud provider or another tool sets those.
+#[test]
+fn a_nodepool_that_sets_or_requires_a_label_of_a_restricted_domain_is_refused() {
+    let base = fixture("nodepool-default.yaml");
+    for key in [
+        "kubernetes.io/role",
+        "karpenter.sh/team",
+        "foo.k8s.io/x",
+        "karpenter.k8s.aws/mine",
+    ] {
+        let err = nodepool_error(&base.replacen("key: kubernetes.io/os", &format!("key: {key}"), 1));
+        assert_eq!(err.path, "spec.template.spec.requirements[1].key", "{key}: {err}");
+        assert!(err.to_string().contains("is restricted"), "{key}: {err}");
+    }
+    let with_label = |key: &str| {
+        base.replacen(
+            "  template:\n",
+            &format!("  template:\n    metadata:\n      labels:\n        {key}: \"x\"\n"),
+            1,
+        )
+    };
+    let err = nodepool_error(&with_label("kubernetes.io/role"));
+    assert_eq!(err.path, "spec.template.metadata.labels[kubernetes.io/role]", "{err}");
+    for key in [
+        "node.kubernetes.io/lifecycle",
+        "node-restriction.kubernetes.io/team",
+        "kops.k8s.io/group",
+        "karpenter.k8s.aws/instance-family",
+        "topology.k8s.aws/zone-id",
+        "example.com/team",
+    ] {
+        let read = from_yaml::<NodePool>(&with_label(key));
+        assert!(read.is_ok(), "{key}: {:?}", read.err());
+    }
+}
