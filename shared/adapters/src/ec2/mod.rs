@@ -480,10 +480,13 @@ impl Cloud for Ec2Cloud {
         {
             // Deleted behind our back (another invocation's housekeeping collected it while
             // this one had it cached): create it again and send the launch once more. The
-            // fleet was refused, so the same client token launches at most one instance.
+            // first request was refused before it launched anything, and EC2 may answer a
+            // token it has seen with that request's outcome, so the retry has a token of
+            // its own (still one per launch: the launch-id tag is unchanged).
             self.forget_template(&template);
             self.ensure_launch_template(&content).await?;
             sent = create_fleet(&self.ec2, &self.cluster.name, request, &template, &subnets)
+                .client_token(self::fleet::client_token(&format!("{}-r", request.launch_id)))
                 .send()
                 .await;
         }
