@@ -325,6 +325,36 @@ fn each_situation_gets_its_plan() {
             HousekeepingPlan::default(),
         ),
         (
+            // Karpenter's termination finalizer (kubernetes-sigs/karpenter
+            // `pkg/controllers/node/termination`) deletes the instance of a deleted Node.
+            "an instance whose Node registered and was deleted (kubectl delete node) is terminated",
+            World {
+                instances: vec![instance("i-1", "l1", OLD)],
+                launches: vec![launch("l1", Some("i-1"), OLD, registered.clone())],
+                node_records: Some(vec![record("i-1")]),
+                ..World::default()
+            },
+            HousekeepingPlan {
+                terminate: vec![terminate(
+                    "i-1",
+                    Some("l1"),
+                    TerminationReason::NodeDeleted { node: "n1".into() },
+                    None,
+                )],
+                ..HousekeepingPlan::default()
+            },
+        ),
+        (
+            "a registered launch with no node record (the records could not be read) terminates nothing",
+            World {
+                instances: vec![instance("i-1", "l1", OLD)],
+                launches: vec![launch("l1", Some("i-1"), OLD, registered.clone())],
+                node_records: None,
+                ..World::default()
+            },
+            HousekeepingPlan::default(),
+        ),
+        (
             "an instance no record knows and with no Node is terminated after the TTL only",
             World {
                 nodes: vec![node("n3", "i-3", json!({}))],

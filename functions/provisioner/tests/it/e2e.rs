@@ -827,3 +827,58 @@ async fn an_instance_that_never_registers_is_terminated_after_the_registration_t
     .await;
     scene.finish(None, result).await
 }
+
+// Karpenter's termination finalizer (kubernetes-sigs/karpenter
+// `pkg/controllers/node/termination/controller.go`) terminates the instance of a Node
+// someone deleted; Carpool's housekeeping does the same at its next run
+// (`decide::housekeeping`, `TerminationReason::NodeDeleted`).
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn kubectl_delete_node_terminates_its_instance_at_the_next_run() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::new("e2e-delnode", None).await?;
+    let harness = scene.harness().await?;
+    let result = async {
+        scene.deployment("web", 2, "250m", "256Mi").await?;
+        scene.wait_unschedulable(2).await?;
+        let app = scene
+            .app(scene.cloud().await?, TokioClock, Duration::from_secs(5))
+            .await?;
+        let report = app.handle("run-1", deadline(Duration::from_secs(60))).await?;
+        let id = report.launched().next().context("a launch")?.instance_id.clone();
+        scene.wait_running(2).await?;
+        // The housekeeping of a run registers the node (its NODE# record).
+        app.handle("run-2", deadline(Duration::from_secs(30))).await?;
+        let nodes = Api::<Node>::all(scene.kube.clone());
+        let node = nodes
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|n| instance_of(n).as_deref() == Some(id.as_str()))
+            .and_then(|n| n.metadata.name)
+            .context("the instance's Node")?;
+        // `kubectl delete node`, as the admin.
+        nodes.delete(&node, &DeleteParams::default()).await?;
+        let later = app.handle("run-3", deadline(Duration::from_secs(30))).await?;
+        let terminated: Vec<&(String, String)> = later.housekeeping.iter().flat_map(|h| &h.terminated).collect();
+        ensure!(
+            terminated
+                .iter()
+                .any(|(i, why)| i == &id && why.contains("was deleted")),
+            "{terminated:?}"
+        );
+        let state = app.cloud.get(&id).await.map(|i| i.state);
+        ensure!(
+            matches!(
+                state,
+                Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound { .. })
+            ),
+            "{state:?}"
+        );
+        eprintln!("Node {node} deleted: {id} terminated ({})", terminated[0].1);
+        Ok(())
+    }
+    .await;
+    scene.finish(Some(harness), result).await
+}

@@ -16,6 +16,9 @@
 //!   [terminated](Termination), and its launch marked failed with the reason; so is an
 //!   instance of this cluster with no launch record at all (a crash between CreateFleet
 //!   and the record) and no Node;
+//! - an instance whose Node registered and was then deleted (`kubectl delete node`) is
+//!   [terminated](Termination), as Karpenter's termination finalizer would; its pods went
+//!   with the Node;
 //! - the records of instances that are gone are [forgotten](Forget).
 //!
 //! Only what Carpool [owns](crate::decide::housekeeping::ownership) is terminated: an instance that carries
@@ -99,6 +102,12 @@ pub enum TerminationReason {
         /// The registration TTL, in seconds.
         ttl_seconds: u64,
     },
+    /// An instance whose Node registered and was then deleted (`kubectl delete node`):
+    /// nothing runs on it any more, and it would run, and cost, until someone noticed.
+    NodeDeleted {
+        /// The Node it registered as.
+        node: String,
+    },
 }
 
 impl fmt::Display for TerminationReason {
@@ -117,6 +126,9 @@ impl fmt::Display for TerminationReason {
                 f,
                 "instance of launch {launch_id:?} has no launch record and no node after {ttl_seconds}s"
             ),
+            TerminationReason::NodeDeleted { node } => {
+                write!(f, "its Node {node} registered and was deleted")
+            }
         }
     }
 }
@@ -491,6 +503,26 @@ pub fn plan(observed: &Observed<'_>, region: &RegionCatalog<'_>) -> Housekeeping
                             launch_id: launch.id.clone(),
                             ttl_seconds,
                         },
+                        then_write: None,
+                    };
+                    terminate_or_spare(&mut plan, instance, deployment, termination);
+                }
+            }
+            // Its Node registered (the node record says so) and is gone while the instance
+            // runs: someone deleted the Node. Karpenter terminates the instance of a deleted
+            // Node (its termination finalizer); so does Carpool, at its next housekeeping.
+            LaunchState::Registered { node }
+                if id.is_some_and(|id| {
+                    !node_of.contains_key(id)
+                        && recorded.as_ref().is_some_and(|r| r.contains(id))
+                        && listed.get(id).is_some_and(|i| !i.is_gone())
+                }) =>
+            {
+                if let Some(instance) = id.and_then(|id| listed.get(id)) {
+                    let termination = Termination {
+                        instance_id: instance.id.clone(),
+                        launch_id: Some(launch.id.clone()),
+                        reason: TerminationReason::NodeDeleted { node: node.clone() },
                         then_write: None,
                     };
                     terminate_or_spare(&mut plan, instance, deployment, termination);

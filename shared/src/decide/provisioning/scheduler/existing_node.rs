@@ -1,5 +1,7 @@
 //! Placement on nodes that exist (Karpenter's `existingnode.go`): the Ready, schedulable
-//! nodes with room, as kube-scheduler would place a pod on them. A node's volume attach
+//! nodes with room, as kube-scheduler would place a pod on them. A node decides by itself
+//! whether it takes a pod ([`ExistingNode::can_add`]) and takes it ([`ExistingNode::add`]);
+//! the scheduler checks topology, which reads every node. A node's volume attach
 //! limits are its CSINode's, counted against the volumes of the pods bound to it
 //! (kube-scheduler's nodevolumelimits `CSILimits`).
 
@@ -17,7 +19,7 @@ use crate::decide::provisioning::volumes::{VolumeUsage, csinode_limits};
 use crate::model::pod::Pod;
 use crate::model::pod_requests::effective_requests;
 use crate::model::well_known as wk;
-use crate::model::{Node, Resources};
+use crate::model::{Node, Requirements, Resources};
 use crate::snapshot::Snapshot;
 
 /// A usable existing node.
@@ -129,6 +131,32 @@ fn is_live(pod: &Pod) -> bool {
         .is_none_or(|p| p != "Succeeded" && p != "Failed")
 }
 
+impl ExistingNode {
+    /// Whether the node takes `pod`, whose node requirements are `branches` (OR'ed), by
+    /// what the node alone decides: room, taints, labels, host ports and volume attach
+    /// limits (Karpenter's `ExistingNode.CanAdd`, `pkg/controllers/provisioning/scheduling/
+    /// existingnode.go`). Topology, which reads every node, is the scheduler's to check.
+    pub(super) fn can_add(&self, pod: &PodInfo, branches: &[Requirements]) -> bool {
+        pod.requests.fits_in(&self.free).is_ok()
+            && untolerated(&pod.tolerations, &self.taints).is_none()
+            && branches.iter().any(|b| b.matches_labels(&self.labels).is_ok())
+            && !pod.host_ports.iter().any(|a| self.ports.iter().any(|b| a.conflicts(b)))
+            && self
+                .volumes
+                .exceeds(&pod.volumes, |d| self.volume_limits.get(d).copied())
+                .is_none()
+    }
+
+    /// Places `pod` (`id`) on the node: its requests, host ports and volumes are taken
+    /// (Karpenter's `ExistingNode.Add`).
+    pub(super) fn add(&mut self, id: PodId, pod: &PodInfo) {
+        self.free = self.free.minus(&pod.requests);
+        self.ports.extend(pod.host_ports.iter().cloned());
+        self.volumes.add(&pod.volumes);
+        self.placed.push(id);
+    }
+}
+
 impl Scheduler {
     /// Places a pod on the first existing node that takes it at level `li`.
     pub(super) fn try_existing(&mut self, pod: PodId, li: usize) -> bool {
@@ -137,22 +165,11 @@ impl Scheduler {
         let branches = &self.classes[class].branches[li];
         for i in 0..self.existing.len() {
             let n = &self.existing[i];
-            if p.requests.fits_in(&n.free).is_err()
-                || untolerated(&p.tolerations, &n.taints).is_some()
-                || !branches.iter().any(|b| b.matches_labels(&n.labels).is_ok())
-                || p.host_ports.iter().any(|a| n.ports.iter().any(|b| a.conflicts(b)))
-                || n.volumes
-                    .exceeds(&p.volumes, |d| n.volume_limits.get(d).copied())
-                    .is_some()
-                || self.check_topology(pod, li, &n.labels).is_err()
-            {
+            if !n.can_add(p, branches) || self.check_topology(pod, li, &n.labels).is_err() {
                 continue;
             }
             let n = &mut self.existing[i];
-            n.free = n.free.minus(&p.requests);
-            n.ports.extend(p.host_ports.iter().cloned());
-            n.volumes.add(&p.volumes);
-            n.placed.push(pod);
+            n.add(pod, p);
             self.topology.record(PlacedPod::planned(p), &n.labels, &n.taints);
             let state = &mut self.progress[class];
             state.remaining = state.remaining.saturating_sub(1);

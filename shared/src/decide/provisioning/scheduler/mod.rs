@@ -35,7 +35,8 @@
 //! One concept per file, after Karpenter's `scheduling` package: this file holds the run
 //! and its main loop; [`class`] the pod classes, [`relaxation`] the relaxation levels,
 //! [`labels`] the label views, [`topology_check`] the topology checks, [`existing_node`]
-//! placement on existing nodes, [`new_node`] planned and new nodes, [`offer_key`] the
+//! placement on existing nodes and [`new_node`] planned and new nodes (each node type with
+//! its own `can_add` and `add`, as Karpenter's `ExistingNode` and `NodeClaim`), [`offer_key`] the
 //! zones and capacity types a NodePool offers, [`target`] the choice of a new node's type,
 //! [`finish`] the final types and alternatives, and [`index`] the typed indices.
 

@@ -1,4 +1,7 @@
-//! New nodes (Karpenter's `nodeclaim.go`): joining a planned node, and opening one from
+//! New nodes (Karpenter's `nodeclaim.go`): a planned node decides by itself whether it
+//! has room and ports for a pod ([`NewNode::can_add`]) and takes it ([`NewNode::add`]);
+//! the scheduler adds what reads the template and the other nodes (taints, volumes,
+//! requirements, topology, `minValues`). Joining a planned node, and opening one from
 //! the heaviest NodePool that can take the pod, in the zone and capacity type that keep
 //! its spreads balanced at the lowest price, filled towards the type [`crate::decide::provisioning::scheduler::target`]
 //! chooses.
@@ -6,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Scheduler, Why};
-use crate::decide::provisioning::pod::HostPort;
+use crate::decide::provisioning::pod::{HostPort, PodInfo};
 use crate::decide::provisioning::scheduler::index::{ClassId, NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
 use crate::decide::provisioning::scheduler::labels::{Split, WithHost, matches_split, narrow, narrowed};
 use crate::decide::provisioning::topology::{Domains, PlacedPod};
@@ -71,6 +74,92 @@ pub(super) struct Target {
     pub(super) capacity: Resources,
 }
 
+/// Why a planned node cannot take a pod, by what the node alone decides
+/// ([`NewNode::can_add`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cannot {
+    /// Not enough room left: a larger type may make it (see `grow_for`).
+    NoRoom,
+    /// The class's share of the node is taken, or a host port is in use.
+    Refused,
+}
+
+/// What a pod's placement narrows on its node: the candidate types, the types pinned by
+/// `minValues`, the custom keys' values.
+#[derive(Default)]
+pub(super) struct Narrowed {
+    /// The types that still fit every pod, when the pod is the first of its class.
+    pub(super) candidates: Option<Vec<TypeId>>,
+    /// The types `minValues` keeps, when it pins some.
+    pub(super) pinned: Option<Vec<TypeId>>,
+    /// The custom keys' values, narrowed to the pod's.
+    pub(super) custom: Option<Requirements>,
+}
+
+impl NewNode {
+    /// Whether the node takes a pod of `class` by what the node alone decides: room (a
+    /// reserved slot's, or any pod's), the class's share of the node (`per_node_cap`), and
+    /// host ports, its pods' and the target type's DaemonSets' (Karpenter's
+    /// `NodeClaim.CanAdd`, `pkg/controllers/provisioning/scheduling/nodeclaim.go`). Taints,
+    /// volumes, requirements and topology, which read the template and the other nodes,
+    /// are the scheduler's to check.
+    pub(super) fn can_add(
+        &self,
+        pod: &PodInfo,
+        class: ClassId,
+        per_node_cap: u32,
+        daemon_ports: &[HostPort],
+    ) -> Result<(), Cannot> {
+        let quota = self.quota.get(&class).copied().unwrap_or(0);
+        let room = if quota > 0 { &self.free } else { &self.room };
+        if pod.requests.fits_in(room).is_err() {
+            return Err(Cannot::NoRoom);
+        }
+        if self.class_count.get(&class).copied().unwrap_or(0) >= per_node_cap {
+            return Err(Cannot::Refused);
+        }
+        if pod.host_ports.iter().any(|a| self.ports.iter().any(|b| a.conflicts(b)))
+            || HostPort::any_conflict(&pod.host_ports, daemon_ports).is_some()
+        {
+            return Err(Cannot::Refused);
+        }
+        Ok(())
+    }
+
+    /// Places `pod` (`id`, of `class`) on the node, with what its placement narrowed:
+    /// its requests, host ports and volumes are taken, from a slot reserved for its class
+    /// when one is left (Karpenter's `NodeClaim.Add`). Returns whether it took a reserved
+    /// slot.
+    pub(super) fn add(&mut self, id: PodId, pod: &PodInfo, class: ClassId, narrowed: Narrowed) -> bool {
+        if let Some(c) = narrowed.candidates {
+            self.candidates = c;
+        }
+        if let Some(keep) = narrowed.pinned {
+            self.candidates.retain(|i| keep.contains(i));
+        }
+        if let Some(c) = narrowed.custom {
+            self.custom = c;
+        }
+        self.used = self.used.plus(&pod.requests);
+        self.free = self.free.minus(&pod.requests);
+        let reserved = match self.quota.get_mut(&class) {
+            Some(q) if *q > 0 => {
+                *q -= 1;
+                true
+            }
+            _ => {
+                self.room = self.room.minus(&pod.requests);
+                false
+            }
+        };
+        self.ports.extend(pod.host_ports.iter().cloned());
+        self.volumes.add(&pod.volumes);
+        self.pods.push(id);
+        *self.class_count.entry(class).or_insert(0) += 1;
+        reserved
+    }
+}
+
 impl Scheduler {
     /// Places a pod on planned node `n` at level `li`, or says how the node refuses it.
     pub(super) fn try_new_node(&mut self, pod: PodId, n: NewNodeId, li: usize) -> Result<(), Refusal> {
@@ -79,24 +168,17 @@ impl Scheduler {
         let node = &self.new_nodes[n];
         let t = &self.templates[node.template];
         let target = t.ty(node.target);
-        let quota = node.quota.get(&class).copied().unwrap_or(0);
-        let room = if quota > 0 { &node.free } else { &node.room };
-        if p.requests.fits_in(room).is_err() {
-            if !self.grow_for(pod, n, li) {
-                return Err(Refusal::ForGood);
+        match node.can_add(p, class, self.classes[class].per_node_cap, &target.daemon_ports) {
+            Err(Cannot::NoRoom) => {
+                if !self.grow_for(pod, n, li) {
+                    return Err(Refusal::ForGood);
+                }
+                return self.try_new_node(pod, n, li);
             }
-            return self.try_new_node(pod, n, li);
-        }
-        let count = node.class_count.get(&class).copied().unwrap_or(0);
-        if count >= self.classes[class].per_node_cap {
-            return Err(Refusal::ForGood);
+            Err(Cannot::Refused) => return Err(Refusal::ForGood),
+            Ok(()) => {}
         }
         if self.nodepool_taint(class, li, node.template).is_some() {
-            return Err(Refusal::ForGood);
-        }
-        if p.host_ports.iter().any(|a| node.ports.iter().any(|b| a.conflicts(b)))
-            || HostPort::any_conflict(&p.host_ports, &target.daemon_ports).is_some()
-        {
             return Err(Refusal::ForGood);
         }
         if !self.volumes_fit(pod, n, node.target) {
@@ -112,7 +194,8 @@ impl Scheduler {
             branches.iter().any(|b| matches_split(b, &split))
                 && HostPort::any_conflict(&p.host_ports, &t.ty(*i).daemon_ports).is_none()
         };
-        let seen = count > 0;
+        // The first pod of its class on the node narrows the node's candidate types.
+        let seen = node.class_count.get(&class).copied().unwrap_or(0) > 0;
         if !seen && !fits_type(&node.target) {
             return Err(Refusal::ForGood);
         }
@@ -147,30 +230,15 @@ impl Scheduler {
             })
             .flatten();
         let node = &mut self.new_nodes[n];
-        if let Some(c) = candidates {
-            node.candidates = c;
-        }
-        if let Some(keep) = pinned {
-            node.candidates.retain(|i| keep.contains(i));
-        }
-        if let Some(c) = custom {
-            node.custom = c;
-        }
-        node.used = node.used.plus(&p.requests);
-        node.free = node.free.minus(&p.requests);
-        if let Some(q) = node.quota.get_mut(&class)
-            && *q > 0
-        {
-            *q -= 1;
+        let narrowed = Narrowed {
+            candidates,
+            pinned,
+            custom,
+        };
+        if node.add(pod, p, class, narrowed) {
             let state = &mut self.progress[class];
             state.reserved = state.reserved.saturating_sub(1);
-        } else {
-            node.room = node.room.minus(&p.requests);
         }
-        node.ports.extend(p.host_ports.iter().cloned());
-        node.volumes.add(&p.volumes);
-        node.pods.push(pod);
-        *node.class_count.entry(class).or_insert(0) += 1;
         let instance = &self.templates[node.template].ty(node.target).labels;
         let split = Split {
             node: &node.labels,
