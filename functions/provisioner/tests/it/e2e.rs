@@ -806,22 +806,8 @@ async fn an_instance_that_never_registers_is_terminated_after_the_registration_t
                 carpool::ports::Clock::now(&app.clock) + Duration::from_secs(60),
             )
             .await?;
-        let terminated: Vec<&(String, String)> = later.housekeeping.iter().flat_map(|h| &h.terminated).collect();
-        ensure!(
-            terminated
-                .iter()
-                .any(|(i, why)| i == &id && why.contains("did not register")),
-            "{terminated:?}"
-        );
-        let state = app.cloud.get(&id).await.map(|i| i.state);
-        ensure!(
-            matches!(
-                state,
-                Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound { .. })
-            ),
-            "{state:?}"
-        );
-        eprintln!("terminated {id}: {}", terminated[0].1);
+        let why = expect_terminated(&app.cloud, &later, &id, "did not register").await?;
+        eprintln!("terminated {id}: {why}");
         Ok(())
     }
     .await;
@@ -861,24 +847,30 @@ async fn kubectl_delete_node_terminates_its_instance_at_the_next_run() -> Result
         // `kubectl delete node`, as the admin.
         nodes.delete(&node, &DeleteParams::default()).await?;
         let later = app.handle("run-3", deadline(Duration::from_secs(30))).await?;
-        let terminated: Vec<&(String, String)> = later.housekeeping.iter().flat_map(|h| &h.terminated).collect();
-        ensure!(
-            terminated
-                .iter()
-                .any(|(i, why)| i == &id && why.contains("was deleted")),
-            "{terminated:?}"
-        );
-        let state = app.cloud.get(&id).await.map(|i| i.state);
-        ensure!(
-            matches!(
-                state,
-                Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound { .. })
-            ),
-            "{state:?}"
-        );
-        eprintln!("Node {node} deleted: {id} terminated ({})", terminated[0].1);
+        let why = expect_terminated(&app.cloud, &later, &id, "was deleted").await?;
+        eprintln!("Node {node} deleted: {id} terminated ({why})");
         Ok(())
     }
     .await;
     scene.finish(Some(harness), result).await
+}
+
+/// That `report`'s housekeeping terminated instance `id` for a reason that says `because`,
+/// and that EC2 has it going or gone; the reason.
+async fn expect_terminated(cloud: &impl Cloud, report: &RunReport, id: &str, because: &str) -> Result<String> {
+    let terminated: Vec<&(String, String)> = report.housekeeping.iter().flat_map(|h| &h.terminated).collect();
+    let why = terminated
+        .iter()
+        .find(|(i, why)| i == id && why.contains(because))
+        .map(|(_, why)| why.clone())
+        .with_context(|| format!("{terminated:?}"))?;
+    let state = cloud.get(id).await.map(|i| i.state);
+    ensure!(
+        matches!(
+            state,
+            Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound { .. })
+        ),
+        "{state:?}"
+    );
+    Ok(why)
 }

@@ -99,6 +99,9 @@ pub struct Ec2Cloud {
     node_role: Option<NodeRole>,
     lookups: Lookups,
     amis: AmiCache,
+    /// When this warm function last collected launch templates
+    /// ([`template_gc::COLLECT_EVERY`]).
+    collected_at: std::sync::Arc<std::sync::Mutex<Option<SystemTime>>>,
 }
 
 impl Ec2Cloud {
@@ -116,6 +119,7 @@ impl Ec2Cloud {
             node_role: None,
             lookups: Lookups::default(),
             amis: AmiCache::default(),
+            collected_at: Default::default(),
         }
     }
 
@@ -399,22 +403,29 @@ impl Ec2Cloud {
     }
 
     async fn describe(&self, ids: Option<Vec<String>>) -> Result<Vec<Instance>, CloudError> {
+        self.described(ids, None, to_instance).await
+    }
+
+    /// What `read` makes of each of the cluster's instances EC2 describes, every page:
+    /// those of `ids` when given, and only those `filter` matches too when given.
+    async fn described<T>(
+        &self,
+        ids: Option<Vec<String>>,
+        filter: Option<Filter>,
+        read: impl Fn(&aws_sdk_ec2::types::Instance) -> Option<T>,
+    ) -> Result<Vec<T>, CloudError> {
+        let filters = [Some(self.cluster_filter()), filter].into_iter().flatten().collect();
         let mut pages = self
             .ec2
             .describe_instances()
-            .filters(self.cluster_filter())
+            .set_filters(Some(filters))
             .set_instance_ids(ids)
             .into_paginator()
             .send();
         let mut out = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| map_sdk_err("DescribeInstances", e))?;
-            out.extend(
-                page.reservations()
-                    .iter()
-                    .flat_map(|r| r.instances())
-                    .filter_map(to_instance),
-            );
+            out.extend(page.reservations().iter().flat_map(|r| r.instances()).filter_map(&read));
         }
         Ok(out)
     }
@@ -514,7 +525,19 @@ impl Cloud for Ec2Cloud {
         Ok(answered.instance(instance_type, request, launched_at))
     }
 
+    /// At most every [`template_gc::COLLECT_EVERY`] per warm function: the provisioner
+    /// asks every run, and templates are kept an hour anyway.
     async fn collect_launch_templates(&self, now: SystemTime, idle: Duration) -> Result<Vec<String>, CloudError> {
+        {
+            let mut last = self
+                .collected_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !template_gc::due(*last, now) {
+                return Ok(Vec::new());
+            }
+            *last = Some(now);
+        }
         self.collect_templates(now, idle).await
     }
 

@@ -10,7 +10,7 @@
 //! So housekeeping deletes the templates of this cluster (its `carpool.sh/cluster` tag and
 //! Carpool's `carpool-` name) that were created more than the idle time ago and that no
 //! live instance of the cluster was launched from (their `carpool.sh/launch-template`
-//! tag). Karpenter does the same with its own: a template out of its cache is deleted
+//! tag), at most every [`COLLECT_EVERY`] per warm function. Karpenter does the same with its own: a template out of its cache is deleted
 //! (`DefaultProvider.cachedEvictedFunc`, `pkg/providers/launchtemplate/launchtemplate.go`
 //! in aws/karpenter-provider-aws), and a class's templates with the class
 //! (`DeleteAll`). A template deleted while another invocation still had it cached is
@@ -24,10 +24,19 @@ use carpool::ports::CloudError;
 
 use super::Ec2Cloud;
 use super::errors::map_sdk_err;
-use super::fleet::{CLUSTER_TAG, LAUNCH_TEMPLATE_TAG, is_template_not_found};
+use super::fleet::{LAUNCH_TEMPLATE_TAG, is_template_not_found};
 
 /// The prefix of the names of the templates Carpool makes ([`super::fleet::TemplateContent::name`]).
 pub const TEMPLATE_PREFIX: &str = "carpool-";
+
+/// How often a warm function collects: once at its first run, then at most this often
+/// (the provisioner runs every minute; a template is kept an hour after its creation).
+pub const COLLECT_EVERY: Duration = Duration::from_secs(10 * 60);
+
+/// Whether a function that last collected at `last` collects at `now`.
+pub fn due(last: Option<SystemTime>, now: SystemTime) -> bool {
+    last.is_none_or(|last| now.duration_since(last).is_ok_and(|since| since >= COLLECT_EVERY))
+}
 
 /// A launch template of the cluster, as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,19 +61,12 @@ pub fn stale<'a>(listed: &'a [Listed], in_use: &BTreeSet<String>, now: SystemTim
 }
 
 impl Ec2Cloud {
-    fn tagged_cluster(&self) -> Filter {
-        Filter::builder()
-            .name(format!("tag:{CLUSTER_TAG}"))
-            .values(self.cluster())
-            .build()
-    }
-
     /// The launch templates tagged with this cluster.
     async fn listed_templates(&self) -> Result<Vec<Listed>, CloudError> {
         let mut pages = self
             .ec2()
             .describe_launch_templates()
-            .filters(self.tagged_cluster())
+            .filters(self.cluster_filter())
             .into_paginator()
             .send();
         let mut out = Vec::new();
@@ -91,26 +93,13 @@ impl Ec2Cloud {
                     .to_vec(),
             ))
             .build();
-        let mut pages = self
-            .ec2()
-            .describe_instances()
-            .filters(self.tagged_cluster())
-            .filters(live)
-            .into_paginator()
-            .send();
-        let mut out = BTreeSet::new();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| map_sdk_err("DescribeInstances", e))?;
-            out.extend(
-                page.reservations()
-                    .iter()
-                    .flat_map(|r| r.instances())
-                    .flat_map(|i| i.tags())
-                    .filter(|t| t.key() == Some(LAUNCH_TEMPLATE_TAG))
-                    .filter_map(|t| t.value().map(str::to_string)),
-            );
-        }
-        Ok(out)
+        let template = |i: &aws_sdk_ec2::types::Instance| {
+            i.tags()
+                .iter()
+                .find(|t| t.key() == Some(LAUNCH_TEMPLATE_TAG))
+                .and_then(|t| t.value().map(str::to_string))
+        };
+        Ok(self.described(None, Some(live), template).await?.into_iter().collect())
     }
 
     /// Deletes the cluster's stale launch templates ([`stale`]); returns the names
@@ -171,5 +160,16 @@ mod tests {
             .map(|t| t.name.as_str())
             .collect();
         assert_eq!(names, ["carpool-old"]);
+    }
+
+    #[test]
+    fn a_warm_function_collects_at_its_first_run_then_every_ten_minutes() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000);
+        assert!(due(None, t));
+        assert!(!due(Some(t), t + Duration::from_secs(60)));
+        assert!(!due(Some(t), t + COLLECT_EVERY - Duration::from_secs(1)));
+        assert!(due(Some(t), t + COLLECT_EVERY));
+        // A clock that went back collects nothing until it has caught up.
+        assert!(!due(Some(t), t - Duration::from_secs(1)));
     }
 }

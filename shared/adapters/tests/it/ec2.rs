@@ -36,7 +36,8 @@ const ENDPOINT: &str = "https://apiserver.example:6443";
 const CA_BASE64: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
 const SERVICE_CIDR: &str = "172.20.0.0/16";
 
-async fn cloud(stack: &Stack, cluster: &str) -> Result<Ec2Cloud> {
+/// An EC2 cloud of the cluster `cluster` on the stack's moto.
+pub(crate) async fn cloud(stack: &Stack, cluster: &str) -> Result<Ec2Cloud> {
     let config = stack.aws_config().await?;
     Ok(Ec2Cloud::new(
         Ec2Clients::new(&config),

@@ -23,13 +23,10 @@ use carpool::model::{CapacityType, Resources};
 use carpool::ports::Cloud;
 use carpool::run::launch::launch_request;
 use carpool::snapshot::Snapshot;
-use carpool_adapters::cluster_info::ClusterInfo;
-use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_tests::{Stack, shared, unique};
 
-const ENDPOINT: &str = "https://apiserver.example:6443";
-const CA_BASE64: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
-const SERVICE_CIDR: &str = "172.20.0.0/16";
+use crate::ec2::cloud;
+
 /// (NodePool, EC2NodeClass): four NodePools over three classes.
 const POOLS: [(&str, &str); 4] = [
     ("web", "general"),
@@ -38,15 +35,6 @@ const POOLS: [(&str, &str); 4] = [
     ("gpu", "accel"),
 ];
 const BATCHES: usize = 200;
-
-async fn cloud(stack: &Stack, cluster: &str) -> Result<Ec2Cloud> {
-    let config = stack.aws_config().await?;
-    Ok(Ec2Cloud::new(
-        Ec2Clients::new(&config),
-        ClusterInfo::new(cluster, ENDPOINT, CA_BASE64, SERVICE_CIDR),
-        stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
-    ))
-}
 
 /// The four NodePools and their three classes, as a run reads them.
 fn snapshot() -> Result<Snapshot> {

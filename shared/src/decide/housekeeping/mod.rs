@@ -1,5 +1,5 @@
 //! Housekeeping as a decision: what the cluster, EC2 and the state store hold now in,
-//! a [`HousekeepingPlan`] out. [`crate::run`] carries the plan out.
+//! a [`HousekeepingPlan`] out, for the provisioner's run to carry out.
 //!
 //! - a launch whose Node appeared (matched by providerID) is [registered](Registration),
 //!   and a node record is written;

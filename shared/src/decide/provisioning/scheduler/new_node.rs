@@ -86,7 +86,6 @@ pub(super) enum Cannot {
 
 /// What a pod's placement narrows on its node: the candidate types, the types pinned by
 /// `minValues`, the custom keys' values.
-#[derive(Default)]
 pub(super) struct Narrowed {
     /// The types that still fit every pod, when the pod is the first of its class.
     pub(super) candidates: Option<Vec<TypeId>>,
