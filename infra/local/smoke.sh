@@ -142,6 +142,7 @@ spec:
       labels:
         app: smoke
     spec:
+      terminationGracePeriodSeconds: 5
       nodeSelector:
         type: kwok
       containers:
@@ -199,7 +200,7 @@ check_eviction_allowed_and_replaced() {
   local pod
   pod="$(k get pods -n "$NS" -l app=smoke -o jsonpath='{.items[0].metadata.name}')"
   evict "$pod"
-  # kwok's pod-delete stage removes the pod; the ReplicaSet replaces it.
+  # kwok's pod-terminate stage removes the pod after its grace period; the ReplicaSet replaces it.
   retry 30 bash -c "! '$KUBECTL' get pod -n '$NS' '$pod' >/dev/null 2>&1"
   retry 60 pods_running_on_node
 }

@@ -15,14 +15,14 @@
 use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
 use carpool::model::{EC2NodeClass, NodePool};
-use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
+use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, Validated};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
     Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint, Toleration,
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
@@ -70,7 +70,8 @@ slim_metadata!(
     StorageClass,
     CSINode,
     Namespace,
-    DynamicObject
+    DynamicObject,
+    VolumeAttachment
 );
 
 /// Objects per list page.
@@ -502,16 +503,39 @@ impl Cluster for KubeCluster {
         }
     }
 
-    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+    async fn evict(&self, pod: &PodRef) -> Result<Eviction, ClusterError> {
         // kube's `Evict` is implemented for k8s-openapi's `Pod` only; an eviction sends no pod.
-        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         self.sent();
-        match api.evict(pod, &EvictParams::default()).await {
+        let params = EvictParams {
+            delete_options: Some(DeleteParams {
+                preconditions: pod.uid.clone().map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            }),
+            ..EvictParams::default()
+        };
+        match api.evict(&pod.name, &params).await {
             Ok(_) => Ok(Eviction::Evicted),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Eviction::Gone),
             Err(kube::Error::Api(s)) if pdb_refusal(&s) => Ok(Eviction::Blocked { reason: s.message }),
-            Err(e) => Err(map_err(&format!("pod {namespace}/{pod}"), e)),
+            Err(e) => Err(map_err(&format!("pod {}", pod.key()), e)),
         }
+    }
+
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        // VolumeAttachments have no field selector on spec.nodeName: listed, then filtered.
+        let all: Vec<VolumeAttachment> = self
+            .list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("volumeattachments", e))?;
+        Ok(all
+            .into_iter()
+            .filter(|va| va.spec.node_name == node)
+            .filter_map(|va| va.spec.source.persistent_volume_name)
+            .collect())
     }
 
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {

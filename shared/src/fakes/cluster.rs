@@ -1,7 +1,8 @@
 //! An in-memory cluster that applies the apiserver's eviction rule.
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint, Toleration};
@@ -10,12 +11,14 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 
+use super::FakeClock;
 use super::Injected;
+use crate::decide::disruption::drain::grace;
 use crate::decide::disruption::pdb::covers;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, Validated};
+use crate::ports::{Clock, Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, Validated};
 
 /// The apiserver's message for an eviction a PDB blocks.
 pub const PDB_BLOCKS: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -58,6 +61,12 @@ struct State {
     ec2nodeclasses: BTreeMap<String, serde_json::Value>,
     /// Events published, in order.
     events: Vec<PodEvent>,
+    /// The PersistentVolumes attached to each node (its VolumeAttachments).
+    attachments: BTreeMap<String, BTreeSet<String>>,
+    /// When set, an evicted pod shuts down for its grace period, as a kubelet lets it:
+    /// it stays, `deletionTimestamp` set to the eviction's time plus its grace period,
+    /// until this clock passes that time ([`FakeCluster::with_kubelet`]).
+    kubelet: Option<Arc<FakeClock>>,
 }
 
 /// A cluster in memory: pods, nodes, PDBs, DaemonSets, PersistentVolumes and their
@@ -156,6 +165,34 @@ impl State {
         })
     }
 
+    /// The pod `k` leaves: at once, or, with a kubelet, once its grace period has run.
+    fn terminate(&mut self, k: &Key) {
+        let Some(clock) = &self.kubelet else {
+            self.pods.remove(k);
+            return;
+        };
+        let now = clock.now();
+        if let Some(pod) = self.pods.get_mut(k)
+            && pod.metadata.deletion_timestamp.is_none()
+        {
+            let grace = grace(pod);
+            pod.metadata.deletion_timestamp = Some(crate::model::time::kube_time(now + grace));
+            pod.metadata.deletion_grace_period_seconds = Some(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Removes the pods whose grace period has run (with a kubelet).
+    fn reap(&mut self) {
+        let Some(clock) = &self.kubelet else { return };
+        let now = clock.now();
+        self.pods.retain(|_, p| {
+            p.metadata
+                .deletion_timestamp
+                .as_ref()
+                .is_none_or(|t| SystemTime::from(t.0) > now)
+        });
+    }
+
     fn evict(&mut self, k: Key) -> Eviction {
         let Some(pod) = self.pods.get(&k) else {
             return Eviction::Gone;
@@ -164,7 +201,7 @@ impl State {
             matches!(phase(pod), "Pending" | "Succeeded" | "Failed") || pod.metadata.deletion_timestamp.is_some();
         let covering: Vec<(&Key, &PodDisruptionBudget)> = self.pdbs.iter().filter(|(_, b)| covers(b, pod)).collect();
         if ignores_pdbs || covering.is_empty() {
-            self.pods.remove(&k);
+            self.terminate(&k);
             return Eviction::Evicted;
         }
         let [(pdb_key, pdb)] = covering.as_slice() else {
@@ -181,14 +218,14 @@ impl State {
                 .as_ref()
                 .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref());
             if policy == Some("AlwaysAllow") || status.current_healthy >= status.desired_healthy {
-                self.pods.remove(&k);
+                self.terminate(&k);
                 return Eviction::Evicted;
             }
         }
         if status.disruptions_allowed > 0 {
             let pdb_key = (*pdb_key).clone();
             *self.disrupted.entry(pdb_key).or_insert(0) += 1;
-            self.pods.remove(&k);
+            self.terminate(&k);
             return Eviction::Evicted;
         }
         Eviction::Blocked {
@@ -233,6 +270,31 @@ impl FakeCluster {
     /// An empty cluster.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The cluster with a kubelet on every node: an evicted pod shuts down for its
+    /// grace period (`terminationGracePeriodSeconds`, 30 s unless set) by `clock`, as the
+    /// local stack's kwok stage `pod-terminate` keeps it, before it is gone.
+    #[must_use]
+    pub fn with_kubelet(self, clock: Arc<FakeClock>) -> Self {
+        lock(&self.state).kubelet = Some(clock);
+        self
+    }
+
+    /// Attaches PersistentVolume `pv` to `node` (a VolumeAttachment).
+    pub fn attach_volume(&self, node: &str, pv: &str) {
+        lock(&self.state)
+            .attachments
+            .entry(node.to_string())
+            .or_default()
+            .insert(pv.to_string());
+    }
+
+    /// Detaches `pv` from `node` (the attach-detach controller's deletion).
+    pub fn detach_volume(&self, node: &str, pv: &str) {
+        if let Some(pvs) = lock(&self.state).attachments.get_mut(node) {
+            pvs.remove(pv);
+        }
     }
 
     /// Adds or replaces a pod (its namespace defaults to `default`).
@@ -389,7 +451,9 @@ impl FakeCluster {
             let (_, kind) = targeted.remove(i);
             return Err(injected(kind, &call));
         }
-        Ok(lock(&self.state))
+        let mut state = lock(&self.state);
+        state.reap();
+        Ok(state)
     }
 }
 
@@ -586,9 +650,28 @@ impl Cluster for FakeCluster {
         Ok(())
     }
 
-    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
-        let mut state = self.enter(format!("evict {namespace}/{pod}"))?;
-        Ok(state.evict((namespace.to_string(), pod.to_string())))
+    async fn evict(&self, pod: &PodRef) -> Result<Eviction, ClusterError> {
+        let mut state = self.enter(format!("evict {}", pod.key()))?;
+        let k = (pod.namespace.clone(), pod.name.clone());
+        if let (Some(uid), Some(listed)) = (&pod.uid, state.pods.get(&k))
+            && listed.metadata.uid.as_deref() != Some(uid.as_str())
+        {
+            // The apiserver's answer to a failed UID precondition: 409.
+            return Err(ClusterError::Conflict(format!(
+                "pod {}: the UID in the precondition ({uid}) does not match the object's",
+                pod.key()
+            )));
+        }
+        Ok(state.evict(k))
+    }
+
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        let state = self.enter(format!("attached_volumes {node}"))?;
+        Ok(state
+            .attachments
+            .get(node)
+            .map(|pvs| pvs.iter().cloned().collect())
+            .unwrap_or_default())
     }
 
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {

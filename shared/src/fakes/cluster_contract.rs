@@ -15,7 +15,10 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimSpec, PersistentVolumeSpec, PodCondition, PodTemplateSpec, Taint, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeNodeResources};
+use k8s_openapi::api::storage::v1::{
+    CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+    VolumeNodeResources,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -89,6 +92,8 @@ pub struct ClusterScene {
     pub pv: PersistentVolume,
     /// The node's CSINode.
     pub csinode: CSINode,
+    /// A VolumeAttachment of the PersistentVolume to the node.
+    pub attachment: VolumeAttachment,
 }
 
 /// The CSI driver of the scene's storage objects.
@@ -159,6 +164,15 @@ fn storage_objects(
         },
     };
     (namespace, storage_class, pvc, pv, csinode)
+}
+
+/// A pod by namespace and name, with no UID precondition.
+fn by_name(namespace: &str, name: &str) -> PodRef {
+    PodRef {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: None,
+    }
 }
 
 fn meta(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
@@ -316,7 +330,20 @@ impl ClusterScene {
             .discovery("carpool-local")
             .build();
         let (namespace, storage_class, pvc, pv, csinode) = storage_objects(unique, &node_name);
+        let attachment = VolumeAttachment {
+            metadata: meta(None, &format!("{unique}-va"), &[]),
+            spec: VolumeAttachmentSpec {
+                attacher: CONTRACT_DRIVER.into(),
+                node_name: node_name.clone(),
+                source: VolumeAttachmentSource {
+                    persistent_volume_name: Some(format!("{unique}-pv")),
+                    ..VolumeAttachmentSource::default()
+                },
+            },
+            status: None,
+        };
         ClusterScene {
+            attachment,
             namespace,
             storage_class,
             pvc,
@@ -355,6 +382,9 @@ impl ClusterScene {
         fake.add_pvc(self.pvc.clone());
         fake.add_pv(self.pv.clone());
         fake.add_csinode(self.csinode.clone());
+        if let Some(pv) = &self.attachment.spec.source.persistent_volume_name {
+            fake.attach_volume(&self.attachment.spec.node_name, pv);
+        }
     }
 }
 
@@ -452,6 +482,16 @@ async fn storage_reads<C: Cluster>(cluster: &C, scene: &ClusterScene) {
     assert!(
         matches!(&csinodes, Ok(l) if named(l, |o| &o.metadata, None, &node).and_then(limit) == Some(CONTRACT_VOLUME_LIMIT)),
         "csinodes lists the node's drivers with their limits: {csinodes:?}"
+    );
+    let attached = cluster.attached_volumes(&node).await;
+    assert!(
+        matches!(&attached, Ok(pvs) if pvs == &vec![format!("{}-pv", scene.unique)]),
+        "attached_volumes names the PersistentVolume attached to the node: {attached:?}"
+    );
+    let attached = cluster.attached_volumes(&format!("{}-elsewhere", scene.unique)).await;
+    assert!(
+        matches!(&attached, Ok(pvs) if pvs.is_empty()),
+        "attached_volumes of another node is empty: {attached:?}"
     );
     let namespaces = cluster.namespaces().await;
     let label = |n: &Namespace| {
@@ -589,27 +629,37 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
     }
 
     // Evictions.
-    let r = cluster.evict(ns, "guarded-0").await;
+    let r = cluster.evict(&by_name(ns, "guarded-0")).await;
     assert!(
         matches!(&r, Ok(Eviction::Blocked { .. })),
         "a PDB with no disruption allowed blocks: {r:?}"
     );
-    let r = cluster.evict(ns, "free-0").await;
+    let r = cluster.evict(&by_name(ns, "free-0")).await;
     assert!(
         matches!(&r, Ok(Eviction::Evicted)),
         "a PDB with a disruption allowed lets one pod go: {r:?}"
     );
-    let r = cluster.evict(ns, "free-1").await;
+    let r = cluster.evict(&by_name(ns, "free-1")).await;
     assert!(
         matches!(&r, Ok(Eviction::Blocked { .. })),
         "the eviction used the PDB's one disruption: {r:?}"
     );
-    let r = cluster.evict(ns, "pending-0").await;
+    let pending = PodRef {
+        namespace: ns.to_string(),
+        name: "pending-0".into(),
+        uid: Some("not-the-pods-uid".into()),
+    };
+    let r = cluster.evict(&pending).await;
+    assert!(
+        matches!(&r, Err(ClusterError::Conflict(_))),
+        "an eviction whose UID precondition fails is a conflict: {r:?}"
+    );
+    let r = cluster.evict(&by_name(ns, "pending-0")).await;
     assert!(
         matches!(&r, Ok(Eviction::Evicted)),
         "a Pending pod is evicted whatever its PDB: {r:?}"
     );
-    let r = cluster.evict(ns, "never-was").await;
+    let r = cluster.evict(&by_name(ns, "never-was")).await;
     assert!(matches!(&r, Ok(Eviction::Gone)), "a missing pod is gone: {r:?}");
 
     // Node writes keep what they do not change.

@@ -12,7 +12,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, Validated};
+use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, Validated};
 
 /// `inner`, until `after` evictions were accepted; then every call hangs.
 pub struct Crashing<'a, K> {
@@ -112,13 +112,17 @@ impl<K: Cluster> Cluster for Crashing<'_, K> {
         self.gate().await;
         self.inner.tolerate(pod, toleration).await
     }
-    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+    async fn evict(&self, pod: &PodRef) -> Result<Eviction, ClusterError> {
         self.gate().await;
-        let answer = self.inner.evict(namespace, pod).await?;
+        let answer = self.inner.evict(pod).await?;
         if answer == Eviction::Evicted {
             self.evicted.fetch_add(1, Ordering::SeqCst);
         }
         Ok(answer)
+    }
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        self.gate().await;
+        self.inner.attached_volumes(node).await
     }
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         self.gate().await;

@@ -138,6 +138,7 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
         drain_deadline: epoch_millis(now + Duration::from_secs(90)),
         hard_deadline: true,
         wait_for_replacement: false,
+        terminate_by: None,
         evicted: vec![crate::ports::PodRef {
             namespace: "web".into(),
             name: "web-0".into(),

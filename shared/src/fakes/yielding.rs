@@ -15,7 +15,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, Validated};
+use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, Validated};
 
 /// `inner`, each call answering after one turn.
 pub struct Yielding<'a, K> {
@@ -118,9 +118,13 @@ impl<K: Cluster> Cluster for Yielding<'_, K> {
         yield_once().await;
         self.inner.tolerate(pod, toleration).await
     }
-    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+    async fn evict(&self, pod: &PodRef) -> Result<Eviction, ClusterError> {
         yield_once().await;
-        self.inner.evict(namespace, pod).await
+        self.inner.evict(pod).await
+    }
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        yield_once().await;
+        self.inner.attached_volumes(node).await
     }
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         yield_once().await;

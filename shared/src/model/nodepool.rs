@@ -436,6 +436,16 @@ impl NodePool {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// `spec.template.spec.terminationGracePeriod`: how long a draining node of this pool
+    /// may wait for its pods before it goes whatever they say; `None` when unset (or
+    /// `Never`): it waits for them.
+    pub fn termination_grace_period(&self) -> Option<std::time::Duration> {
+        match self.spec.template.spec.termination_grace_period {
+            Some(super::duration::NillableDuration::After(d)) => Some(d),
+            _ => None,
+        }
+    }
+
     /// What a consolidation in this pool must save: its
     /// [`MIN_SAVINGS_PERCENT_ANNOTATION`] and [`MIN_SAVINGS_PER_HOUR_ANNOTATION`], or the
     /// defaults. A value that is not a non-negative number is an error naming the annotation.

@@ -169,6 +169,9 @@ pub enum DisruptionStep {
     ReplacementReady,
     /// Pods are being evicted.
     Draining,
+    /// Every eviction was accepted: the node waits for its pods to terminate and its
+    /// volumes to detach, up to its termination time, before the instance goes.
+    Drained,
     /// The instance was terminated.
     Terminated,
     /// The Node object was deleted.
@@ -206,6 +209,11 @@ pub struct DisruptionRecord {
     /// interruption, an instance stopping): past it, Carpool terminates it.
     #[serde(default)]
     pub hard_deadline: bool,
+    /// When the node goes whatever its pods say (Karpenter's NodeClaim termination
+    /// time): the start plus its NodePool's `terminationGracePeriod`, for a voluntary
+    /// disruption of a pool that sets one; `None` otherwise. A hard deadline is its own.
+    #[serde(default)]
+    pub terminate_by: Option<EpochMillis>,
     /// Whether the drain waits until the replacements are Ready (a rebalance
     /// recommendation, a scheduled change: there is time).
     #[serde(default)]

@@ -143,6 +143,18 @@ pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost"
 /// The taint Carpool sets on a node it disrupts.
 pub const DISRUPTED_TAINT: &str = "carpool.sh/disrupted";
 
+/// The label that takes a node out of external load balancers' targets
+/// (`corev1.LabelNodeExcludeBalancers`): set on a node Carpool drains, with the value
+/// [`EXCLUDE_BALANCERS_VALUE`], as Karpenter's `Terminator.Taint` sets it.
+pub const EXCLUDE_BALANCERS: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// The annotation on a node whose voluntary disruption stalled and was rolled back: until
+/// this time (RFC 3339), consolidation, drift and expiration leave it alone.
+pub const STALLED_UNTIL: &str = "carpool.sh/disruption-stalled-until";
+
+/// The value Carpool gives [`EXCLUDE_BALANCERS`], so that a rollback removes only its own.
+pub const EXCLUDE_BALANCERS_VALUE: &str = "carpool";
+
 /// Annotations that keep a node, or the node of a pod, from voluntary disruption.
 pub const DO_NOT_DISRUPT: [&str; 2] = ["karpenter.sh/do-not-disrupt", "carpool.sh/do-not-disrupt"];
 

@@ -8,7 +8,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
-use crate::model::pod_event::PodEvent;
+use crate::model::pod_event::{PodEvent, PodRef};
 use crate::model::{EC2NodeClass, NodePool};
 
 /// What became of an eviction.
@@ -191,8 +191,15 @@ pub trait Cluster: Send + Sync {
     /// lets a pod's tolerations grow and never shrink, so the write cannot take one away:
     /// a pod whose tolerations changed since it was listed refuses it, as a conflict.
     fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> impl Future<Output = Result<(), ClusterError>> + Send;
-    /// Evicts a pod through the Eviction API.
-    fn evict(&self, namespace: &str, pod: &str) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;
+    /// Evicts a pod through the Eviction API, with the pod's UID as a precondition when
+    /// the reference has one, as Karpenter's eviction queue sends it
+    /// (`terminator.Queue.Evict` in kubernetes-sigs/karpenter
+    /// `pkg/controllers/node/termination/terminator/eviction.go`): a pod re-created under
+    /// the same name since it was listed is left alone, and the answer is a `Conflict`.
+    fn evict(&self, pod: &PodRef) -> impl Future<Output = Result<Eviction, ClusterError>> + Send;
+    /// The PersistentVolumes attached to `node`: its VolumeAttachments'
+    /// `spec.source.persistentVolumeName` (Karpenter's `nodeutils.GetVolumeAttachments`).
+    fn attached_volumes(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
     /// Deletes the Node object `node` whose UID is `uid` (a precondition, as Karpenter's
     /// terminator deletes with): a Node re-created under the same name since it was read
     /// is left alone, and the answer is a `Conflict`. A missing node is success.

@@ -13,13 +13,13 @@
 //!   crash or in its next invocation.
 //!
 //! **Drained** means that the apiserver has accepted the eviction of every pod to evict:
-//! each is gone, or terminating within its grace period. The drain does not wait for the
-//! terminating pods to end (the node's grace is the caller's concern: the terminating
-//! pods are in the report, [`DrainReport::terminating`]). Karpenter's terminator waits
-//! longer, until no pod is terminating within its grace period (`Terminator.Drain`,
-//! `podutil.IsWaitingEviction`); for an interrupted spot instance that waiting buys
-//! nothing, and a caller that must wait (before terminating an instance it chose to
-//! remove) can keep passing until `terminating()` is empty.
+//! each is gone, or terminating within its grace period. A pass also says what the node
+//! still waits for ([`DrainPass::waiting`]: the pods terminating, and in a voluntary drain
+//! the `do-not-disrupt` ones), and [`DrainPass::is_empty`] once there is nothing, as
+//! Karpenter's `Terminator.Drain` waits (`podutil.IsWaitingEviction`). [`drain`] and
+//! [`drain_with`] stop at drained; the disruption state machine
+//! ([`crate::run::disruption::advance`]) keeps passing until the node is empty and its
+//! volumes detached, up to the node's termination time, before the instance goes.
 //!
 //! Retries: a PDB's refusal (`Eviction::Blocked`), the apiserver's throttling
 //! (`ClusterError::Throttled`, a 429 that is not a PDB's) and a conflict on one pod
@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::{Deserialize, Serialize};
 
-use crate::decide::disruption::drain::{DrainPod, StayReason, Staying, drain_order};
+use crate::decide::disruption::drain::{DrainPod, DrainRules, StayReason, Staying, drain_order};
 use crate::decide::disruption::pdb::{PdbBudget, covering};
 use crate::error_chain::Chain;
 use crate::model::pod::Pod;
@@ -56,6 +56,8 @@ pub struct DrainSettings {
     pub retry_initial: Duration,
     /// The longest wait between passes.
     pub retry_max: Duration,
+    /// What the drain respects beyond PDBs.
+    pub rules: DrainRules,
 }
 
 impl DrainSettings {
@@ -66,6 +68,7 @@ impl DrainSettings {
             deadline,
             retry_initial: DEFAULT_RETRY_INITIAL,
             retry_max: DEFAULT_RETRY_MAX,
+            rules: DrainRules::default(),
         }
     }
 }
@@ -151,6 +154,16 @@ pub struct DrainPass {
     pub left: usize,
     /// Whether no pod is left to evict.
     pub drained: bool,
+    /// The pods the node still waits for (terminating within their grace period, or
+    /// `do-not-disrupt` in a voluntary drain): [`crate::decide::disruption::drain::DrainOrder::waiting`].
+    pub waiting: Vec<PodRef>,
+}
+
+impl DrainPass {
+    /// Whether the node can go: nothing left to evict and no pod to wait for.
+    pub fn is_empty(&self) -> bool {
+        self.drained && self.waiting.is_empty()
+    }
 }
 
 /// What a drain did.
@@ -227,6 +240,7 @@ pub async fn drain_pass<K: Cluster>(
     now: SystemTime,
     deadline: SystemTime,
     evicted_before: &[PodRef],
+    rules: DrainRules,
 ) -> Result<DrainPass, DrainError> {
     let pods = cluster
         .pods_on_node(node)
@@ -235,17 +249,20 @@ pub async fn drain_pass<K: Cluster>(
             node: node.to_string(),
             source,
         })?;
-    let order = drain_order(&pods, evicted_before, now, deadline);
+    let order = drain_order(&pods, evicted_before, now, deadline, rules);
     let mut pass = DrainPass {
         stay: order.stay.clone(),
+        waiting: order.waiting.clone(),
         ..DrainPass::default()
     };
     let mut pdbs: Option<Vec<PodDisruptionBudget>> = None;
     for pod in order.current() {
-        let reason = match cluster.evict(&pod.pod.namespace, &pod.pod.name).await {
+        let reason = match cluster.evict(&pod.pod).await {
             Ok(Eviction::Evicted) => {
                 tracing::info!(node, pod = %pod.pod.key(), grace_s = pod.grace.as_secs(), fits = pod.fits, "pod evicted");
                 pass.evicted.push(pod.clone());
+                // Accepted: the pod now shuts down, and the node waits for it.
+                pass.waiting.push(pod.pod.clone());
                 continue;
             }
             Ok(Eviction::Gone) | Err(ClusterError::NotFound { .. }) => {
@@ -350,28 +367,29 @@ where
     let mut wait = settings.retry_initial;
     loop {
         report.passes += 1;
-        let (progressed, blocked) = match drain_pass(cluster, node, clock.now(), deadline, &evicted).await {
-            Ok(pass) => {
-                on_pass(&pass);
-                let progressed = !pass.evicted.is_empty() || !pass.gone.is_empty();
-                let blocked = !pass.blocked.is_empty();
-                evicted.extend(pass.evicted.iter().map(|p| p.pod.clone()));
-                report.evicted.extend(pass.evicted.into_iter().map(|p| p.pod));
-                report.gone.extend(pass.gone);
-                report.blocked = pass.blocked;
-                report.stayed = pass.stay;
-                if pass.drained {
-                    report.drained = true;
-                    break;
+        let (progressed, blocked) =
+            match drain_pass(cluster, node, clock.now(), deadline, &evicted, settings.rules).await {
+                Ok(pass) => {
+                    on_pass(&pass);
+                    let progressed = !pass.evicted.is_empty() || !pass.gone.is_empty();
+                    let blocked = !pass.blocked.is_empty();
+                    evicted.extend(pass.evicted.iter().map(|p| p.pod.clone()));
+                    report.evicted.extend(pass.evicted.into_iter().map(|p| p.pod));
+                    report.gone.extend(pass.gone);
+                    report.blocked = pass.blocked;
+                    report.stayed = pass.stay;
+                    if pass.drained {
+                        report.drained = true;
+                        break;
+                    }
+                    (progressed, blocked)
                 }
-                (progressed, blocked)
-            }
-            Err(e) if e.is_retryable() && clock.now() < deadline => {
-                tracing::warn!(node, error = %Chain(&e), "drain pass failed; retrying");
-                (false, true)
-            }
-            Err(e) => return Err(e),
-        };
+                Err(e) if e.is_retryable() && clock.now() < deadline => {
+                    tracing::warn!(node, error = %Chain(&e), "drain pass failed; retrying");
+                    (false, true)
+                }
+                Err(e) => return Err(e),
+            };
         let now = clock.now();
         let Ok(left) = deadline.duration_since(now) else { break };
         if left.is_zero() {

@@ -2,7 +2,7 @@
 
 use carpool::fakes::{ClusterErrorKind, ClusterScene, FakeCluster, SEVERAL_PDBS, cluster_contract};
 use carpool::model::pod::Pod;
-use carpool::ports::{Cluster, ClusterError, Eviction};
+use carpool::ports::{Cluster, ClusterError, Eviction, PodRef};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::json;
 
@@ -44,8 +44,16 @@ fn web(n: usize, budget: serde_json::Value) -> FakeCluster {
     cluster
 }
 
+fn by_name(namespace: &str, name: &str) -> PodRef {
+    PodRef {
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: None,
+    }
+}
+
 fn evict(cluster: &FakeCluster, name: &str) -> Eviction {
-    pollster::block_on(cluster.evict("ns", name)).unwrap()
+    pollster::block_on(cluster.evict(&by_name("ns", name))).unwrap()
 }
 
 fn evicted_until_blocked(cluster: &FakeCluster, n: usize) -> usize {
@@ -103,7 +111,7 @@ fn a_pdb_covers_only_its_namespace_and_selector() {
     assert!(matches!(evict(&cluster, "web-0"), Eviction::Blocked { .. }));
     assert_eq!(evict(&cluster, "api-0"), Eviction::Evicted);
     assert_eq!(
-        pollster::block_on(cluster.evict("other", "web-0")).unwrap(),
+        pollster::block_on(cluster.evict(&by_name("other", "web-0"))).unwrap(),
         Eviction::Evicted
     );
     assert!(cluster.pod("ns", "web-0").is_some() && cluster.pod("ns", "api-0").is_none());

@@ -11,6 +11,7 @@ use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::model::pod::Pod;
+use carpool::model::well_known as wk;
 use carpool::ports::{Clock, DisruptionStep, Instance, InstanceState, StateStore};
 use carpool::run::consolidate::{ConsolidationReport, ConsolidationSettings, Consolidator};
 use carpool::run::provision::Settings;
@@ -102,11 +103,16 @@ impl World {
 
     /// A running `web` pod of 1 CPU on `node`.
     fn pod(&self, name: &str, node: &str) {
+        self.pod_of(name, node, "1", "2Gi");
+    }
+
+    /// A running `web` pod of `cpu` and `memory` on `node`.
+    fn pod_of(&self, name: &str, node: &str, cpu: &str, memory: &str) {
         let pod: Pod = PodBuilder::new(name)
             .namespace("shop")
             .uid(name)
             .label("app", "web")
-            .requests("1", "2Gi")
+            .requests(cpu, memory)
             .owner("apps/v1", "ReplicaSet", "web-rs")
             .spec("nodeName", json!(node))
             .created(&rfc3339(start() - Duration::from_secs(3600)))
@@ -186,11 +192,14 @@ impl World {
     }
 }
 
+/// Three m5.xlarge nodes, each with one `web` pod of 500m and 1 GiB: together they fit
+/// one m5.large, cheaper than each (a merge onto a removed node's own type would be
+/// refused, as Karpenter's `filterOutSameInstanceType` refuses it).
 fn three_underused() -> World {
     let w = World::new();
     for n in ["a", "b", "c"] {
         w.node(n);
-        w.pod(&format!("web-{n}"), n);
+        w.pod_of(&format!("web-{n}"), n, "500m", "1Gi");
         w.daemon_pod(&format!("aws-node-{n}"), n);
     }
     w
@@ -452,9 +461,45 @@ fn a_drain_blocked_past_the_limit_is_rolled_back() {
     assert!(r.rolled_back[0].reason.contains("did not finish"));
     for n in ["a", "b", "c"] {
         assert!(!w.tainted(n), "{n} untainted");
-        assert!(w.cluster.node(n).is_some());
+        let node = w.cluster.node(n).unwrap();
+        // The load balancers' label set when its drain began is gone, and the stall is
+        // remembered on the node, so that the next runs do not pick it again at once.
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert!(!labels.contains_key(wk::EXCLUDE_BALANCERS), "{n}: {labels:?}");
+        let annotations = node.metadata.annotations.unwrap_or_default();
+        assert!(annotations.contains_key(wk::STALLED_UNTIL), "{n}: {annotations:?}");
     }
     assert!(w.disruptions().is_empty());
+}
+
+/// While a drain is under way its node carries
+/// `node.kubernetes.io/exclude-from-external-load-balancers`, as Karpenter's
+/// `Terminator.Taint` sets it before draining
+/// (`pkg/controllers/node/termination/terminator/terminator.go`).
+#[test]
+fn a_node_being_drained_is_taken_out_of_the_load_balancers() {
+    let w = three_underused();
+    w.run("run-1").unwrap();
+    w.cluster.add_pdb(
+        carpool::fixtures::pdb(
+            "shop",
+            "web",
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"minAvailable": 3}),
+        )
+        .unwrap(),
+    );
+    w.register_replacements();
+    w.clock.advance(Duration::from_secs(60));
+    w.run("run-2").unwrap();
+    for n in ["a", "b", "c"] {
+        let labels = w.cluster.node(n).unwrap().metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get(wk::EXCLUDE_BALANCERS).map(String::as_str),
+            Some(wk::EXCLUDE_BALANCERS_VALUE),
+            "{n}: {labels:?}"
+        );
+    }
 }
 
 // Karpenter disrupts only the nodes it has a NodeClaim of (`pkg/controllers/state/

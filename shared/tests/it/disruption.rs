@@ -152,7 +152,8 @@ fn three_underused(extra: Vec<Value>) -> Vec<Value> {
     let mut items = vec![p];
     for n in ["a", "b", "c"] {
         items.push(node(n, "default", "m5.xlarge", "on-demand"));
-        items.push(pod_on(&format!("web-{n}"), n, "1", "2Gi").build());
+        // Together they fit one m5.large, cheaper than each removed m5.xlarge.
+        items.push(pod_on(&format!("web-{n}"), n, "500m", "1Gi").build());
     }
     items.extend(extra);
     items
@@ -426,16 +427,6 @@ fn a_saving_below_the_nodepools_threshold_is_not_taken() {
     let d = decide_at(&s, NOW);
     assert!(d.command.is_none(), "{d:#?}");
     assert_eq!(blocked(&d, "big"), Some(BlockKind::BelowThreshold));
-}
-
-// Karpenter's provisioner owns pending pods; consolidating while they wait is the flapping
-// of kubernetes-sigs/karpenter #1019.
-#[test]
-fn consolidation_waits_while_pods_are_pending() {
-    let pending = PodBuilder::pending_web("waiting", "1", "1Gi").unschedulable().build();
-    let d = decide_at(&snapshot(three_underused(vec![pending])), NOW);
-    assert!(d.command.is_none(), "{d:#?}");
-    assert_eq!(blocked(&d, "a"), Some(BlockKind::PendingPods));
 }
 
 #[test]
@@ -760,4 +751,28 @@ fn a_node_on_an_ami_its_class_no_longer_resolves_is_drifted() {
     let cmd = d.command.expect("drift");
     assert_eq!(cmd.method, Method::Drift);
     assert_eq!(cmd.nodes, vec!["old".to_string()]);
+}
+
+/// A node whose last voluntary disruption stalled and was rolled back is left alone until
+/// its `carpool.sh/disruption-stalled-until` passes, so that the next run does not launch
+/// a fresh replacement for the same stall (issue 27, item 4: Carpool's own rule; a
+/// Karpenter command that fails is rolled back by its orchestration queue,
+/// `pkg/controllers/disruption/orchestration/queue.go`, with no such memory).
+#[test]
+fn a_node_whose_drain_stalled_is_left_alone_until_its_annotation_passes() {
+    let items = three_underused(vec![])
+        .into_iter()
+        .map(|mut v| {
+            if v["kind"] == "Node" {
+                v["metadata"]["annotations"] = json!({"carpool.sh/disruption-stalled-until": "2026-12-02T12:30:00Z"});
+            }
+            v
+        })
+        .collect();
+    let s = snapshot(items);
+    let d = decide_at(&s, NOW);
+    assert!(d.command.is_none(), "{d:#?}");
+    assert_eq!(blocked(&d, "a"), Some(BlockKind::Stalled));
+    let later = decide_at(&s, "2026-12-02T12:31:00Z");
+    assert_eq!(later.command.expect("picked again once it passed").nodes.len(), 3);
 }

@@ -6,7 +6,7 @@
 //! pods; a forged spot warning (about an on-demand instance, or dated an hour ago) cuts
 //! no drain short.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
@@ -17,7 +17,7 @@ use carpool::model::CapacityType;
 use carpool::model::pod::Pod;
 use carpool::model::well_known as wk;
 use carpool::ports::{
-    Cluster, ClusterError, Eviction, Instance, InstanceState, MetadataPatch, PodEvent, StateStore, Validated,
+    Cluster, ClusterError, Eviction, Instance, InstanceState, MetadataPatch, PodEvent, PodRef, StateStore, Validated,
 };
 use carpool::run::disruption::{Disrupter, EventReport, InterruptionSettings, Outcome};
 use carpool::run::provision::{Provisioner, Settings};
@@ -65,7 +65,7 @@ struct World {
     cloud: FakeCloud,
     cluster: FakeCluster,
     store: FakeStore,
-    clock: FakeClock,
+    clock: Arc<FakeClock>,
 }
 
 /// A spot node running 3 `web` pods and 2 `api` pods, the `api` ones under a PDB with
@@ -77,11 +77,27 @@ fn world() -> World {
 /// [`world`], with the instance of the capacity type EC2 says it is (its Node is labelled
 /// spot either way).
 fn world_of(capacity_type: CapacityType) -> World {
+    world_in(capacity_type, false)
+}
+
+/// [`world`], with a kubelet: an evicted pod shuts down for its grace period
+/// ([`FakeCluster::with_kubelet`]), as on the local stack.
+fn world_with_kubelet() -> World {
+    world_in(CapacityType::Spot, true)
+}
+
+fn world_in(capacity_type: CapacityType, kubelet: bool) -> World {
+    let clock = Arc::new(FakeClock::at(start()));
+    let cluster = if kubelet {
+        FakeCluster::new().with_kubelet(clock.clone())
+    } else {
+        FakeCluster::new()
+    };
     let w = World {
         cloud: FakeCloud::new(),
-        cluster: FakeCluster::new(),
+        cluster,
         store: FakeStore::new(),
-        clock: FakeClock::at(start()),
+        clock,
     };
     w.cloud.set_now(START as i64 * 1000);
     w.cluster.add_nodepool(
@@ -278,9 +294,10 @@ impl Cluster for Replicas<'_> {
     async fn tolerate(&self, pod: &Pod, toleration: &Toleration) -> Result<(), ClusterError> {
         self.inner.tolerate(pod, toleration).await
     }
-    async fn evict(&self, namespace: &str, pod: &str) -> Result<Eviction, ClusterError> {
+    async fn evict(&self, target: &PodRef) -> Result<Eviction, ClusterError> {
+        let (namespace, pod) = (target.namespace.as_str(), target.name.as_str());
         let before = self.inner.pod(namespace, pod);
-        let answer = self.inner.evict(namespace, pod).await?;
+        let answer = self.inner.evict(target).await?;
         if answer == Eviction::Evicted {
             self.evictions.lock().unwrap().push(format!("{namespace}/{pod}"));
             if let Some(mut p) = before {
@@ -308,6 +325,9 @@ impl Cluster for Replicas<'_> {
         }
         Ok(answer)
     }
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, ClusterError> {
+        self.inner.attached_volumes(node).await
+    }
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         self.inner.delete_node(node, uid).await
     }
@@ -331,7 +351,7 @@ fn handle<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &InterruptionE
 async fn handle_fut<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &InterruptionEvent) -> Vec<EventReport> {
     let catalog = Catalog::embedded().unwrap();
     let region = catalog.region("us-east-1").unwrap();
-    let i = Disrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
+    let i = Disrupter::new(&w.cloud, cluster, &w.store, &*w.clock, settings(), owner);
     let until = w.clock_now() + Duration::from_secs(120);
     i.handle(&region, event, until).await.unwrap()
 }
@@ -339,7 +359,7 @@ async fn handle_fut<K: Cluster>(w: &World, cluster: &K, owner: &str, event: &Int
 fn sweep<K: Cluster>(w: &World, cluster: &K, owner: &str) -> Vec<EventReport> {
     let catalog = Catalog::embedded().unwrap();
     let region = catalog.region("us-east-1").unwrap();
-    let i = Disrupter::new(&w.cloud, cluster, &w.store, &w.clock, settings(), owner);
+    let i = Disrupter::new(&w.cloud, cluster, &w.store, &*w.clock, settings(), owner);
     block_on(i.sweep(&region, w.clock_now() + Duration::from_secs(120))).unwrap()
 }
 
@@ -560,7 +580,7 @@ fn the_provisioner_during_the_drain_launches_nothing_for_the_evicted_pods() {
         &w.cloud,
         &w.cluster,
         &w.store,
-        &w.clock,
+        &*w.clock,
         Settings {
             deployment: DEPLOYMENT.into(),
             ..Settings::default()
@@ -745,7 +765,7 @@ fn in_dry_run_a_spot_warning_is_reported_and_nothing_is_tainted_evicted_recorded
     let region = catalog.region("us-east-1").unwrap();
     let mut dry = settings();
     dry.provision.dry_run = true;
-    let d = Disrupter::new(&w.cloud, &cluster, &w.store, &w.clock, dry, "inv-dry");
+    let d = Disrupter::new(&w.cloud, &cluster, &w.store, &*w.clock, dry, "inv-dry");
     let until = w.clock_now() + Duration::from_secs(120);
     let reports = block_on(d.handle(&region, &spot_warning("e-dry", SPOT, start()), until)).unwrap();
     let would = match &reports[0].outcome {
@@ -778,7 +798,7 @@ fn in_dry_run_a_spot_warning_is_reported_and_nothing_is_tainted_evicted_recorded
         &w.cloud,
         &cluster,
         &w.store,
-        &w.clock,
+        &*w.clock,
         {
             let mut s = settings();
             s.provision.dry_run = true;
@@ -807,6 +827,7 @@ fn gone_record(instance_id: &str, hard: bool) -> carpool::ports::DisruptionRecor
         drain_deadline: now + 90_000,
         hard_deadline: hard,
         wait_for_replacement: !hard,
+        terminate_by: None,
         evicted: Vec::new(),
         held_by: None,
         held_until: 0,
@@ -837,4 +858,174 @@ fn a_sweep_advances_every_disruption_and_one_failure_stops_none_of_the_others() 
     // The next sweep takes it up.
     sweep(&w, &w.cluster, "inv-sweep-2");
     assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
+}
+
+// --- termination: the instance goes once its pods are gone ------------------------------
+
+/// Handles `event` with `until` `seconds` from now.
+fn handle_for<K: Cluster>(w: &World, cluster: &K, event: &InterruptionEvent, seconds: u64) -> Vec<EventReport> {
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let i = Disrupter::new(&w.cloud, cluster, &w.store, &*w.clock, settings(), "inv-1");
+    block_on(i.handle(&region, event, w.clock_now() + Duration::from_secs(seconds))).unwrap()
+}
+
+fn spot_state(w: &World) -> InstanceState {
+    w.cloud.instances().into_iter().find(|i| i.id == SPOT).unwrap().state
+}
+
+/// Karpenter's termination controller terminates the instance only once `awaitDrain`
+/// finds no pod waiting for eviction (`Terminator.Drain`, `podutil.IsWaitingEviction`:
+/// terminating pods count until they are gone), kubernetes-sigs/karpenter
+/// `pkg/controllers/node/termination/controller.go` `Controller.finalize`.
+#[test]
+fn a_spot_warning_terminates_the_instance_only_once_its_pods_have_shut_down() {
+    let w = world_with_kubelet();
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let r = &handle(&w, &cluster, "inv-1", &spot_warning("e-1", SPOT, start()))[0];
+    assert_eq!(r.outcome, Outcome::CleanedUp, "{r:?}");
+    assert_eq!(r.evicted, 5);
+    let drained = r.event_to_drained_ms.expect("drained");
+    let empty = r.event_to_empty_ms.expect("emptied");
+    assert!(drained < 5_000, "every eviction accepted at once: {r:?}");
+    // The pods' 30-s grace periods ran before the instance went, within the notice.
+    assert!((30_000..=90_000).contains(&empty), "empty after {empty} ms: {r:?}");
+    assert_eq!(spot_state(&w), InstanceState::Terminated);
+    assert!(
+        w.cluster.pod_keys().iter().all(|k| k.contains("-r")),
+        "{:?}",
+        w.cluster.pod_keys()
+    );
+}
+
+/// The notice's deadline is the ceiling: a pod whose grace period outlasts it is cut
+/// there, as the instance would be (Karpenter's node termination time,
+/// `Controller.nodeTerminationTime`, plays that part for a NodeClaim).
+#[test]
+fn a_pod_whose_grace_period_outlasts_the_notice_is_cut_at_the_deadline() {
+    let w = world_with_kubelet();
+    let mut slow = pod_on(NODE, "slow-0", "slow");
+    slow.spec.as_mut().unwrap().termination_grace_period_seconds = Some(600);
+    w.cluster.add_pod(slow);
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let r = &handle(&w, &cluster, "inv-1", &spot_warning("e-1", SPOT, start()))[0];
+    assert!(r.drained, "{r:?}");
+    assert_eq!(r.event_to_empty_ms, None, "{r:?}");
+    assert!(r.waiting_for.contains(&"shop/slow-0".to_string()), "{r:?}");
+    assert_eq!(spot_state(&w), InstanceState::Terminated);
+    let took = w.clock_now().duration_since(start()).unwrap();
+    assert!(
+        took >= Duration::from_secs(90) && took < Duration::from_secs(100),
+        "{took:?}"
+    );
+}
+
+/// Karpenter's `awaitVolumeDetachment` waits for the node's VolumeAttachments (those of
+/// drainable pods, `filterVolumeAttachments`) before `awaitInstanceTermination`.
+#[test]
+fn the_instance_waits_for_its_volumes_to_detach() {
+    let w = world_with_kubelet();
+    w.cluster.attach_volume(NODE, "pv-data");
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let r = &handle_for(&w, &cluster, &spot_warning("e-1", SPOT, start()), 45)[0];
+    assert_eq!(
+        r.outcome,
+        Outcome::Draining,
+        "pods gone, the volume still attached: {r:?}"
+    );
+    assert_eq!(r.waiting_for, vec!["pv/pv-data".to_string()], "{r:?}");
+    assert_eq!(spot_state(&w), InstanceState::Running);
+
+    w.cluster.detach_volume(NODE, "pv-data");
+    let r = &sweep(&w, &cluster, "inv-2")[0];
+    assert_eq!(r.outcome, Outcome::CleanedUp, "{r:?}");
+    assert_eq!(spot_state(&w), InstanceState::Terminated);
+}
+
+fn rebalance_pool(termination_grace: Option<&str>) -> Value {
+    let mut pool = NodePoolBuilder::new("general")
+        .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
+        .requirement("kubernetes.io/arch", "In", &["amd64"])
+        .build();
+    pool["metadata"]["annotations"] = json!({"carpool.sh/rebalance": "true"});
+    if let Some(tgp) = termination_grace {
+        pool["spec"]["template"]["spec"]["terminationGracePeriod"] = json!(tgp);
+    }
+    pool
+}
+
+/// A spot warning for a node whose rebalance is waiting for its replacement: the
+/// notice's hard deadline wins, the drain stops waiting, and the node is empty before
+/// the notice ends (Karpenter's interruption controller deletes the NodeClaim whatever
+/// disruption was under way: `Controller.handleNodeClaim` in aws/karpenter-provider-aws
+/// `pkg/controllers/interruption/controller.go`).
+#[test]
+fn a_spot_warning_escalates_a_rebalance_still_waiting_for_its_replacement() {
+    let w = world_with_kubelet();
+    w.cluster.add_nodepool(rebalance_pool(None));
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let r = &handle(&w, &cluster, "inv-1", &rebalance("e-1", SPOT, start()))[0];
+    assert_eq!(r.outcome, Outcome::WaitingForReplacement, "{r:?}");
+    w.clock.advance(Duration::from_secs(60));
+
+    let warned = w.clock_now();
+    let r = &handle(&w, &cluster, "inv-2", &spot_warning("e-2", SPOT, warned))[0];
+    assert_eq!(r.outcome, Outcome::CleanedUp, "{r:?}");
+    assert_eq!(cluster.evicted().len(), 5);
+    let empty = r.event_to_empty_ms.expect("emptied before the notice ended");
+    assert!(empty < 120_000, "{r:?}");
+    assert_eq!(spot_state(&w), InstanceState::Terminated);
+    let records = block_on(w.store.list_disruptions()).unwrap();
+    assert!(records.is_empty(), "{records:?}");
+}
+
+/// A soft disruption waits for its pods up to the NodePool's `terminationGracePeriod`,
+/// then the node goes (Karpenter's `Controller.nodeTerminationTime` and the
+/// `hasTerminationGracePeriodElapsed` checks of `awaitVolumeDetachment`).
+#[test]
+fn a_soft_disruption_waits_for_its_pods_up_to_the_nodepools_termination_grace_period() {
+    let w = world_with_kubelet();
+    w.cluster.add_nodepool(rebalance_pool(Some("3m")));
+    let mut slow = pod_on(NODE, "slow-0", "slow");
+    slow.spec.as_mut().unwrap().termination_grace_period_seconds = Some(3600);
+    w.cluster.add_pod(slow);
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let r = &handle(&w, &cluster, "inv-1", &rebalance("e-1", SPOT, start()))[0];
+    assert_eq!(r.outcome, Outcome::WaitingForReplacement, "{r:?}");
+    let records = block_on(w.store.list_disruptions()).unwrap();
+    assert_eq!(
+        records[0].terminate_by,
+        Some(carpool::ports::epoch_millis(start() + Duration::from_secs(180)))
+    );
+    for (n, i) in w.on_demand_instances().iter().enumerate() {
+        w.cluster.add_node(
+            NodeBuilder::new(&format!("replacement-{n}"))
+                .label(wk::CARPOOL_MANAGED, "true")
+                .provider_id(&i.provider_id())
+                .allocatable("cpu", "4")
+                .allocatable("memory", "16Gi")
+                .allocatable("pods", "58")
+                .ready(true)
+                .node()
+                .unwrap(),
+        );
+    }
+    // Sweeps every minute: the slow pod is evicted and shuts down for an hour; the node
+    // waits for it until 3 minutes after the disruption began, and no longer.
+    let mut outcomes = Vec::new();
+    while spot_state(&w) == InstanceState::Running && outcomes.len() < 10 {
+        w.clock.advance(Duration::from_secs(60));
+        outcomes.push(
+            sweep(&w, &cluster, &format!("inv-{}", outcomes.len() + 2))[0]
+                .outcome
+                .clone(),
+        );
+    }
+    assert_eq!(spot_state(&w), InstanceState::Terminated, "{outcomes:?}");
+    let took = w.clock_now().duration_since(start()).unwrap();
+    assert!(
+        took >= Duration::from_secs(180) && took <= Duration::from_secs(240),
+        "{took:?} {outcomes:?}"
+    );
+    assert!(w.cluster.pod("shop", "slow-0").is_some(), "cut short, not waited for");
 }

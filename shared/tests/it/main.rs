@@ -65,6 +65,7 @@ mod checker;
 mod class_failure;
 mod cluster_contract;
 mod consolidation;
+mod consolidation_rules;
 mod disruption;
 mod disruption_properties;
 mod drain;

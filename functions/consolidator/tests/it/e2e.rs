@@ -65,6 +65,17 @@ impl Scene {
 
     /// A scene whose NodePool allows `capacity` types, of the instance `families` when given.
     async fn build(prefix: &str, budget: &str, capacity: &[&str], families: Option<&[&str]>) -> Result<Self> {
+        Self::build_with(prefix, budget, capacity, families, None).await
+    }
+
+    /// [`Scene::build`], with the NodePool's `terminationGracePeriod` when given.
+    async fn build_with(
+        prefix: &str,
+        budget: &str,
+        capacity: &[&str],
+        families: Option<&[&str]>,
+        termination_grace: Option<&str>,
+    ) -> Result<Self> {
         let base = Base::with_pool(prefix, |pool| {
             let pool = pool.requirement("karpenter.sh/capacity-type", "In", capacity);
             let pool = match families {
@@ -73,6 +84,9 @@ impl Scene {
             };
             let mut pool = pool.build();
             pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": budget}]});
+            if let Some(tgp) = termination_grace {
+                pool["spec"]["template"]["spec"]["terminationGracePeriod"] = json!(tgp);
+            }
             pool
         })
         .await?;
@@ -625,5 +639,178 @@ async fn back_to_spot(scene: &Scene) -> Result<()> {
         "{methods:?}"
     );
     ensure!(after.iter().all(|(_, _, c)| c == "spot"), "{after:?}");
+    Ok(())
+}
+
+// --- the instance goes once its pods have shut down ------------------------------------
+
+/// Issue 27: a node being consolidated is terminated only after its pods are gone, each
+/// given its 30-s grace period (kwok's `pod-terminate` stage keeps an evicted pod
+/// Terminating until its `deletionTimestamp`), and within the NodePool's
+/// `terminationGracePeriod`. Karpenter's termination controller waits the same way
+/// (`Controller.finalize`: `awaitDrain`, `awaitVolumeDetachment`, then the instance, in
+/// kubernetes-sigs/karpenter `pkg/controllers/node/termination/controller.go`).
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_consolidated_node_is_terminated_only_after_its_pods_have_shut_down_and_within_the_pools_grace_period()
+-> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::build_with("e2e-cons-grace", "100%", &["on-demand"], None, Some("3m")).await?;
+    let harness = scene.harness().await?;
+    let result = shut_down_first(&scene).await;
+    scene.finish(harness, result).await
+}
+
+/// When each pod was seen terminating and gone, and each instance terminated, by a
+/// watcher polling every 250 ms.
+#[derive(Default)]
+struct Seen {
+    /// Pod name → (node, first seen terminating, first seen gone).
+    pods: std::collections::BTreeMap<String, (String, Option<SystemTime>, Option<SystemTime>)>,
+    /// Instance id → first seen no longer running.
+    terminated: std::collections::BTreeMap<String, SystemTime>,
+    /// The instances running at the last poll.
+    running: Vec<String>,
+}
+
+async fn shut_down_first(scene: &Scene) -> Result<()> {
+    let mut d = scene.base.deployment("web", 6, "500m", "512Mi");
+    d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(30);
+    d["spec"]["template"]["spec"]["containers"][0]["lifecycle"] =
+        json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 25"]}}});
+    scene.create_deployment(d).await?;
+    wait::unschedulable(&scene.kube, &scene.name, 6, WAIT).await?;
+    scene.provision(Duration::from_secs(20)).await?;
+    scene.wait_running(6).await?;
+    scene.scale("web", 1).await?;
+    // The scale-down's own deletions take their 30 s too.
+    scene.wait_running(1).await?;
+    let nodes_before = scene.nodes().await?;
+    ensure!(nodes_before.len() >= 2, "{nodes_before:?}");
+    let instance_of: std::collections::BTreeMap<String, String> = Api::<Node>::all(scene.kube.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let id = carpool::model::node::instance_id_from_provider_id(n.spec.as_ref()?.provider_id.as_deref()?)?
+                .to_string();
+            Some((n.metadata.name?, id))
+        })
+        .collect();
+
+    let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (seen, stop) = (seen.clone(), stop.clone());
+        let pods: Api<Pod> = Api::namespaced(scene.kube.clone(), &scene.name);
+        let cloud = scene.cloud().await?;
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let now = SystemTime::now();
+                if let Ok(list) = pods.list(&ListParams::default()).await {
+                    let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let present: Vec<String> = list.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
+                    for p in &list.items {
+                        let name = p.metadata.name.clone().unwrap_or_default();
+                        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                        let e = seen.pods.entry(name).or_insert((node, None, None));
+                        if p.metadata.deletion_timestamp.is_some() && e.1.is_none() {
+                            e.1 = Some(now);
+                        }
+                    }
+                    for (name, e) in seen.pods.iter_mut() {
+                        if !present.contains(name) && e.2.is_none() {
+                            e.2 = Some(now);
+                        }
+                    }
+                }
+                if let Ok(instances) = cloud.list().await {
+                    // The cloud lists live instances: one that leaves the list, or stops
+                    // running, was terminated then.
+                    let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let running: Vec<String> = instances
+                        .iter()
+                        .filter(|i| i.state == carpool::ports::InstanceState::Running)
+                        .map(|i| i.id.clone())
+                        .collect();
+                    for id in std::mem::take(&mut seen.running) {
+                        if !running.contains(&id) {
+                            seen.terminated.entry(id).or_insert(now);
+                        }
+                    }
+                    seen.running = running;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
+    let started = SystemTime::now();
+    let mut quiet = 0;
+    let mut consolidated = 0;
+    for run in 0..20 {
+        let report = scene.consolidate(&format!("grace-{run}")).await?;
+        eprintln!(
+            "run {run}: command {:?} steps {:?} evicted {} rolled back {:?}",
+            report.command.as_ref().map(|c| (c.method, c.nodes.clone())),
+            report.steps,
+            report.evicted,
+            report.rolled_back
+        );
+        ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
+        consolidated += report.nodes_consolidated;
+        quiet = if report.command.is_none() && report.steps.is_empty() {
+            quiet + 1
+        } else {
+            0
+        };
+        if quiet == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    watcher.await?;
+    ensure!(quiet == 2, "the consolidator did not settle");
+    ensure!(consolidated >= 1, "nothing was consolidated");
+
+    let seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut checked = 0;
+    for (node, instance) in &instance_of {
+        let Some(terminated) = seen.terminated.get(instance) else {
+            continue;
+        };
+        let evicted: Vec<(&String, SystemTime, Option<SystemTime>)> = seen
+            .pods
+            .iter()
+            .filter(|(_, (n, terminating, _))| n == node && terminating.is_some_and(|t| t >= started))
+            .map(|(name, (_, terminating, gone))| (name, terminating.unwrap_or(started), *gone))
+            .collect();
+        eprintln!("node {node} ({instance}) terminated at {terminated:?}; its pods: {evicted:?}");
+        for (pod, terminating, gone) in &evicted {
+            let gone = gone.with_context(|| format!("pod {pod} of {node} never went"))?;
+            ensure!(
+                gone <= *terminated,
+                "{node}'s instance was terminated before its pod {pod} had shut down"
+            );
+            let grace = gone.duration_since(*terminating).unwrap_or_default();
+            ensure!(
+                grace >= Duration::from_secs(28),
+                "pod {pod} shut down in {grace:?}, not its 30 s"
+            );
+            let within = terminated.duration_since(*terminating).unwrap_or_default();
+            ensure!(
+                within <= Duration::from_secs(180 + 15),
+                "{node} went {within:?} after its drain began: past the pool's 3-minute terminationGracePeriod"
+            );
+        }
+        checked += usize::from(!evicted.is_empty());
+    }
+    ensure!(
+        checked >= 1,
+        "no consolidated node had a pod to wait for: {:?}",
+        seen.pods
+    );
     Ok(())
 }

@@ -9,13 +9,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use carpool::fakes::{ClusterScene, KEEP_LABEL, cluster_contract, disrupted_taint, keep_taint};
 use carpool::model::pod::Pod;
-use carpool::ports::{Cluster, ClusterError, Eviction, MetadataPatch};
+use carpool::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodRef};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_tests::{Stack, shared, unique, wait};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -223,6 +223,11 @@ async fn contract(s: &mut Scene) -> Result<()> {
         &serde_json::to_value(&scene.csinode)?,
     )
     .await?;
+    s.create_cluster_object(
+        ApiResource::erase::<VolumeAttachment>(&()),
+        &serde_json::to_value(&scene.attachment)?,
+    )
+    .await?;
     s.wait_running("app in (guarded, free)", 4).await?;
     s.wait_pdb("guarded", 2, 0).await?;
     s.wait_pdb("free", 2, 1).await?;
@@ -277,7 +282,8 @@ async fn pdb_eviction(s: &mut Scene) -> Result<()> {
     s.wait_pdb("web", 2, 0).await?;
 
     let victim = running[0].metadata.name.clone().context("a pod without a name")?;
-    match s.cluster.evict(&ns, &victim).await {
+    let target = PodRef::of(&running[0]);
+    match s.cluster.evict(&target).await {
         Ok(Eviction::Blocked { reason }) => {
             ensure!(
                 reason.contains("disruption budget"),
@@ -294,7 +300,7 @@ async fn pdb_eviction(s: &mut Scene) -> Result<()> {
     )
     .await?;
     s.wait_pdb("web", 2, 1).await?;
-    let r = s.cluster.evict(&ns, &victim).await;
+    let r = s.cluster.evict(&target).await;
     ensure!(matches!(r, Ok(Eviction::Evicted)), "an allowed eviction answered {r:?}");
     let pods: Api<Pod> = Api::namespaced(s.kube.clone(), &ns);
     wait::until(
@@ -306,7 +312,7 @@ async fn pdb_eviction(s: &mut Scene) -> Result<()> {
         },
     )
     .await?;
-    let r = s.cluster.evict(&ns, &victim).await;
+    let r = s.cluster.evict(&target).await;
     ensure!(matches!(r, Ok(Eviction::Gone)), "evicting it again answered {r:?}");
     Ok(())
 }

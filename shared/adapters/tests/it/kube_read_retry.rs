@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, bail, ensure};
 use bytes::Bytes;
-use carpool::ports::{Cluster, ClusterError, Eviction};
+use carpool::ports::{Cluster, ClusterError, Eviction, PodRef};
 use carpool_adapters::kube_cluster::KubeCluster;
 use carpool_adapters::kube_retry::ReadRetry;
 use http_body_util::Full;
@@ -156,7 +156,15 @@ async fn an_eviction_a_pdb_refuses_with_429_is_answered_at_once_not_retried() ->
     refusal["details"] = json!({"causes": [{"reason": "DisruptionBudget",
         "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]});
     let script = Script::new(vec![(429, refusal)]);
-    match script.cluster().evict("shop", "web-0").await? {
+    match script
+        .cluster()
+        .evict(&PodRef {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            uid: None,
+        })
+        .await?
+    {
         Eviction::Blocked { .. } => {}
         other => bail!("expected Blocked, got {other:?}"),
     }

@@ -53,7 +53,13 @@ pub enum BlockKind {
     /// The NodePool's `consolidationPolicy` does not allow it (`WhenEmpty` and the node
     /// has pods that move; or `consolidateAfter: Never`).
     Policy,
-    /// Pods are pending: consolidation waits until the provisioner has placed them.
+    /// Its last voluntary disruption stalled and was rolled back a short while ago
+    /// (annotation `carpool.sh/disruption-stalled-until`, not passed yet): picking it again
+    /// at once would launch a fresh replacement for the same stall.
+    Stalled,
+    /// A pending pod that can be placed now needs the room: it is about to land on the
+    /// node, or would be left without a place (or without the room it has on an existing
+    /// node) once the node is gone.
     PendingPods,
 }
 
@@ -311,6 +317,8 @@ pub fn candidates<'a>(
                 ))
             } else if let Some(why) = disrupting(node, in_progress) {
                 Some(Blocked::new(BlockKind::Disrupting, why))
+            } else if let Some(why) = stalled(node, now) {
+                Some(Blocked::new(BlockKind::Stalled, why))
             } else if price <= 0.0 {
                 Some(Blocked::new(
                     BlockKind::NotManaged,
@@ -339,6 +347,21 @@ pub fn candidates<'a>(
             })
         })
         .collect()
+}
+
+/// Why a node is left alone after a stalled disruption: its
+/// [`wk::STALLED_UNTIL`] annotation names a time after `now`. An annotation that does not
+/// parse is ignored.
+fn stalled(node: &K8sNode, now: SystemTime) -> Option<String> {
+    let value = node.metadata.annotations.as_ref()?.get(wk::STALLED_UNTIL)?;
+    let until: jiff::Timestamp = value.parse().ok()?;
+    let until = SystemTime::from(until);
+    (until > now).then(|| {
+        format!(
+            "its last disruption stalled and was rolled back: left alone until {value} ({})",
+            wk::STALLED_UNTIL
+        )
+    })
 }
 
 /// Whether `consolidateAfter` has passed for the candidate at `now`; the reason when not.

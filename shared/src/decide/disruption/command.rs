@@ -72,8 +72,8 @@ impl Method {
         }
     }
 
-    /// Whether the method consolidates (only nodes past `consolidateAfter`, and only while
-    /// no pod is pending).
+    /// Whether the method consolidates (only nodes past `consolidateAfter`, and never at
+    /// the cost of the room a pending pod has now).
     pub fn consolidates(self) -> bool {
         !matches!(self, Method::Repair | Method::Expiration | Method::Drift)
     }

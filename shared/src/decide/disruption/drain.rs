@@ -1,15 +1,15 @@
-//! The order of a drain: which pods of a node to evict, in which order, and which stay.
+//! The order of a drain: which pods of a node to evict, in which order, which stay, and
+//! which the node waits for.
 //!
-//! A drain evicts tier by tier, as Karpenter's terminator does (`Terminator.Evict` in
+//! A drain evicts tier by tier, as Karpenter's terminator does (`Terminator.Drain` in
 //! kubernetes-sigs/karpenter `pkg/controllers/node/termination/terminator/terminator.go`,
 //! after the kubelet's graceful node shutdown): the non-critical pods first, the
-//! system-critical ones only once no non-critical pod is left to evict. A tier is done
-//! when the apiserver has accepted the eviction of each of its pods; it does not wait
-//! for them to finish terminating (neither does Karpenter: terminating pods are not
-//! evictable, so its next call moves on to the next list).
+//! system-critical ones only once no non-critical pod is left, terminating ones included
+//! (`groupPodsByPriority` over `IsWaitingEviction`).
 //!
 //! Some pods stay, as `kubectl drain --ignore-daemonsets` leaves them (kubectl's
-//! `pkg/drain/filters.go`: `daemonSetFilter`, `mirrorPodFilter`, `skipDeletedFilter`):
+//! `pkg/drain/filters.go`: `daemonSetFilter`, `mirrorPodFilter`, `skipDeletedFilter`) and
+//! as Karpenter's `IsEvictable` does:
 //! - DaemonSet pods: their controller would put them back on the node, and they die
 //!   with it (Karpenter evicts them in tiers of their own; Carpool leaves them, so node
 //!   agents keep running until the end);
@@ -17,7 +17,15 @@
 //! - pods that have finished (Succeeded, Failed): they hold nothing;
 //! - pods already terminating: their eviction (or deletion) was accepted;
 //! - pods whose eviction an earlier pass had accepted, should a listing still show them
-//!   running.
+//!   running;
+//! - pods that tolerate `carpool.sh/disrupted:NoSchedule`: they could come straight back
+//!   (`ToleratesDisruptedNoScheduleTaint`);
+//! - in a voluntary drain, pods with `do-not-disrupt` (`IsDoNotDisruptActive`).
+//!
+//! The node waits ([`DrainOrder::waiting`], Karpenter's `IsWaitingEviction`) for the
+//! pods terminating (until a minute past their `deletionTimestamp`: stuck, their kubelet
+//! gone), those whose eviction was accepted, and the `do-not-disrupt` ones of a voluntary
+//! drain; not for the others that stay, which end with the node.
 //!
 //! Within a tier, the pods whose `terminationGracePeriodSeconds` (30 s unless set)
 //! cannot end before the deadline come first, then the longer grace periods before the
@@ -30,9 +38,10 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::decide::provisioning::pod::is_daemonset_pod;
+use crate::decide::provisioning::taints::tolerates;
 use crate::model::PodRef;
 use crate::model::pod::Pod;
-use crate::model::well_known::MIRROR_ANNOTATION;
+use crate::model::well_known::{DISRUPTED_TAINT, DO_NOT_DISRUPT, MIRROR_ANNOTATION};
 
 /// The grace period of a pod that sets none (the API's default for
 /// `terminationGracePeriodSeconds`).
@@ -73,6 +82,13 @@ pub enum StayReason {
     Terminating,
     /// An earlier pass had its eviction accepted.
     AlreadyEvicted,
+    /// It tolerates `carpool.sh/disrupted:NoSchedule`: it could come straight back, so it
+    /// is neither evicted nor waited for, and ends with the node (Karpenter's
+    /// `ToleratesDisruptedNoScheduleTaint` in `IsEvictable` and `IsDrainable`).
+    ToleratesDisrupted,
+    /// It has `do-not-disrupt` and the drain is voluntary: not evicted, and waited for
+    /// (Karpenter's `IsEvictable` leaves it, `IsWaitingEviction` waits for it).
+    DoNotDisrupt,
 }
 
 impl fmt::Display for StayReason {
@@ -84,6 +100,8 @@ impl fmt::Display for StayReason {
             StayReason::Failed => "failed",
             StayReason::Terminating => "terminating",
             StayReason::AlreadyEvicted => "eviction already accepted",
+            StayReason::ToleratesDisrupted => "tolerates the disrupted taint",
+            StayReason::DoNotDisrupt => "do-not-disrupt",
         })
     }
 }
@@ -100,15 +118,22 @@ pub struct Staying {
 /// A node's pods, sorted for a drain.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainOrder {
-    /// The non-empty tiers, in the order to evict them: the non-critical pods, then the
-    /// system-critical ones; each in eviction order.
+    /// The tiers, in the order to evict them: the non-critical pods, then the
+    /// system-critical ones; each in eviction order. Only non-empty tiers, but for an
+    /// empty first one while the critical tier is held.
     pub tiers: Vec<Vec<DrainPod>>,
     /// The pods that stay, sorted by namespace and name.
     pub stay: Vec<Staying>,
+    /// The pods the node waits for before it can go, though they are not evicted now:
+    /// those terminating (unless stuck: a minute past their `deletionTimestamp`, so the
+    /// kubelet is gone), those whose eviction was accepted and that still run, and
+    /// `do-not-disrupt` pods in a voluntary drain. Karpenter's `IsWaitingEviction`.
+    pub waiting: Vec<PodRef>,
 }
 
 impl DrainOrder {
-    /// The tier to evict now: the first that has pods (empty when the node is drained).
+    /// The tier to evict now: the first (empty when the node is drained, or while the
+    /// critical tier waits for the non-critical pods still terminating).
     pub fn current(&self) -> &[DrainPod] {
         self.tiers.first().map_or(&[], Vec::as_slice)
     }
@@ -122,6 +147,55 @@ impl DrainOrder {
     pub fn to_evict(&self) -> usize {
         self.tiers.iter().map(Vec::len).sum()
     }
+
+    /// Whether the node can go: nothing left to evict, and no pod to wait for.
+    pub fn is_empty(&self) -> bool {
+        self.is_drained() && self.waiting.is_empty()
+    }
+}
+
+/// How long a terminating pod is waited for past its `deletionTimestamp`: past it, the
+/// pod is stuck (its kubelet is gone) and the node no longer waits (Karpenter's
+/// `IsStuckTerminating`).
+pub const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// What a drain must respect beyond PDBs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrainRules {
+    /// A voluntary drain (consolidation, drift, expiration): pods with `do-not-disrupt`
+    /// are not evicted, and waited for. An interruption's drain evicts them: the
+    /// instance goes away whatever they say.
+    pub voluntary: bool,
+}
+
+/// Whether `pod` tolerates `carpool.sh/disrupted:NoSchedule`.
+pub fn tolerates_disrupted(pod: &Pod) -> bool {
+    let taint = k8s_openapi::api::core::v1::Taint {
+        key: DISRUPTED_TAINT.into(),
+        value: None,
+        effect: "NoSchedule".into(),
+        time_added: None,
+    };
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| tolerates(t, &taint)))
+}
+
+/// Whether `pod` has `do-not-disrupt: "true"` (Karpenter's or Carpool's annotation).
+pub fn has_do_not_disrupt(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| DO_NOT_DISRUPT.iter().any(|k| a.get(*k).is_some_and(|v| v == "true")))
+}
+
+/// Whether a terminating pod is stuck at `now` (see [`STUCK_AFTER`]).
+fn stuck(pod: &Pod, now: SystemTime) -> bool {
+    pod.metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| SystemTime::from(t.0) + STUCK_AFTER < now)
 }
 
 /// Whether a pod is system-critical: priority class `system-cluster-critical` or
@@ -145,7 +219,7 @@ pub fn grace(pod: &Pod) -> Duration {
 
 /// Why `pod` stays, or `None` when it is to be evicted. `evicted` lists the pods whose
 /// eviction was accepted before.
-pub fn stay_reason(pod: &Pod, evicted: &[PodRef]) -> Option<StayReason> {
+pub fn stay_reason(pod: &Pod, evicted: &[PodRef], rules: DrainRules) -> Option<StayReason> {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if is_daemonset_pod(pod) {
         Some(StayReason::DaemonSet)
@@ -164,6 +238,10 @@ pub fn stay_reason(pod: &Pod, evicted: &[PodRef]) -> Option<StayReason> {
         Some(StayReason::Terminating)
     } else if evicted.contains(&PodRef::of(pod)) {
         Some(StayReason::AlreadyEvicted)
+    } else if tolerates_disrupted(pod) {
+        Some(StayReason::ToleratesDisrupted)
+    } else if rules.voluntary && has_do_not_disrupt(pod) {
+        Some(StayReason::DoNotDisrupt)
     } else {
         None
     }
@@ -172,14 +250,31 @@ pub fn stay_reason(pod: &Pod, evicted: &[PodRef]) -> Option<StayReason> {
 /// Sorts a node's `pods` for a drain at `now` that must end by `deadline`; `evicted`
 /// lists the pods whose eviction an earlier pass had accepted (compared by namespace,
 /// name and uid), which stay. See the module's documentation for the order.
-pub fn drain_order(pods: &[Pod], evicted: &[PodRef], now: SystemTime, deadline: SystemTime) -> DrainOrder {
+pub fn drain_order(
+    pods: &[Pod],
+    evicted: &[PodRef],
+    now: SystemTime,
+    deadline: SystemTime,
+    rules: DrainRules,
+) -> DrainOrder {
     let left = deadline.duration_since(now).unwrap_or(Duration::ZERO);
     let mut non_critical = Vec::new();
     let mut critical = Vec::new();
     let mut stay = Vec::new();
+    let mut waiting = Vec::new();
+    let mut noncritical_waiting = false;
     for pod in pods {
         let reference = PodRef::of(pod);
-        if let Some(reason) = stay_reason(pod, evicted) {
+        if let Some(reason) = stay_reason(pod, evicted, rules) {
+            let waits = match reason {
+                StayReason::Terminating => !stuck(pod, now),
+                StayReason::AlreadyEvicted | StayReason::DoNotDisrupt => true,
+                _ => false,
+            };
+            if waits {
+                noncritical_waiting |= !is_critical(pod);
+                waiting.push(reference.clone());
+            }
             stay.push(Staying { pod: reference, reason });
             continue;
         }
@@ -196,7 +291,15 @@ pub fn drain_order(pods: &[Pod], evicted: &[PodRef], now: SystemTime, deadline: 
             non_critical.push(entry);
         }
     }
-    let mut tiers: Vec<Vec<DrainPod>> = [non_critical, critical].into_iter().filter(|t| !t.is_empty()).collect();
+    // The critical tier waits until no non-critical pod is left, terminating ones
+    // included, as Karpenter's `Terminator.Drain` evicts a priority group only once the
+    // groups before it are gone (`groupPodsByPriority` over `IsWaitingEviction`).
+    let held = non_critical.is_empty() && noncritical_waiting && !critical.is_empty();
+    let mut tiers: Vec<Vec<DrainPod>> = if held {
+        vec![Vec::new(), critical]
+    } else {
+        [non_critical, critical].into_iter().filter(|t| !t.is_empty()).collect()
+    };
     for tier in &mut tiers {
         // `fits` first is implied by the longer grace first; it is kept as the first key
         // so that the rule reads as the issue states it.
@@ -210,7 +313,8 @@ pub fn drain_order(pods: &[Pod], evicted: &[PodRef], now: SystemTime, deadline: 
         });
     }
     stay.sort_by(|a, b| (&a.pod.namespace, &a.pod.name).cmp(&(&b.pod.namespace, &b.pod.name)));
-    DrainOrder { tiers, stay }
+    waiting.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    DrainOrder { tiers, stay, waiting }
 }
 
 #[cfg(test)]
@@ -241,7 +345,7 @@ mod tests {
 
     fn order(pods: Vec<PodBuilder>, seconds: u64) -> DrainOrder {
         let pods: Vec<Pod> = pods.into_iter().map(|p| p.pod().unwrap()).collect();
-        drain_order(&pods, &[], NOW, deadline(seconds))
+        drain_order(&pods, &[], NOW, deadline(seconds), DrainRules::default())
     }
 
     /// Karpenter `pkg/controllers/node/termination/suite_test.go` "should evict
@@ -321,12 +425,15 @@ mod tests {
     fn a_pod_evicted_before_stays_even_when_still_listed_running() {
         let pods = [web("app").pod().unwrap(), web("other").pod().unwrap()];
         let evicted = [PodRef::of(&pods[0])];
-        let order = drain_order(&pods, &evicted, NOW, deadline(90));
+        let order = drain_order(&pods, &evicted, NOW, deadline(90), DrainRules::default());
         assert_eq!(names(order.current()), ["other"]);
         assert_eq!(order.stay[0].reason, StayReason::AlreadyEvicted);
         // A pod of the same name but another uid (a StatefulSet's new pod) is evicted.
         let recreated = web("app").uid("app-2").pod().unwrap();
-        assert_eq!(drain_order(&[recreated], &evicted, NOW, deadline(90)).to_evict(), 1);
+        assert_eq!(
+            drain_order(&[recreated], &evicted, NOW, deadline(90), DrainRules::default()).to_evict(),
+            1
+        );
     }
 
     #[test]
@@ -334,6 +441,81 @@ mod tests {
         let order = order(vec![web("agent").owner("apps/v1", "DaemonSet", "agent")], 90);
         assert!(order.is_drained());
         assert!(order.current().is_empty());
+    }
+
+    /// Karpenter `pkg/utils/pod/scheduling.go`: `IsEvictable` and `IsDrainable` both leave
+    /// out a pod that tolerates the disrupted taint (`ToleratesDisruptedNoScheduleTaint`),
+    /// so that a drain always finishes: it could come straight back.
+    #[test]
+    fn a_pod_that_tolerates_the_disrupted_taint_is_neither_evicted_nor_waited_for() {
+        let order = order(
+            vec![
+                web("tolerant").toleration(DISRUPTED_TAINT, "Exists", None, "NoSchedule"),
+                web("everything").toleration("", "Exists", None, ""),
+                web("app"),
+            ],
+            90,
+        );
+        assert_eq!(names(order.current()), ["app"]);
+        let stay: Vec<(&str, StayReason)> = order.stay.iter().map(|s| (s.pod.name.as_str(), s.reason)).collect();
+        assert_eq!(
+            stay,
+            [
+                ("everything", StayReason::ToleratesDisrupted),
+                ("tolerant", StayReason::ToleratesDisrupted),
+            ]
+        );
+        assert!(order.waiting.is_empty());
+    }
+
+    /// Karpenter `pkg/utils/pod/scheduling.go` `IsWaitingEviction` counts a terminating pod
+    /// until `IsStuckTerminating`: a minute past its `deletionTimestamp`.
+    #[test]
+    fn a_terminating_pod_is_waited_for_until_a_minute_past_its_deletion_timestamp() {
+        let pods = [web("leaving").deleting("1970-01-01T00:00:30Z").pod().unwrap()];
+        let at = |s: u64| {
+            drain_order(
+                &pods,
+                &[],
+                NOW + Duration::from_secs(s),
+                deadline(600),
+                DrainRules::default(),
+            )
+        };
+        assert!(at(0).is_drained() && !at(0).is_empty());
+        assert_eq!(at(89).waiting, vec![PodRef::of(&pods[0])]);
+        assert!(at(91).is_empty(), "stuck: its kubelet is gone");
+    }
+
+    /// Karpenter's `IsEvictable` leaves a `do-not-disrupt` pod, and `IsWaitingEviction`
+    /// waits for it (`pkg/utils/pod/scheduling.go`): a voluntary drain stalls on it. An
+    /// interruption's instance goes whatever it says, so Carpool evicts it then.
+    #[test]
+    fn a_do_not_disrupt_pod_stalls_a_voluntary_drain_and_is_evicted_by_an_interruption() {
+        let pods = [web("precious")
+            .annotation("karpenter.sh/do-not-disrupt", "true")
+            .pod()
+            .unwrap()];
+        let voluntary = drain_order(&pods, &[], NOW, deadline(90), DrainRules { voluntary: true });
+        assert!(voluntary.current().is_empty() && voluntary.is_drained());
+        assert_eq!(voluntary.stay[0].reason, StayReason::DoNotDisrupt);
+        assert!(!voluntary.is_empty(), "waited for");
+        let interruption = drain_order(&pods, &[], NOW, deadline(90), DrainRules::default());
+        assert_eq!(names(interruption.current()), ["precious"]);
+    }
+
+    /// Karpenter `Terminator.Drain` (`groupPodsByPriority` over `IsWaitingEviction`): a
+    /// priority group is evicted only once the groups before it are gone, so the
+    /// system-critical pods outlive every other pod's shutdown.
+    #[test]
+    fn critical_pods_wait_until_the_other_pods_have_terminated() {
+        let critical = web("dns").spec("priorityClassName", json!("system-cluster-critical"));
+        let order = order(vec![critical.clone(), web("app").deleting("2026-09-21T12:00:00Z")], 90);
+        assert!(order.current().is_empty(), "held while app shuts down");
+        assert_eq!(order.to_evict(), 1);
+        assert!(!order.is_drained());
+        let order = super::tests::order(vec![critical], 90);
+        assert_eq!(names(order.current()), ["dns"]);
     }
 
     fn arbitrary_pod() -> impl Strategy<Value = Pod> {
@@ -389,7 +571,7 @@ mod tests {
                 pod.metadata.name = Some(format!("p-{i}"));
                 pod.metadata.uid = Some(format!("u-{i}"));
             }
-            let order = drain_order(&pods, &[], NOW, deadline(seconds));
+            let order = drain_order(&pods, &[], NOW, deadline(seconds), DrainRules::default());
             let evicted: Vec<&DrainPod> = order.tiers.iter().flatten().collect();
             if let Some(first_critical) = evicted.iter().position(|p| p.critical) {
                 prop_assert!(evicted[first_critical..].iter().all(|p| p.critical));
@@ -406,8 +588,10 @@ mod tests {
                     prop_assert_eq!(is_critical(pod), evicted.iter().any(|p| p.pod == r && p.critical));
                 }
             }
-            for tier in &order.tiers {
-                prop_assert!(!tier.is_empty());
+            for (i, tier) in order.tiers.iter().enumerate() {
+                // Only the first tier may be empty: the critical one held while other
+                // pods terminate.
+                prop_assert!(!tier.is_empty() || (i == 0 && order.tiers.len() == 2));
                 prop_assert!(tier.windows(2).all(|w| w[0].grace >= w[1].grace));
             }
         }

@@ -1,6 +1,10 @@
 //! Emptiness: nodes whose pods would all stay (DaemonSet, mirror and finished pods) are
 //! deleted, past `consolidateAfter`, as many as the pools' `Empty` budgets allow
 //! (Karpenter's `emptiness.go`).
+//!
+//! Pending pods do not hold it back, unless one has room on an empty node now: that node
+//! is about to get it, and is kept. With pods pending, the nodes to delete are checked as
+//! any removal is ([`super::pending`]): no pod that can be placed now may lose its room.
 
 use super::Ctx;
 use super::candidate::{BlockKind, Blocked};
@@ -11,6 +15,14 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
     let (ordered, mut allowance) = ctx.ordered(Method::Emptiness, |c| c.moving.is_empty());
     let mut empty = Vec::new();
     for i in ordered {
+        if let Some(pod) = ctx.baseline.landing_on(&ctx.candidates[i].name) {
+            let why = Blocked::new(
+                BlockKind::PendingPods,
+                format!("pending pod {pod} has room on it now: it is about to land there"),
+            );
+            ctx.decline(i, why);
+            continue;
+        }
         let pool = ctx.candidates[i].pool_name.clone();
         if allowance.take(&pool) {
             empty.push(i);
@@ -25,6 +37,12 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
         }
     }
     if empty.is_empty() {
+        return None;
+    }
+    if let Some(m) = ctx.displaces(&empty) {
+        for &i in &empty {
+            ctx.decline(i, m.blocked());
+        }
         return None;
     }
     let removed: f64 = empty.iter().map(|&i| ctx.candidates[i].price).sum();

@@ -11,19 +11,26 @@
 //! 2. [`repair`]: a node whose Ready condition has been False or Unknown too long;
 //! 3. [`expiration`]: a node past its NodePool's `expireAfter`;
 //! 4. [`drift`]: a node launched from another NodePool template, EC2NodeClass or AMI;
-//! 5. [`multi_node`]: several nodes removed, with at most one cheaper replacement;
+//! 5. [`multi_node`]: several nodes removed, with at most one cheaper replacement, never
+//!    one of a removed type at that node's price or above;
 //! 6. [`single_node`]: one node deleted, or replaced by a cheaper one;
 //! 7. [`split`]: one node replaced by two that cost less in total;
 //! 8. [`spot`]: spot-to-spot, and on-demand back to spot.
 //!
 //! Every method moves pods only where the provisioner's own simulation puts them
-//! ([`simulate`]). Consolidation (methods 1 and 5–8) waits while pods are pending (they
-//! may need exactly the room it would remove: Karpenter's flapping, #1019), touches only
-//! nodes past `consolidateAfter`, honours the NodePools' [`budgets`], and must save at
-//! least the pool's threshold ([`savings`]). No method touches a node that is not
-//! managed, is being disrupted, or is blocked by `do-not-disrupt`, a PodDisruptionBudget
-//! or a bare pod ([`candidate`]); repair alone acts on a broken node whatever its pods
-//! say.
+//! ([`simulate`]), with the pending pods placed first ([`pending`]): a command never takes
+//! the room a pending pod is about to use, and a pod that cannot be placed anyway holds
+//! nothing back (Karpenter's `AllNonPendingPodsScheduled`). When the cheapest packing of
+//! the moving pods needs more new nodes than a method allows, they are planned again on
+//! one ([`one_node`]). Consolidation (methods 1 and 5–8) refuses a removal after which a
+//! pending pod that can be placed now could not be, or would need a new node for want of
+//! the room it has now (the flapping Karpenter's simulation of pending pods prevents),
+//! touches only nodes past `consolidateAfter`, honours the NodePools' [`budgets`], and
+//! must save at least the pool's threshold ([`savings`]); a spot replacement of spot needs
+//! `spot_to_spot_min_types` cheaper types, and carries only the cheapest of them. No
+//! method touches a node that is not managed, is being disrupted, or is blocked by
+//! `do-not-disrupt`, a PodDisruptionBudget or a bare pod ([`candidate`]); repair alone acts
+//! on a broken node whatever its pods say.
 
 pub mod budgets;
 pub mod candidate;
@@ -34,7 +41,9 @@ pub mod drift;
 pub mod emptiness;
 pub mod expiration;
 pub mod multi_node;
+pub mod one_node;
 pub mod pdb;
+pub mod pending;
 pub mod repair;
 pub mod replacement;
 pub mod savings;
@@ -44,6 +53,7 @@ pub mod split;
 pub mod spot;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -52,9 +62,9 @@ use self::budgets::Allowance;
 pub use self::candidate::{BlockKind, Blocked, Candidate};
 use self::candidate::{candidates, consolidatable};
 pub use self::command::{DisruptionCommand, Method, Move};
+use self::pending::{Baseline, PendingView, pending_first};
 use self::simulate::{Misfit, Placement, Pricer, place};
 use crate::catalog::RegionCatalog;
-use crate::decide::provisioning::pod::is_provisionable;
 use crate::model::ResolvedImage;
 use crate::model::well_known::DISRUPTED_TAINT;
 use crate::model::well_known::EPHEMERAL_TAINTS;
@@ -159,10 +169,15 @@ pub struct Ctx<'a> {
     pub candidates: Vec<Candidate<'a>>,
     /// Per candidate (index), why a method declined it; a static block is never replaced.
     pub verdicts: BTreeMap<usize, Blocked>,
-    /// Simulations run.
+    /// Simulations run: one per removal tried (its pending pods placed first included), one
+    /// more per one-node replan; the pending pods' baseline is not counted.
     pub simulations: usize,
     /// Pods waiting for the provisioner.
     pub pending: usize,
+    /// Where the provisioner's simulation puts the pending pods now ([`pending`]).
+    pub baseline: Baseline,
+    /// The last removal's view with the pending pods placed, by the nodes removed.
+    views: Option<(BTreeSet<String>, Rc<PendingView>)>,
     /// Per pool: its nodes, and those disrupting now.
     pub pool_nodes: BTreeMap<String, (usize, usize)>,
     /// The AMIs each class resolves now.
@@ -191,6 +206,7 @@ impl<'a> Ctx<'a> {
                 e.1 += 1;
             }
         }
+        let baseline = Baseline::of(snapshot, input.region);
         Ctx {
             snapshot,
             region: input.region,
@@ -199,7 +215,9 @@ impl<'a> Ctx<'a> {
             settings: input.settings.clone(),
             verdicts: BTreeMap::new(),
             simulations: 0,
-            pending: snapshot.pods.iter().filter(|p| is_provisionable(p)).count(),
+            pending: baseline.pending.len(),
+            baseline,
+            views: None,
             pool_nodes,
             candidates,
             images: input.images.clone(),
@@ -222,8 +240,9 @@ impl<'a> Ctx<'a> {
     }
 
     /// Whether `method` may act on candidate `i` (budgets aside): its static blocks
-    /// (except for repair), and for consolidation no pending pods, the pool's policy, a
-    /// node done starting and `consolidateAfter`.
+    /// (except for repair), and for consolidation the pool's policy, a node done starting
+    /// and `consolidateAfter`. Pending pods do not block it: the simulation places them
+    /// first ([`pending`]).
     pub fn eligible(&self, i: usize, method: Method) -> Result<(), Blocked> {
         let c = &self.candidates[i];
         if let Some(b) = &c.blocked
@@ -233,15 +252,6 @@ impl<'a> Ctx<'a> {
         }
         if !method.consolidates() {
             return Ok(());
-        }
-        if self.pending > 0 {
-            return Err(Blocked::new(
-                BlockKind::PendingPods,
-                format!(
-                    "{} pod(s) pending: consolidation waits for the provisioner",
-                    self.pending
-                ),
-            ));
         }
         let Some(pool) = c.pool else {
             return Err(Blocked::new(BlockKind::NotManaged, "no NodePool"));
@@ -262,19 +272,81 @@ impl<'a> Ctx<'a> {
         consolidatable(c, self.now)
     }
 
-    /// Runs one simulation; `None` once the decision's budget of simulations is spent.
+    /// Runs one simulation of a consolidation; `None` once the decision's budget of
+    /// simulations is spent. The pending pods are placed first, and a removal that would
+    /// displace one is refused ([`pending`]); when `max_new` is 1 and the pods need more
+    /// new nodes, they are planned again on one ([`one_node`], a second simulation).
     pub fn place(
         &mut self,
         removed: &[usize],
         pools: &[NodePool],
         max_new: usize,
     ) -> Option<Result<Placement, Misfit>> {
+        self.simulate(removed, pools, max_new, true)
+    }
+
+    /// The first pending pod that removing `removed` would displace ([`pending`]), when
+    /// pods are pending; the pending pods' simulation counts as one.
+    pub fn displaces(&mut self, removed: &[usize]) -> Option<Misfit> {
+        if self.baseline.is_empty() {
+            return None;
+        }
+        let names: BTreeSet<String> = removed.iter().map(|&i| self.candidates[i].name.clone()).collect();
+        self.simulations += 1;
+        self.view(&names)?.displaced.clone()
+    }
+
+    /// The view of removing `names`, with the pending pods placed first (the last one
+    /// is kept); `None` when no pod is pending.
+    fn view(&mut self, names: &BTreeSet<String>) -> Option<Rc<PendingView>> {
+        if self.baseline.is_empty() {
+            return None;
+        }
+        if let Some((key, view)) = &self.views
+            && key == names
+        {
+            return Some(Rc::clone(view));
+        }
+        let view = Rc::new(pending_first(self.snapshot, self.region, names, &self.baseline));
+        self.views = Some((names.clone(), Rc::clone(&view)));
+        Some(view)
+    }
+
+    fn simulate(
+        &mut self,
+        removed: &[usize],
+        pools: &[NodePool],
+        max_new: usize,
+        refuse_displacing: bool,
+    ) -> Option<Result<Placement, Misfit>> {
         if self.simulations >= self.settings.max_simulations {
             return None;
         }
         self.simulations += 1;
         let names: BTreeSet<String> = removed.iter().map(|&i| self.candidates[i].name.clone()).collect();
-        Some(place(self.snapshot, self.region, pools, &names, max_new))
+        let view = self.view(&names);
+        if refuse_displacing && let Some(m) = view.as_ref().and_then(|v| v.displaced.clone()) {
+            return Some(Err(m));
+        }
+        let snapshot = view.as_ref().map_or(self.snapshot, |v| &v.snapshot);
+        let first = place(snapshot, self.region, pools, &names, max_new);
+        let Err(Misfit::TooManyNodes { requests, .. }) = &first else {
+            return Some(first);
+        };
+        if max_new != 1 || self.simulations >= self.settings.max_simulations {
+            return Some(first);
+        }
+        let Some(narrowed) = one_node::pools(snapshot, self.region, pools, requests) else {
+            return Some(first);
+        };
+        self.simulations += 1;
+        Some(match place(snapshot, self.region, &narrowed, &names, 1) {
+            Ok(mut p) => {
+                p.one_node = true;
+                Ok(p)
+            }
+            Err(_) => first,
+        })
     }
 
     /// The candidates `method` may act on, cheapest to disrupt first, in pools whose
@@ -323,12 +395,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The command that replaces candidate `i` whatever it costs (repair, expiration,
-    /// drift): its pods placed on the other nodes and as many new nodes as they need.
-    /// `Some(Err)` when they fit nowhere (the reason, starting with `why`); `None` once the
-    /// simulations are spent.
+    /// drift): its pods placed on the other nodes and as many new nodes as they need, after
+    /// the pending pods (a pending pod it displaces does not stop it). `Some(Err)` when
+    /// they fit nowhere (the reason, starting with `why`); `None` once the simulations are
+    /// spent.
     pub fn replace(&mut self, i: usize, method: Method, why: &str) -> Option<Result<DisruptionCommand, Blocked>> {
         let pools = self.pools();
-        Some(match self.place(&[i], pools, usize::MAX)? {
+        Some(match self.simulate(&[i], pools, usize::MAX, false)? {
             Err(misfit) => Err(Blocked::new(BlockKind::NoFit, format!("{why}, but {misfit}"))),
             Ok(p) => {
                 let c = &self.candidates[i];

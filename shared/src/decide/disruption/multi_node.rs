@@ -10,17 +10,23 @@
 //! (and, when no prefix pays, starts that greedy walk from the first candidate alone).
 //! The search stops at half the decision's simulations, leaving the rest to the
 //! single-node methods.
+//!
+//! A replacement whose alternatives include a removed node's type keeps only those
+//! cheaper than that node (Karpenter's `filterOutSameInstanceType`, [`super::savings`]):
+//! three nodes merged into one of the third's type at its price are the first two deleted.
 
 use super::Ctx;
-use super::candidate::{BlockKind, Blocked};
+use super::candidate::Blocked;
 use super::command::{DisruptionCommand, Method};
 use super::savings::{Rules, consolidation};
 
-/// What a multi-node set may replace: no same-type rule (two nodes onto one of their own
-/// type is a consolidation).
+/// What a multi-node set may replace: two nodes onto one of their own type is a
+/// consolidation, but only cheaper than the removed node of that type; no spot-to-spot
+/// rule (Karpenter checks none for several nodes).
 const RULES: Rules = Rules {
     forbid_same_type: false,
-    min_alternatives: 1,
+    spot_to_spot_min_types: 0,
+    cheaper_than_removed_types: true,
 };
 
 /// Tries one set; `None` once the simulations are spent.
@@ -30,7 +36,7 @@ fn try_set(ctx: &mut Ctx<'_>, set: &[usize], limit: usize) -> Option<Result<Disr
     }
     let pools = ctx.pools();
     Some(match ctx.place(set, pools, 1)? {
-        Err(m) => Err(Blocked::new(BlockKind::NoFit, m.to_string())),
+        Err(m) => Err(m.blocked()),
         Ok(p) => consolidation(ctx, Method::MultiNode, set, p, RULES),
     })
 }

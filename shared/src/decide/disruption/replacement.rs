@@ -38,7 +38,7 @@ fn bound_to(pod: &Pod) -> Option<&str> {
 /// not a DaemonSet's or a mirror pod, and has neither finished nor started terminating:
 /// [`crate::decide::disruption::drain::stay_reason`]).
 pub fn moves(pod: &Pod) -> bool {
-    stay_reason(pod, &[]).is_none()
+    stay_reason(pod, &[], crate::decide::disruption::drain::DrainRules::default()).is_none()
 }
 
 /// The pods of `node` that move when it is drained.

@@ -10,6 +10,17 @@
 //! - **Price filter.** Every alternative a replacement carries for CreateFleet costs at
 //!   most what the removed nodes cost less the threshold, and a single node is never
 //!   replaced by its own instance type in its own capacity type.
+//! - **Same type, several nodes** (multi-node; Karpenter's `filterOutSameInstanceType` in
+//!   `pkg/controllers/disruption/multinodeconsolidation.go`): when a replacement's
+//!   alternatives include the type of a removed node, only those cheaper than the cheapest
+//!   removed node of such a type stay; none left, the merge is refused, since deleting the
+//!   other nodes is the smaller disruption.
+//! - **Spot to spot** (Karpenter's `computeSpotToSpotConsolidation` in
+//!   `pkg/controllers/disruption/consolidation.go`, `MinInstanceTypesForSpotToSpotConsolidation`):
+//!   when every removed node is spot, a spot replacement needs at least
+//!   `spot_to_spot_min_types` (15) cheaper types, and carries only the cheapest 15 (or, when
+//!   its NodePool sets `minValues`, as many as they need if more), so that the type
+//!   CreateFleet picks is among them and the next run does not find it dear again.
 //! - **Balanced.** For a pool with `consolidationPolicy: Balanced`, Karpenter v1.14's
 //!   `ScoreMove`: (savings / the pool's cost) / (the move's disruption / the pool's
 //!   disruption), where a node's disruption is 1 plus its moving pods' positive eviction
@@ -17,27 +28,58 @@
 //!   `consolidationThreshold`, default 2).
 
 use super::Ctx;
-use super::candidate::{BlockKind, Blocked};
+use super::candidate::{BlockKind, Blocked, Candidate};
 use super::command::{DisruptionCommand, Method};
 use super::simulate::Placement;
+use crate::decide::provisioning::plan::PlannedNode;
 use crate::model::nodepool::{BALANCED_K, SavingsThreshold};
-use crate::model::{ConsolidationPolicy, NodePool};
+use crate::model::{CapacityType, ConsolidationPolicy, NodePool};
 
 /// The rules a consolidation's replacements follow.
 #[derive(Clone, Copy, Debug)]
 pub struct Rules {
     /// A single node may not be replaced by its own type in its own capacity type.
     pub forbid_same_type: bool,
-    /// Each replacement needs at least this many alternatives (spot-to-spot).
-    pub min_alternatives: usize,
+    /// When every removed node is spot, each spot replacement needs at least this many
+    /// cheaper types, and carries only the cheapest this many (or those its NodePool's
+    /// `minValues` need); 0: no such rule.
+    pub spot_to_spot_min_types: usize,
+    /// A replacement's alternatives are cut below the price of the cheapest removed node
+    /// whose type is among them (multi-node's same-type rule).
+    pub cheaper_than_removed_types: bool,
 }
 
 impl Rules {
     /// The rules of a plain consolidation.
     pub const PLAIN: Rules = Rules {
         forbid_same_type: true,
-        min_alternatives: 1,
+        spot_to_spot_min_types: 0,
+        cheaper_than_removed_types: false,
     };
+}
+
+/// How many of `types` (cheapest first), counted from the first, the `minValues` of
+/// `pool`'s requirements need; 0 when it sets none or they cannot be met.
+fn min_values_prefix(ctx: &Ctx<'_>, pool: &str, types: &[String]) -> usize {
+    let Some(reqs) = ctx
+        .pools()
+        .iter()
+        .find(|p| p.name() == pool)
+        .and_then(|p| p.requirements().ok())
+    else {
+        return 0;
+    };
+    if reqs.iter().all(|r| r.min_values().is_none()) {
+        return 0;
+    }
+    let labels: Vec<_> = types
+        .iter()
+        .filter_map(|t| ctx.pricer.instance_type(t))
+        .map(|t| t.labels())
+        .collect();
+    (1..=labels.len())
+        .find(|&k| reqs.check_min_values(labels[..k].iter()).is_ok())
+        .unwrap_or(0)
 }
 
 fn threshold(pool: Option<&NodePool>) -> SavingsThreshold {
@@ -118,15 +160,26 @@ pub fn consolidation(
             };
             return Err(Blocked::new(kind, message));
         }
-        if replacements[i].instance_types.len() < rules.min_alternatives {
-            return Err(Blocked::new(
-                BlockKind::BelowThreshold,
-                format!(
-                    "{} cheaper alternative(s), {} needed for a spot replacement",
-                    replacements[i].instance_types.len(),
-                    rules.min_alternatives
-                ),
-            ));
+        if rules.cheaper_than_removed_types {
+            same_type_cut(ctx, &cands, &mut replacements[i])?;
+        }
+        let all_spot = cands.iter().all(|c| c.capacity_type == Some(CapacityType::Spot));
+        if rules.spot_to_spot_min_types > 0 && all_spot && ct == CapacityType::Spot {
+            let r = &mut replacements[i];
+            if r.instance_types.len() < rules.spot_to_spot_min_types {
+                return Err(Blocked::new(
+                    BlockKind::BelowThreshold,
+                    format!(
+                        "{} cheaper spot type(s), {} needed to replace spot by spot",
+                        r.instance_types.len(),
+                        rules.spot_to_spot_min_types
+                    ),
+                ));
+            }
+            let keep = rules
+                .spot_to_spot_min_types
+                .max(min_values_prefix(ctx, &r.nodepool, &r.instance_types));
+            r.instance_types.truncate(keep);
         }
     }
     let new_cost: f64 = replacements.iter().map(|n| n.price_per_hour).sum();
@@ -146,6 +199,32 @@ pub fn consolidation(
         removed_per_hour: removed_cost,
         savings_per_hour: savings,
     })
+}
+
+/// Multi-node's same-type rule (Karpenter's `filterOutSameInstanceType`): when `node`'s
+/// alternatives include the type of a removed node, keeps only those cheaper than the
+/// cheapest removed node of such a type; an error when none is left.
+fn same_type_cut(ctx: &Ctx<'_>, cands: &[&Candidate<'_>], node: &mut PlannedNode) -> Result<(), Blocked> {
+    let Some((max_price, removed_type)) = cands
+        .iter()
+        .filter(|c| node.instance_types.contains(&c.instance_type))
+        .map(|c| (c.price, c.instance_type.clone()))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+    else {
+        return Ok(());
+    };
+    let (zone, ct) = (node.zone.clone(), node.capacity_type);
+    let cheaper = |t: &str| ctx.pricer.price(t, &zone, ct).is_some_and(|p| p < max_price - 1e-9);
+    if ctx.pricer.narrow(node, max_price, cheaper) {
+        Ok(())
+    } else {
+        Err(Blocked::new(
+            BlockKind::SameType,
+            format!(
+                "the replacement could be {removed_type}, a type being removed at ${max_price:.4}/h, and nothing cheaper fits: deleting the other nodes disrupts less"
+            ),
+        ))
+    }
 }
 
 /// `Balanced`'s check over the removed candidates of Balanced pools (the others pass, as

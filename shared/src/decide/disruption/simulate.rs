@@ -3,14 +3,19 @@
 //! other nodes first, then on new ones (Karpenter's `SimulateScheduling`). A command never
 //! moves a pod where the provisioner's simulation, which the independent checker holds to
 //! kube-scheduler's rules, would not put it.
+//!
+//! The view it places them in has the pending pods placed already
+//! ([`super::pending::pending_first`]); when their cheapest packing needs more new nodes
+//! than the method allows, [`super::one_node`] plans them again on one.
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::candidate::{BlockKind, Blocked};
 use super::command::{Move, replacement_name};
 use crate::catalog::RegionCatalog;
 use crate::decide::provisioning::plan::PlannedNode;
 use crate::decide::provisioning::scheduler::Scheduler;
-use crate::model::{CapacityType, InstanceType, NodePool};
+use crate::model::{CapacityType, InstanceType, NodePool, Resources};
 use crate::snapshot::Snapshot;
 
 /// Where the removed nodes' pods would go.
@@ -20,6 +25,9 @@ pub struct Placement {
     pub new_nodes: Vec<PlannedNode>,
     /// Each moving pod's destination.
     pub moves: Vec<Move>,
+    /// Whether it is the plan made again on one new node ([`super::one_node`]), the
+    /// cheapest packing having needed more.
+    pub one_node: bool,
 }
 
 /// Why the removed nodes' pods do not fit.
@@ -38,21 +46,46 @@ pub enum Misfit {
         planned: usize,
         /// Allowed.
         allowed: usize,
+        /// What the pods planned onto the new nodes request, together.
+        requests: Resources,
     },
+    /// A pending pod would lose the room it has now, or any room
+    /// ([`super::pending`]'s flapping guard).
+    Displaces {
+        /// `namespace/name`.
+        pod: String,
+        /// What it has now, and what it would have.
+        detail: String,
+    },
+}
+
+impl Misfit {
+    /// Why a candidate is kept, for people: a displaced pending pod is
+    /// [`BlockKind::PendingPods`], the rest [`BlockKind::NoFit`].
+    pub fn blocked(&self) -> Blocked {
+        let kind = match self {
+            Misfit::Displaces { .. } => BlockKind::PendingPods,
+            Misfit::Unschedulable { .. } | Misfit::TooManyNodes { .. } => BlockKind::NoFit,
+        };
+        Blocked::new(kind, self.to_string())
+    }
 }
 
 impl std::fmt::Display for Misfit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Misfit::Unschedulable { pod, reason } => write!(f, "pod {pod} fits nowhere: {reason}"),
-            Misfit::TooManyNodes { planned, allowed } => {
+            Misfit::TooManyNodes { planned, allowed, .. } => {
                 write!(f, "its pods need {planned} new node(s), at most {allowed} allowed")
             }
+            Misfit::Displaces { pod, detail } => write!(f, "pending pod {pod} {detail}"),
         }
     }
 }
 
-/// Places the pods of `removed` with at most `max_new` new nodes from `pools`.
+/// Places the pods of `removed` with at most `max_new` new nodes from `pools`, in
+/// `snapshot` (the pending pods, which the provisioner's simulation here leaves out, are
+/// placed in it first by [`super::pending::pending_first`]).
 pub fn place(
     snapshot: &Snapshot,
     region: &RegionCatalog<'_>,
@@ -71,6 +104,10 @@ pub fn place(
         return Err(Misfit::TooManyNodes {
             planned: plan.nodes.len(),
             allowed: max_new,
+            requests: plan
+                .nodes
+                .iter()
+                .fold(Resources::default(), |acc, n| acc.plus(&n.requests)),
         });
     }
     let mut moves = Vec::new();
@@ -90,6 +127,7 @@ pub fn place(
     Ok(Placement {
         new_nodes: plan.nodes,
         moves,
+        one_node: false,
     })
 }
 

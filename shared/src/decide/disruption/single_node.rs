@@ -9,12 +9,16 @@
 //!   still, [`super::spot`]'s return to spot takes it, later in the same run.
 //! - Never by its own instance type in its own capacity type, and only when it saves the
 //!   pool's threshold ([`super::savings`]).
+//! - When the cheapest packing of its pods needs several new nodes, they are planned again
+//!   on one ([`super::one_node`]); that node and [`super::split`]'s two compete on price,
+//!   and the larger saving acts.
 
 use super::Ctx;
 use super::candidate::{BlockKind, Blocked};
 use super::command::{DisruptionCommand, Method};
 use super::savings::{Rules, consolidation};
 use super::simulate::Misfit;
+use super::split;
 use crate::decide::disruption::replacement::prefer_on_demand;
 use crate::model::CapacityType;
 
@@ -39,7 +43,7 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
                     "its pods fit on no other node, and a spot node is replaced only by spot-to-spot",
                 ),
             ),
-            Err(m) => ctx.decline(i, Blocked::new(BlockKind::NoFit, m.to_string())),
+            Err(m) => ctx.decline(i, m.blocked()),
             Ok(p) if p.new_nodes.iter().any(|n| n.capacity_type == CapacityType::Spot) => ctx.decline(
                 i,
                 Blocked::new(
@@ -47,10 +51,19 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
                     "no cheaper on-demand node fits its pods (its NodePool allows only spot)",
                 ),
             ),
-            Ok(p) => match consolidation(ctx, Method::SingleNode, &[i], p, Rules::PLAIN) {
-                Ok(cmd) => return Some(cmd),
-                Err(b) => ctx.decline(i, b),
-            },
+            Ok(p) => {
+                let one_node = p.one_node;
+                match consolidation(ctx, Method::SingleNode, &[i], p, Rules::PLAIN) {
+                    Ok(cmd) if one_node && ctx.candidates[i].moving.len() >= 2 => {
+                        return Some(match split::for_candidate(ctx, i) {
+                            Some(Ok(two)) if two.savings_per_hour > cmd.savings_per_hour => two,
+                            _ => cmd,
+                        });
+                    }
+                    Ok(cmd) => return Some(cmd),
+                    Err(b) => ctx.decline(i, b),
+                }
+            }
         }
     }
     None

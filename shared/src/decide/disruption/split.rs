@@ -6,10 +6,15 @@
 //! The provisioner's packer puts the pods on as few nodes as it can, so the simulation is
 //! asked for smaller nodes: every NodePool is narrowed to types with fewer vCPUs than the
 //! candidate's type, then, separately, to types with less memory. The cheaper of the two
-//! splits that plan exactly two new nodes, and pays, acts.
+//! splits that plan exactly two new nodes, and pays, acts. A spot node split into spot
+//! nodes follows spot-to-spot's rule ([`super::spot`]): each spot replacement needs
+//! `spot_to_spot_min_types` cheaper types, and carries the cheapest of them only.
+//!
+//! Single-node consolidation asks [`for_candidate`] too when it has planned a node's pods
+//! again on one node ([`super::one_node`]): the split and the one node compete on price.
 
 use super::Ctx;
-use super::candidate::{BlockKind, Blocked};
+use super::candidate::Blocked;
 use super::command::{DisruptionCommand, Method};
 use super::savings::{Rules, consolidation};
 use crate::model::well_known as wk;
@@ -28,39 +33,44 @@ fn narrowed(pools: &[NodePool], key: &str, below: u64) -> Vec<NodePool> {
     out
 }
 
+/// The cheapest split of candidate `i` that pays, or why none does (`Err(None)`: no
+/// reason worth reporting); `None` once the simulations are spent.
+pub fn for_candidate(ctx: &mut Ctx<'_>, i: usize) -> Option<Result<DisruptionCommand, Option<Blocked>>> {
+    let Some(it) = ctx.pricer.instance_type(&ctx.candidates[i].instance_type) else {
+        return Some(Err(None));
+    };
+    let shapes = [
+        narrowed(ctx.pools(), wk::INSTANCE_CPU, u64::from(it.vcpu)),
+        narrowed(ctx.pools(), wk::INSTANCE_MEMORY, it.memory_mib),
+    ];
+    let rules = Rules {
+        spot_to_spot_min_types: ctx.settings.spot_to_spot_min_types,
+        ..Rules::PLAIN
+    };
+    let mut best: Option<DisruptionCommand> = None;
+    let mut why = None;
+    for pools in &shapes {
+        match ctx.place(&[i], pools, 2)? {
+            Ok(p) if p.new_nodes.len() == 2 => match consolidation(ctx, Method::Split, &[i], p, rules) {
+                Ok(cmd) if best.as_ref().is_none_or(|b| cmd.savings_per_hour > b.savings_per_hour) => best = Some(cmd),
+                Ok(_) => {}
+                Err(b) => why = Some(b),
+            },
+            Ok(_) => {}
+            Err(m) => why = why.or(Some(m.blocked())),
+        }
+    }
+    Some(best.ok_or(why))
+}
+
 /// Finds the node to split now.
 pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
     let (ordered, _) = ctx.ordered(Method::Split, |c| c.price > 0.0 && c.moving.len() >= 2);
     for i in ordered {
-        let Some(it) = ctx.pricer.instance_type(&ctx.candidates[i].instance_type) else {
-            continue;
-        };
-        let shapes = [
-            narrowed(ctx.pools(), wk::INSTANCE_CPU, u64::from(it.vcpu)),
-            narrowed(ctx.pools(), wk::INSTANCE_MEMORY, it.memory_mib),
-        ];
-        let mut best: Option<DisruptionCommand> = None;
-        let mut why = None;
-        for pools in &shapes {
-            match ctx.place(&[i], pools, 2)? {
-                Ok(p) if p.new_nodes.len() == 2 => match consolidation(ctx, Method::Split, &[i], p, Rules::PLAIN) {
-                    Ok(cmd) if best.as_ref().is_none_or(|b| cmd.savings_per_hour > b.savings_per_hour) => {
-                        best = Some(cmd)
-                    }
-                    Ok(_) => {}
-                    Err(b) => why = Some(b),
-                },
-                Ok(_) => {}
-                Err(m) => why = why.or(Some(Blocked::new(BlockKind::NoFit, m.to_string()))),
-            }
-        }
-        match best {
-            Some(cmd) => return Some(cmd),
-            None => {
-                if let Some(b) = why {
-                    ctx.decline(i, b);
-                }
-            }
+        match for_candidate(ctx, i)? {
+            Ok(cmd) => return Some(cmd),
+            Err(Some(b)) => ctx.decline(i, b),
+            Err(None) => {}
         }
     }
     None

@@ -1,11 +1,14 @@
 //! Spot: a spot node replaced by a cheaper spot node (spot-to-spot), and an on-demand node
 //! returned to spot once a spot offering of its NodePool is available and cheaper again.
 //!
-//! - **Spot-to-spot** (Karpenter's `designs/spot-consolidation.md`, still behind the
-//!   `SpotToSpotConsolidation` gate there): only when at least
-//!   `spot_to_spot_min_types` (15) cheaper spot types fit, so that CreateFleet's
-//!   price-capacity-optimized choice has room and consolidation does not chase the
-//!   cheapest, most interrupted pool. Never to the node's own type.
+//! - **Spot-to-spot** (Karpenter's `designs/spot-consolidation.md` and
+//!   `computeSpotToSpotConsolidation`, still behind the `SpotToSpotConsolidation` gate
+//!   there): only when at least `spot_to_spot_min_types` (15) cheaper spot types fit, so
+//!   that CreateFleet's price-capacity-optimized choice has room and consolidation does
+//!   not chase the cheapest, most interrupted pool; the replacement carries only the
+//!   cheapest 15 (more if its NodePool's `minValues` need them), so the type launched is
+//!   not dear enough to be replaced again ([`super::savings`]). Never to the node's own
+//!   type. [`super::split`] follows the same rule when it replaces spot by spot.
 //! - **Return to spot** (aws/karpenter-provider-aws #3480, #7832: nodes stay on-demand
 //!   after a spot fallback): an on-demand node in a NodePool that allows spot is replaced
 //!   by spot when that saves the pool's threshold; its own instance type on spot counts.
@@ -13,7 +16,7 @@
 //!   catalog marks it unavailable and the simulation finds no spot node.
 
 use super::Ctx;
-use super::candidate::{BlockKind, Blocked};
+use super::candidate::Blocked;
 use super::command::{DisruptionCommand, Method};
 use super::savings::{Rules, consolidation};
 use crate::model::well_known as wk;
@@ -51,7 +54,10 @@ fn find(ctx: &mut Ctx<'_>, method: Method, capacity: CapacityType, rules: Rules)
     let pools = spot_pools(ctx.pools());
     for i in ordered {
         match ctx.place(&[i], &pools, 1)? {
-            Err(m) => ctx.decline(i, Blocked::new(BlockKind::NoFit, format!("on spot: {m}"))),
+            Err(m) => {
+                let b = m.blocked();
+                ctx.decline(i, Blocked::new(b.kind, format!("on spot: {}", b.message)));
+            }
             Ok(p) if p.new_nodes.is_empty() => {
                 // Its pods fit on the other nodes: single-node consolidation's to delete it.
             }
@@ -67,8 +73,8 @@ fn find(ctx: &mut Ctx<'_>, method: Method, capacity: CapacityType, rules: Rules)
 /// Finds the spot node to replace by cheaper spot now.
 pub fn find_spot_to_spot(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
     let rules = Rules {
-        forbid_same_type: true,
-        min_alternatives: ctx.settings.spot_to_spot_min_types,
+        spot_to_spot_min_types: ctx.settings.spot_to_spot_min_types,
+        ..Rules::PLAIN
     };
     find(ctx, Method::SpotToSpot, CapacityType::Spot, rules)
 }

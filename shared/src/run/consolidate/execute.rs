@@ -10,17 +10,23 @@ use crate::decide::disruption::DisruptionCommand;
 use crate::decide::disruption::replacement::moving_pods;
 use crate::decide::interruption::EventKind;
 use crate::decide::provisioning::reservation::reservation_for;
+use crate::model::NodePool;
 use crate::model::node::instance_id_from_provider_id;
+use crate::model::time::kube_time;
 use crate::model::well_known as wk;
 use crate::ports::{
-    Cloud, Cluster, ClusterError, DisruptionRecord, DisruptionStep, LaunchState, StateStore, StoreError, Timer,
-    epoch_millis,
+    Cloud, Cluster, ClusterError, DisruptionRecord, DisruptionStep, LaunchState, MetadataPatch, StateStore, StoreError,
+    Timer, epoch_millis,
 };
 use crate::run::disruption::advance::{disrupted_taint, replacement_prefix};
 use crate::run::disruption::{Disrupter, EventReport, InterruptionSettings, Outcome};
 use crate::run::disruption::{GROUP_PREFIX, REASON_PREFIX, is_consolidation};
 use crate::run::launch::LaunchOutcome;
 use crate::snapshot::Snapshot;
+
+/// How long a node whose drain stalled and was rolled back is left out of voluntary
+/// disruption (annotation [`wk::STALLED_UNTIL`]).
+pub const STALL_COOLDOWN: Duration = Duration::from_secs(30 * 60);
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -82,6 +88,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 drain_deadline: epoch_millis(now).saturating_add(ms(self.settings.drain_limit)),
                 hard_deadline: false,
                 wait_for_replacement: true,
+                terminate_by: pool
+                    .as_deref()
+                    .and_then(|p| snapshot.nodepools.iter().find(|n| n.name() == p))
+                    .and_then(NodePool::termination_grace_period)
+                    .map(|tgp| epoch_millis(now + tgp)),
                 evicted: Vec::new(),
                 held_by: None,
                 held_until: 0,
@@ -233,8 +244,12 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                     .await?;
                 continue;
             }
+            // Stalled: an eviction still refused at the drain's deadline. A node whose every
+            // eviction was accepted is waiting for its pods to end: it is not rolled back.
             let stalled = records.iter().all(|r| r.step < DisruptionStep::Terminated)
-                && records.iter().any(|r| epoch_millis(now) >= r.drain_deadline);
+                && records
+                    .iter()
+                    .any(|r| r.step < DisruptionStep::Drained && epoch_millis(now) >= r.drain_deadline);
             if stalled {
                 let why = format!(
                     "its drain did not finish within {} s (pods blocked by PDBs or not leaving)",
@@ -304,10 +319,30 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
         report: &mut ConsolidationReport,
     ) -> Result<(), ConsolidationError> {
         let nodes: BTreeSet<String> = records.iter().map(|r| r.node.clone()).collect();
+        let stalled_until = self.ports.clock.now() + STALL_COOLDOWN;
         for r in records {
             match self.ports.cluster.untaint(&r.node, &disrupted_taint()).await {
                 Ok(()) | Err(ClusterError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
+            }
+            // A drain that stalled is remembered on the node, so that the next runs do not
+            // pick it again at once with a fresh replacement; the load balancers' label
+            // set when its drain began goes.
+            if r.step >= DisruptionStep::Draining {
+                let labels = MetadataPatch::from([(wk::EXCLUDE_BALANCERS.to_string(), None)]);
+                let annotations = MetadataPatch::from([(
+                    wk::STALLED_UNTIL.to_string(),
+                    Some(kube_time(stalled_until).0.to_string()),
+                )]);
+                match self
+                    .ports
+                    .cluster
+                    .patch_labels_annotations(&r.node, &labels, &annotations)
+                    .await
+                {
+                    Ok(()) | Err(ClusterError::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
             self.ports.store.delete_disruption(&r.instance_id).await?;
         }

@@ -8,9 +8,11 @@ use k8s_openapi::api::core::v1::Taint;
 
 use super::{Disrupter, EventReport, InterruptionError, Outcome, since_ms};
 use crate::catalog::RegionCatalog;
+use crate::decide::disruption::drain::{DrainRules, StayReason, stay_reason};
 use crate::model::CapacityType;
 use crate::model::node::instance_id_from_provider_id;
-use crate::model::well_known::DISRUPTED_TAINT;
+use crate::model::well_known::{DISRUPTED_TAINT, EXCLUDE_BALANCERS, EXCLUDE_BALANCERS_VALUE};
+use crate::ports::PodRef;
 use crate::ports::{
     Cloud, CloudError, Cluster, ClusterError, DisruptionRecord, DisruptionStep, EpochMillis, Instance, InstanceState,
     LaunchState, StateStore, StoreError, Timer, epoch_millis,
@@ -20,6 +22,17 @@ use crate::run::provision::Provisioner;
 
 /// The longest wait between two drain passes with blocked pods.
 const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// How an invocation's drain of a node ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// Its pods are gone and its volumes detached: the instance may go.
+    Empty,
+    /// Its termination time came first: the instance goes with what is left.
+    Forced,
+    /// This invocation's part is over; a later run goes on.
+    Going,
+}
 
 /// `carpool.sh/disrupted:NoSchedule`.
 pub fn disrupted_taint() -> Taint {
@@ -191,19 +204,20 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
 
         if record.step < DisruptionStep::Terminated {
             if record.step < DisruptionStep::Draining {
+                self.exclude_from_balancers(&record.node).await?;
                 record.step = DisruptionStep::Draining;
                 self.save(&mut record).await?;
             }
-            let drained = self.drain(&mut record, until, &mut report).await?;
+            let exit = self.drain(&mut record, event_at, until, &mut report).await?;
             let deadline_passed = epoch_millis(self.ports.clock.now()) >= record.drain_deadline;
-            if drained {
-                report.event_to_drained_ms = Some(since_ms(event_at, self.ports.clock.now()));
-            }
-            if !(drained || (record.hard_deadline && deadline_passed)) {
+            if exit == Exit::Going && !(record.hard_deadline && deadline_passed) {
                 self.release(&mut record).await?;
                 report.outcome = Outcome::Draining;
                 report.elapsed_ms = since_ms(start, self.ports.clock.now());
                 return Ok(report);
+            }
+            if exit == Exit::Empty {
+                report.event_to_empty_ms = Some(since_ms(event_at, self.ports.clock.now()));
             }
             if self.settings.provision.dry_run {
                 tracing::info!(instance_id = %record.instance_id, "dry run: would terminate");
@@ -228,6 +242,28 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         }
         report.elapsed_ms = since_ms(start, self.ports.clock.now());
         Ok(report)
+    }
+
+    /// Labels the node [`EXCLUDE_BALANCERS`]`=carpool` before its drain, so load
+    /// balancers stop sending it traffic before it goes (Karpenter's `Terminator.Taint`).
+    /// A Node already gone is nothing to do.
+    async fn exclude_from_balancers(&self, node: &str) -> Result<(), InterruptionError> {
+        if self.settings.provision.dry_run {
+            return Ok(());
+        }
+        let labels = crate::ports::MetadataPatch::from([(
+            EXCLUDE_BALANCERS.to_string(),
+            Some(EXCLUDE_BALANCERS_VALUE.to_string()),
+        )]);
+        match self
+            .ports
+            .cluster
+            .patch_labels_annotations(node, &labels, &crate::ports::MetadataPatch::new())
+            .await
+        {
+            Ok(()) | Err(ClusterError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Gives the record's hold up, so the next invocation need not wait for it to lapse.
@@ -326,45 +362,95 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         }))
     }
 
-    /// Drains until the node is drained, the deadline (a hard one ends the drain; a soft
-    /// one only ends this invocation's part), or `until`. Progress is saved after every
-    /// pass that evicted. Returns whether the node is drained.
+    /// Drains the node, then waits for it to empty, as Karpenter's termination
+    /// controller does (`Controller.finalize` in kubernetes-sigs/karpenter
+    /// `pkg/controllers/node/termination/controller.go`: `awaitDrain`, then
+    /// `awaitVolumeDetachment`, then the instance): every pass evicts what it may and
+    /// says what the node waits for; the record reaches [`DisruptionStep::Drained`] once
+    /// every eviction was accepted, and the node is empty once its evicted pods are gone
+    /// (each within its grace period) and its volumes are detached.
+    ///
+    /// Ends with [`Exit::Empty`]; [`Exit::Forced`] at the node's termination time (a hard
+    /// deadline, or the start plus the NodePool's `terminationGracePeriod`), whatever is
+    /// left; or [`Exit::Going`] when this invocation's part ends first (`until`, a hard
+    /// deadline's drain, or the drain deadline's length for a soft one: later runs go on).
+    /// Progress is saved after every pass that evicted.
     async fn drain(
         &self,
         record: &mut DisruptionRecord,
+        event_at: SystemTime,
         until: SystemTime,
         report: &mut EventReport,
-    ) -> Result<bool, InterruptionError> {
+    ) -> Result<Exit, InterruptionError> {
         let start = self.ports.clock.now();
         let deadline = at(record.drain_deadline);
+        let ceiling = if record.hard_deadline {
+            Some(deadline)
+        } else {
+            record.terminate_by.map(at)
+        };
+        // An interruption with a hard deadline evicts do-not-disrupt pods too: the
+        // instance goes whatever they say, and an eviction gives them their grace period.
+        let rules = DrainRules {
+            voluntary: !record.hard_deadline,
+        };
         let mut wait = self.settings.retry_initial;
-        let drained = loop {
+        let exit = loop {
             let now = self.ports.clock.now();
-            let pass = drain_pass(self.ports.cluster, &record.node, now, deadline, &record.evicted).await?;
+            let pass = drain_pass(self.ports.cluster, &record.node, now, deadline, &record.evicted, rules).await?;
             report.evicted += pass.evicted.len();
             report.blocked = pass.blocked.iter().map(ToString::to_string).collect();
             let progressed = !pass.evicted.is_empty();
             if progressed {
                 record.evicted.extend(pass.evicted.iter().map(|p| p.pod.clone()));
             }
+            let newly_drained = pass.drained && record.step < DisruptionStep::Drained;
+            if newly_drained {
+                record.step = DisruptionStep::Drained;
+                report.event_to_drained_ms = Some(since_ms(event_at, now));
+            }
             let now = self.ports.clock.now();
-            if progressed || epoch_millis(now) + 5_000 >= record.held_until {
+            if progressed || newly_drained || epoch_millis(now) + 5_000 >= record.held_until {
                 self.save(record).await?;
             }
-            if pass.drained {
-                break true;
+            let volumes = if pass.is_empty() {
+                self.attached_volumes(&record.node).await?
+            } else {
+                Vec::new()
+            };
+            report.waiting_for = pass
+                .waiting
+                .iter()
+                .map(PodRef::key)
+                .chain(volumes.iter().map(|v| format!("pv/{v}")))
+                .collect();
+            if pass.is_empty() && volumes.is_empty() {
+                break Exit::Empty;
+            }
+            if let Some(ceiling) = ceiling
+                && now >= ceiling
+            {
+                tracing::warn!(node = %record.node, instance_id = %record.instance_id, waiting_for = ?report.waiting_for,
+                    blocked = ?report.blocked, "the node's termination time has come: it goes with what is left");
+                break Exit::Forced;
             }
             // A hard deadline ends the drain; a soft one (there is time) ends this
             // invocation's part after the drain deadline's length, and the sweep goes on.
-            let stop = if record.hard_deadline {
+            let mut stop = if record.hard_deadline {
                 deadline.min(until)
             } else {
                 until.min(start + self.settings.drain_deadline)
             };
-            if now >= stop {
-                break false;
+            if let Some(ceiling) = ceiling {
+                stop = stop.min(ceiling);
             }
-            if pass.blocked.is_empty() {
+            if now >= stop {
+                if !(record.hard_deadline && now >= deadline) {
+                    break Exit::Going;
+                }
+                break Exit::Forced;
+            }
+            if progressed && pass.blocked.is_empty() && !pass.drained {
                 // A tier was evicted whole: the next one at once.
                 continue;
             }
@@ -376,10 +462,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             let left = stop.duration_since(now).unwrap_or_default();
             self.ports.clock.sleep(wait.min(left)).await;
         };
-        if !drained {
-            tracing::warn!(node = %record.node, blocked = ?report.blocked, "drain not finished by this invocation");
+        if exit == Exit::Going {
+            tracing::warn!(node = %record.node, blocked = ?report.blocked, waiting_for = ?report.waiting_for,
+                "drain not finished by this invocation");
         }
-        report.drained = drained;
+        report.drained = record.step >= DisruptionStep::Drained;
         report.drain_seconds = self
             .ports
             .clock
@@ -387,7 +474,52 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             .duration_since(start)
             .unwrap_or_default()
             .as_secs_f64();
-        Ok(drained)
+        Ok(exit)
+    }
+
+    /// The PersistentVolumes still attached to `node` that hold its termination: every
+    /// VolumeAttachment but those of volumes that pods staying on the node use (DaemonSet
+    /// and mirror pods, and pods that tolerate the disrupted taint: they end with the
+    /// node), as Karpenter's `filterVolumeAttachments` leaves out the non-drainable pods'.
+    async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, InterruptionError> {
+        let attached = self.ports.cluster.attached_volumes(node).await?;
+        if attached.is_empty() {
+            return Ok(attached);
+        }
+        let pods = self.ports.cluster.pods_on_node(node).await?;
+        let staying_claims: Vec<(String, String)> = pods
+            .iter()
+            .filter(|p| {
+                matches!(
+                    stay_reason(p, &[], DrainRules::default()),
+                    Some(StayReason::DaemonSet | StayReason::Mirror | StayReason::ToleratesDisrupted)
+                )
+            })
+            .flat_map(|p| {
+                let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+                p.spec
+                    .iter()
+                    .flat_map(|s| s.volumes.iter().flatten())
+                    .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()))
+                    .map(move |claim| (ns.clone(), claim))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if staying_claims.is_empty() {
+            return Ok(attached);
+        }
+        let claims = self.ports.cluster.persistent_volume_claims().await?;
+        let staying: Vec<String> = claims
+            .iter()
+            .filter(|c| {
+                staying_claims.iter().any(|(ns, name)| {
+                    c.metadata.namespace.as_deref() == Some(ns.as_str())
+                        && c.metadata.name.as_deref() == Some(name.as_str())
+                })
+            })
+            .filter_map(|c| c.spec.as_ref()?.volume_name.clone())
+            .collect();
+        Ok(attached.into_iter().filter(|pv| !staying.contains(pv)).collect())
     }
 
     /// The instance is gone: deletes its Node (only a Carpool node), its node and launch

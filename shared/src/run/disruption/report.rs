@@ -92,8 +92,15 @@ pub struct EventReport {
     pub event_to_taint_ms: Option<u64>,
     /// Milliseconds from the event's time to the replacement's CreateFleet answer.
     pub event_to_replacement_ms: Option<u64>,
-    /// Milliseconds from the event's time to the end of the drain.
+    /// Milliseconds from the event's time to the end of the drain (every eviction
+    /// accepted).
     pub event_to_drained_ms: Option<u64>,
+    /// Milliseconds from the event's time to the node's being empty (its pods gone and
+    /// its volumes detached), when it was; the instance is terminated then.
+    pub event_to_empty_ms: Option<u64>,
+    /// What the node still waited for at the end of this invocation: pods terminating
+    /// (`namespace/name`) and volumes attached (`pv/<name>`).
+    pub waiting_for: Vec<String>,
     /// Seconds this invocation spent draining.
     pub drain_seconds: f64,
     /// Milliseconds this invocation spent on the instance.
@@ -119,6 +126,8 @@ impl EventReport {
             event_to_taint_ms: None,
             event_to_replacement_ms: None,
             event_to_drained_ms: None,
+            event_to_empty_ms: None,
+            waiting_for: Vec::new(),
             drain_seconds: 0.0,
             elapsed_ms: 0,
         }

@@ -40,9 +40,9 @@ use std::time::SystemTime;
 
 use crate::catalog::RegionCatalog;
 use crate::decide::interruption::{Action, Cause, InstanceStateName, InterruptionEvent, drain_terms};
-use crate::model::CapacityType;
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known::REBALANCE_ANNOTATION;
+use crate::model::{CapacityType, NodePool};
 use crate::ports::{
     Cloud, Cluster, DisruptionRecord, DisruptionStep, Instance, InstanceState, StateStore, StoreError, Timer,
     UnavailableOffering, epoch_millis,
@@ -315,14 +315,15 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             return Ok(report);
         }
         let record = match existing {
-            // A node being consolidated is interrupted: the interruption's deadline wins,
-            // and the record is the interruption function's from now on.
-            Some(mut record) if is_consolidation(&record) => {
-                if terms.hard {
-                    record.hard_deadline = true;
-                    record.wait_for_replacement = false;
-                    record.drain_deadline = terms.deadline;
-                }
+            // A node already being disrupted (a consolidation, a rebalance, a scheduled
+            // change) gets a spot warning: the notice's hard deadline wins, the drain stops
+            // waiting for the replacement, and the record is this event's from now on.
+            Some(mut record) if escalates(&record, &terms) => {
+                record.hard_deadline = true;
+                record.wait_for_replacement = false;
+                record.drain_deadline = record.drain_deadline.min(terms.deadline);
+                tracing::warn!(event_id = %event.id, instance_id = %id, from = %record.reason,
+                    "a disruption in progress escalated to the notice's deadline");
                 record.event_id.clone_from(&event.id);
                 record.reason = reason_of(&event.action).to_string();
                 match self.ports.store.update_disruption(&record).await {
@@ -346,6 +347,13 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                     drain_deadline: terms.deadline,
                     hard_deadline: terms.hard,
                     wait_for_replacement: terms.wait_for_replacement,
+                    terminate_by: if terms.hard {
+                        None
+                    } else {
+                        self.termination_grace(&instance.nodepool)
+                            .await?
+                            .map(|tgp| epoch_millis(start + tgp))
+                    },
                     evicted: Vec::new(),
                     held_by: None,
                     held_until: 0,
@@ -417,6 +425,16 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         Ok(node || launch)
     }
 
+    /// The NodePool's `terminationGracePeriod`, when it sets one.
+    async fn termination_grace(&self, nodepool: &str) -> Result<Option<std::time::Duration>, InterruptionError> {
+        let pools = self.ports.cluster.nodepools().await?;
+        Ok(pools
+            .valid
+            .iter()
+            .find(|p| p.name() == nodepool)
+            .and_then(NodePool::termination_grace_period))
+    }
+
     async fn rebalance_opted_in(&self, nodepool: &str) -> Result<bool, InterruptionError> {
         let pools = self.ports.cluster.nodepools().await?;
         Ok(pools.valid.iter().any(|p| {
@@ -428,6 +446,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                     .is_some_and(|v| v == "true")
         }))
     }
+}
+
+/// Whether an event with `terms` escalates the disruption `record` already in progress:
+/// a hard deadline (a spot warning) over a soft one, or an earlier hard one.
+fn escalates(record: &DisruptionRecord, terms: &crate::decide::interruption::deadline::DrainTerms) -> bool {
+    terms.hard && (!record.hard_deadline || terms.deadline < record.drain_deadline)
 }
 
 /// The disruption's reason, as its record keeps it.
