@@ -26,7 +26,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::{Api, Client};
 use std::sync::Arc;
@@ -504,20 +504,24 @@ impl Cluster for KubeCluster {
     }
 
     async fn evict(&self, pod: &PodRef) -> Result<Eviction, ClusterError> {
-        // kube's `Evict` is implemented for k8s-openapi's `Pod` only; an eviction sends no pod.
+        // The Eviction is posted by hand, not with kube's `Api::evict`: kube 5.0's request
+        // writes the delete options as `delete_options`, a field the apiserver does not
+        // know, so a UID precondition would never reach it (the cluster contract shows it
+        // on the local stack's apiserver).
         let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         self.sent();
-        let params = EvictParams {
-            delete_options: Some(DeleteParams {
-                preconditions: pod.uid.clone().map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            }),
-            ..EvictParams::default()
-        };
-        match api.evict(&pod.name, &params).await {
+        let mut eviction = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+        });
+        if let Some(uid) = &pod.uid {
+            eviction["deleteOptions"] = json!({"preconditions": {"uid": uid}});
+        }
+        match api
+            .create_subresource::<_, serde_json::Value>("eviction", &pod.name, &PostParams::default(), &eviction)
+            .await
+        {
             Ok(_) => Ok(Eviction::Evicted),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Eviction::Gone),
             Err(kube::Error::Api(s)) if pdb_refusal(&s) => Ok(Eviction::Blocked { reason: s.message }),

@@ -152,6 +152,14 @@ pub const EXCLUDE_BALANCERS: &str = "node.kubernetes.io/exclude-from-external-lo
 /// this time (RFC 3339), consolidation, drift and expiration leave it alone.
 pub const STALLED_UNTIL: &str = "carpool.sh/disruption-stalled-until";
 
+/// The pods on a node when the consolidator last looked (the first 8 characters of their
+/// UIDs, sorted, comma-separated): how it tells that a pod left between two runs.
+pub const PODS_ANNOTATION: &str = "carpool.sh/pods";
+
+/// When a node's pods last changed (RFC 3339): Karpenter's `lastPodEventTime`, from which
+/// `consolidateAfter` counts.
+pub const LAST_POD_EVENT_ANNOTATION: &str = "carpool.sh/last-pod-event";
+
 /// The value Carpool gives [`EXCLUDE_BALANCERS`], so that a rollback removes only its own.
 pub const EXCLUDE_BALANCERS_VALUE: &str = "carpool";
 

@@ -583,3 +583,57 @@ fn in_dry_run_the_consolidator_reports_its_command_and_changes_nothing() {
     assert!(r.command.is_some());
     assert!(!w.disruptions().is_empty() || w.cloud.instances() != instances_before);
 }
+
+/// `consolidateAfter` counts from the last pod event, a pod leaving included, as
+/// Karpenter's `lastPodEventTime` (kubernetes-sigs/karpenter
+/// `pkg/controllers/nodeclaim/podevents/controller.go`, `Controller.Reconcile`: a pod
+/// terminating is an event at the time it is seen so). The node's last pod began to
+/// leave at 0 s: at 30 s, under `consolidateAfter: 1m`, the node is no candidate; at
+/// 70 s, the pod gone, it is deleted.
+#[test]
+fn a_node_whose_last_pod_left_thirty_seconds_ago_waits_for_consolidate_after() {
+    let w = World::new();
+    w.cluster
+        .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
+            "disruption": {"consolidateAfter": "1m", "budgets": [{"nodes": "100%"}]}}}));
+    w.node("a");
+    w.pod_of("web-a", "a", "3", "8Gi");
+    let r = w.run("run-1").unwrap();
+    assert!(r.command.is_none(), "{r:#?}");
+    let recorded = w.cluster.node("a").unwrap().metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        recorded.get(wk::PODS_ANNOTATION).map(String::as_str),
+        Some("web-a"),
+        "{recorded:?}"
+    );
+
+    // Its pod is deleted now, with a 60-s grace period.
+    let mut leaving = w.cluster.pod("shop", "web-a").unwrap();
+    leaving.metadata.deletion_timestamp = Some(carpool::model::time::kube_time(start() + Duration::from_secs(60)));
+    leaving.metadata.deletion_grace_period_seconds = Some(60);
+    w.cluster.add_pod(leaving);
+
+    w.clock.advance(Duration::from_secs(30));
+    let r = w.run("run-2").unwrap();
+    assert!(r.command.is_none(), "30 s after its last pod began to leave: {r:#?}");
+    assert!(w.cluster.node("a").is_some());
+    let recorded = w.cluster.node("a").unwrap().metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        recorded.get(wk::LAST_POD_EVENT_ANNOTATION),
+        Some(&rfc3339(start())),
+        "the event is the start of the pod's termination: {recorded:?}"
+    );
+
+    w.cluster.remove_pod("shop", "web-a");
+    w.clock.advance(Duration::from_secs(40));
+    let r = w.run("run-3").unwrap();
+    let cmd = r.command.expect("70 s on, the empty node goes");
+    assert_eq!(cmd.nodes, vec!["a".to_string()]);
+    assert!(w.terminated("i-a"));
+}

@@ -15,6 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::{Deserialize, Serialize};
 
 use super::cost::{eviction_cost, lifetime_remaining};
+use super::pod_events::last_pod_event;
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::pdb::covering;
 use crate::decide::disruption::replacement::moves;
@@ -103,9 +104,13 @@ pub struct Candidate<'a> {
     pub price: f64,
     /// When the Node was created.
     pub created: Option<SystemTime>,
-    /// The latest of its creation and its live pods' start: Karpenter's last pod event,
-    /// from which `consolidateAfter` counts.
+    /// Its last pod event, from which `consolidateAfter` counts (Karpenter's
+    /// `lastPodEventTime`): the latest of its creation, its pods' start, the start of a
+    /// pod's termination, and a pod seen gone ([`super::pod_events`]).
     pub last_change: Option<SystemTime>,
+    /// The annotations that keep its pod events on the Node, when they changed (only for
+    /// a node of a NodePool Carpool reads).
+    pub pod_event_record: Option<crate::model::MetadataPatch>,
     /// The pods a drain would evict (they move).
     pub moving: Vec<&'a Pod>,
     /// Karpenter's disruption cost: the moving pods' eviction costs times the share of the
@@ -266,18 +271,8 @@ pub fn candidates<'a>(
             let on_node: &[&Pod] = by_node.get(name.as_str()).map_or(&[], Vec::as_slice);
             let moving: Vec<&Pod> = on_node.iter().copied().filter(|p| moves(p)).collect();
             let created = node.metadata.creation_timestamp.as_ref().map(time);
-            let last_change = on_node
-                .iter()
-                .filter(|p| !is_finished(p))
-                .filter_map(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.start_time.as_ref())
-                        .or(p.metadata.creation_timestamp.as_ref())
-                        .map(time)
-                })
-                .chain(created)
-                .max();
+            let pod_event = last_pod_event(node, on_node, now);
+            let last_change = pod_event.at;
             let ready_condition = node
                 .status
                 .as_ref()
@@ -341,6 +336,7 @@ pub fn candidates<'a>(
                 price,
                 created,
                 last_change,
+                pod_event_record: if pool.is_some() { pod_event.record } else { None },
                 moving,
                 ready,
                 blocked,

@@ -44,6 +44,7 @@ pub mod multi_node;
 pub mod one_node;
 pub mod pdb;
 pub mod pending;
+pub mod pod_events;
 pub mod repair;
 pub mod replacement;
 pub mod savings;
@@ -151,6 +152,10 @@ pub struct DisruptionDecision {
     pub candidates: Vec<CandidateReport>,
     /// The scheduling simulations run.
     pub simulations: usize,
+    /// Per node, the annotations that keep its pod events ([`pod_events`]) where they
+    /// changed: the consolidator writes them, and the next decision reads them.
+    #[serde(default)]
+    pub pod_events: Vec<(String, crate::model::MetadataPatch)>,
 }
 
 /// The state of one decision, shared by the methods.
@@ -496,9 +501,15 @@ pub fn decide(input: &DisruptionInput<'_>) -> DisruptionDecision {
         })
         .collect();
     candidates.sort_by(|a, b| a.node.cmp(&b.node));
+    let pod_events = ctx
+        .candidates
+        .iter()
+        .filter_map(|c| Some((c.name.clone(), c.pod_event_record.clone()?)))
+        .collect();
     DisruptionDecision {
         command,
         candidates,
         simulations: ctx.simulations,
+        pod_events,
     }
 }

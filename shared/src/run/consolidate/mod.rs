@@ -194,6 +194,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         let seen = self.observe(region).await?;
         let decision = decide(&seen.input(self.ports.clock.now(), &self.settings.disruption));
         report.record_decision(&decision);
+        self.record_pod_events(&decision.pod_events).await;
         let Some(command) = decision.command else {
             return Ok(());
         };
@@ -216,6 +217,30 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             return Ok(());
         }
         self.start(&seen.region, &seen.snapshot, &fresh, until, report).await
+    }
+
+    /// Keeps each node's pod events on it ([`crate::decide::disruption::pod_events`]), so
+    /// the next run knows when a pod left unseen. Best effort: a failure is logged, and
+    /// the next run writes again (until then, a pod gone unseen counts from that run). In
+    /// dry run, nothing is written.
+    async fn record_pod_events(&self, records: &[(String, crate::ports::MetadataPatch)]) {
+        if self.settings.provision.dry_run {
+            return;
+        }
+        let none = crate::ports::MetadataPatch::new();
+        for (node, annotations) in records {
+            match self
+                .ports
+                .cluster
+                .patch_labels_annotations(node, &none, annotations)
+                .await
+            {
+                Ok(()) | Err(ClusterError::NotFound { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %crate::error_chain::Chain(&e), "could not record the node's pod events");
+                }
+            }
+        }
     }
 
     /// What the decision reads: see [`Observed`].
