@@ -178,17 +178,24 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
         zone: "us-east-1b".into(),
         capacity_type: CapacityType::Spot,
         until: epoch_millis(now + Duration::from_secs(180)),
+        reclaimed: false,
+    };
+    let reclaimed = UnavailableOffering {
+        until: epoch_millis(now + Duration::from_secs(3600)),
+        reclaimed: true,
+        ..ice.clone()
     };
     assert!(store.mark_unavailable(&ice).await.is_ok());
+    assert!(store.mark_unavailable(&reclaimed).await.is_ok());
     let soon = store.unavailable_offerings(now + Duration::from_secs(60)).await;
     assert!(
-        matches!(&soon, Ok(l) if l.contains(&ice)),
-        "still unavailable within its TTL: {soon:?}"
+        matches!(&soon, Ok(l) if l.contains(&ice) && l.contains(&reclaimed)),
+        "still unavailable within its TTL, and a reclaimed record of the same offering beside it: {soon:?}"
     );
     let later = store.unavailable_offerings(now + Duration::from_secs(181)).await;
     assert!(
-        matches!(&later, Ok(l) if !l.contains(&ice)),
-        "available again after its TTL: {later:?}"
+        matches!(&later, Ok(l) if !l.contains(&ice) && l.contains(&reclaimed)),
+        "available again after its TTL, the reclaimed record kept for its own: {later:?}"
     );
 
     // Events are handled once.

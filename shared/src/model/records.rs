@@ -28,9 +28,15 @@ pub mod sort_key {
     pub fn disruption(instance_id: &str) -> String {
         format!("DISRUPT#{instance_id}")
     }
-    /// `ICE#<type>#<zone>#<capacity>`.
+    /// `ICE#<type>#<zone>#<capacity>`, and `…#reclaimed` for a reclaimed offering.
     pub fn unavailable(o: &UnavailableOffering) -> String {
-        format!("ICE#{}#{}#{}", o.instance_type, o.zone, o.capacity_type.label())
+        let reclaimed = if o.reclaimed { "#reclaimed" } else { "" };
+        format!(
+            "ICE#{}#{}#{}{reclaimed}",
+            o.instance_type,
+            o.zone,
+            o.capacity_type.label()
+        )
     }
     /// `EVENT#<event-id>`.
     pub fn event(id: &str) -> String {
@@ -244,6 +250,12 @@ pub struct UnavailableOffering {
     pub capacity_type: CapacityType,
     /// When it may be tried again.
     pub until: EpochMillis,
+    /// A spot interruption reclaimed it: not a capacity error for launches, but an
+    /// offering voluntary disruption (returning to spot, spot-to-spot) and interruption
+    /// replacements avoid for a while, so that one interruption does not cause two moves.
+    /// Kept apart from the offering's capacity record.
+    #[serde(default)]
+    pub reclaimed: bool,
 }
 
 /// Why a NodePool and EC2NodeClass failed last, as a [`Backoff`] keeps it.

@@ -346,10 +346,8 @@ fn thirty_quiet_minutes_after_consolidating_disrupt_nothing_more() {
     assert_eq!(w.replacements().len(), 1);
 }
 
-/// aws/karpenter-provider-aws #3480 and #7832: a node on-demand only because spot ran out
-/// goes back to spot once the provisioner's `ICE#` records for spot have lapsed.
-#[test]
-fn an_on_demand_fallback_returns_to_spot_once_the_spot_offerings_are_available_again() {
+/// An on-demand node of a pool that allows spot and on-demand, running 3 `web` pods.
+fn on_demand_fallback() -> World {
     let w = World::new();
     w.cluster
         .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
@@ -364,9 +362,11 @@ fn an_on_demand_fallback_returns_to_spot_once_the_spot_offerings_are_available_a
     for k in 0..3 {
         w.pod(&format!("web-{k}"), "od");
     }
-    // Spot of every m5 type ran out in every zone a minute ago (what the provisioner records
-    // on a capacity error, for 3 minutes).
-    let until = carpool::ports::epoch_millis(start() + Duration::from_secs(120));
+    w
+}
+
+/// Marks every m5 spot offering unavailable until `until`: out of capacity, or reclaimed.
+fn mark_m5_spot(w: &World, until: i64, reclaimed: bool) {
     for t in [
         "m5.large",
         "m5.xlarge",
@@ -391,10 +391,25 @@ fn an_on_demand_fallback_returns_to_spot_once_the_spot_offerings_are_available_a
                 zone: z.into(),
                 capacity_type: CapacityType::Spot,
                 until,
+                reclaimed,
             }))
             .unwrap();
         }
     }
+}
+
+/// aws/karpenter-provider-aws #3480 and #7832: a node on-demand only because spot ran out
+/// goes back to spot once the provisioner's `ICE#` records for spot have lapsed.
+#[test]
+fn an_on_demand_fallback_returns_to_spot_once_the_spot_offerings_are_available_again() {
+    let w = on_demand_fallback();
+    // Spot of every m5 type ran out in every zone a minute ago (what the provisioner records
+    // on a capacity error, for 3 minutes).
+    mark_m5_spot(
+        &w,
+        carpool::ports::epoch_millis(start() + Duration::from_secs(120)),
+        false,
+    );
     let r = w.run("run-1").unwrap();
     assert!(r.command.is_none(), "spot is still out of capacity: {r:#?}");
 
@@ -405,6 +420,35 @@ fn an_on_demand_fallback_returns_to_spot_once_the_spot_offerings_are_available_a
     let launched = w.replacements();
     assert_eq!(launched.len(), 1);
     assert_eq!(launched[0].capacity_type, CapacityType::Spot);
+}
+
+/// Issue 27, item 8: after a spot interruption, returning to spot avoids the offerings
+/// just reclaimed for an hour (`RECLAIMED_FOR`), long after their 3-minute capacity
+/// record (Karpenter's unavailable-offerings TTL, `UnavailableOfferingsTTL`) has lapsed,
+/// so that one interruption does not cause two moves.
+#[test]
+fn returning_to_spot_avoids_the_offerings_just_reclaimed_for_an_hour() {
+    let w = on_demand_fallback();
+    mark_m5_spot(
+        &w,
+        carpool::ports::epoch_millis(start() + Duration::from_secs(180)),
+        false,
+    );
+    mark_m5_spot(
+        &w,
+        carpool::ports::epoch_millis(start() + Duration::from_secs(3600)),
+        true,
+    );
+    w.clock.advance(Duration::from_secs(300));
+    let r = w.run("run-1").unwrap();
+    assert!(r.command.is_none(), "5 minutes after the reclaim: {r:#?}");
+
+    w.clock.advance(Duration::from_secs(3600));
+    let r = w.run("run-2").unwrap();
+    assert_eq!(
+        r.command.expect("back to spot").method,
+        carpool::decide::disruption::Method::ReturnToSpot
+    );
 }
 
 /// The provisioner's housekeeping marks a launch failed when its instance is gone or never

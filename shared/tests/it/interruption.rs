@@ -416,12 +416,22 @@ fn a_spot_warning_taints_replaces_on_demand_drains_and_cleans_up() {
         );
     }
 
-    // The interrupted offering is left out for a while, as a capacity error would be.
+    // The interrupted offering is left out for a while, as a capacity error would be, and
+    // for an hour from moves back to spot.
     let ice = block_on(w.store.unavailable_offerings(start())).unwrap();
     assert!(
-        ice.iter()
-            .any(|o| o.instance_type == "m5.xlarge" && o.zone == "us-east-1a" && o.capacity_type == CapacityType::Spot),
+        ice.iter().any(|o| o.instance_type == "m5.xlarge"
+            && o.zone == "us-east-1a"
+            && o.capacity_type == CapacityType::Spot
+            && !o.reclaimed),
         "{ice:?}"
+    );
+    let later = block_on(w.store.unavailable_offerings(start() + Duration::from_secs(3000))).unwrap();
+    assert!(
+        later
+            .iter()
+            .any(|o| o.instance_type == "m5.xlarge" && o.reclaimed && o.capacity_type == CapacityType::Spot),
+        "{later:?}"
     );
     // The instance is terminated, its Node and records gone.
     let spot = w.cloud.instances().into_iter().find(|i| i.id == SPOT).unwrap();

@@ -594,6 +594,7 @@ async fn back_to_spot(scene: &Scene) -> Result<()> {
                     zone: z.clone(),
                     capacity_type: carpool::model::CapacityType::Spot,
                     until,
+                    reclaimed: false,
                 })
                 .await?;
         }

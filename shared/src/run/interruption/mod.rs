@@ -295,8 +295,17 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 zone: instance.zone.clone(),
                 capacity_type: CapacityType::Spot,
                 until: epoch_millis(start + crate::run::launch::UNAVAILABLE_FOR),
+                reclaimed: false,
             };
             self.ports.store.mark_unavailable(&offering).await?;
+            // And for longer, for the consolidator's moves back to spot and for
+            // replacements: one interruption does not cause two moves.
+            let reclaimed = UnavailableOffering {
+                until: epoch_millis(start + RECLAIMED_FOR),
+                reclaimed: true,
+                ..offering
+            };
+            self.ports.store.mark_unavailable(&reclaimed).await?;
         }
         let Some(node) = node else {
             tracing::info!(event_id = %event.id, instance_id = %id, "the instance has no Node yet: nothing to drain");
@@ -453,6 +462,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
 fn escalates(record: &DisruptionRecord, terms: &crate::decide::interruption::deadline::DrainTerms) -> bool {
     terms.hard && (!record.hard_deadline || terms.deadline < record.drain_deadline)
 }
+
+/// How long an offering a spot interruption reclaimed is avoided by voluntary
+/// disruption and by interruption replacements (launches of new pods wait only out the
+/// capacity record, [`crate::run::launch::UNAVAILABLE_FOR`], as Karpenter's
+/// unavailable-offerings cache does).
+pub const RECLAIMED_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The disruption's reason, as its record keeps it.
 fn reason_of(action: &Action) -> &'static str {

@@ -270,6 +270,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                         zone: o.zone.clone(),
                         capacity_type: o.capacity_type,
                         until,
+                        reclaimed: false,
                     })
                     .collect();
                 if unavailable.is_empty() {
@@ -282,6 +283,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                             zone: node.zone.clone(),
                             capacity_type: node.capacity_type,
                             until,
+                            reclaimed: false,
                         })
                         .collect();
                 }

@@ -144,7 +144,15 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         }
         let mut launches = self.ports.store.list_launches().await?;
         let mut region = base.clone();
-        for o in self.ports.store.unavailable_offerings(now).await? {
+        // A reclaimed offering holds back moves, not the launches of new pods.
+        for o in self
+            .ports
+            .store
+            .unavailable_offerings(now)
+            .await?
+            .into_iter()
+            .filter(|o| !o.reclaimed)
+        {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }
         let created = created_at(&snapshot);
