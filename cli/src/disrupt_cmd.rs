@@ -96,6 +96,7 @@ pub fn run(args: &DisruptArgs) -> Result<()> {
         settings: DisruptionSettings::default(),
         images: Default::default(),
         owned: None,
+        held_back: Default::default(),
     });
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
     let at = jiff::Timestamp::try_from(now)

@@ -123,6 +123,7 @@ pub fn run(region: &RegionCatalog<'_>, nodes: usize, pods: usize) -> Result<Cons
         settings: DisruptionSettings::default(),
         images: Default::default(),
         owned: None,
+        held_back: Default::default(),
     });
     let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
     let running = snapshot

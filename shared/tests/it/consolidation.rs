@@ -681,3 +681,123 @@ fn a_node_whose_last_pod_left_thirty_seconds_ago_waits_for_consolidate_after() {
     assert_eq!(cmd.nodes, vec!["a".to_string()]);
     assert!(w.terminated("i-a"));
 }
+
+/// Issue 27, item 9: the consolidator plans no replacement in a NodePool held back by
+/// launch backoff (the provisioner's rule, `decide::provisioning::backoff::hold_back`):
+/// the three under-used nodes are merged onto one of them, and nothing is launched.
+#[test]
+fn no_replacement_is_planned_in_a_nodepool_held_back_by_launch_backoff() {
+    let w = three_underused();
+    block_on(w.store.create_backoff(&carpool::ports::Backoff {
+        nodepool: "general".into(),
+        node_class: "default".into(),
+        failures: 3,
+        registration_failures: 0,
+        windows: 1,
+        reason: carpool::ports::FailureReason::Launch {
+            error: "InvalidParameterValue".into(),
+        },
+        until: carpool::ports::epoch_millis(start() + Duration::from_secs(600)),
+        version: 0,
+    }))
+    .unwrap();
+    let r = w.run("run-1").unwrap();
+    let cmd = r.command.expect("the nodes are merged onto one of them");
+    assert!(cmd.replacements.is_empty(), "{cmd:#?}");
+    assert!(w.replacements().is_empty(), "nothing launched in a held-back pool");
+}
+
+/// Issue 27, item 9: an interruption's replacement, empty while the evicted pods are on
+/// their way, is not removed before that drain is done. Carpool's own rule: Karpenter's
+/// interruption controller launches no replacement ahead (its provisioner reacts once
+/// the evicted pods are pending), so it has no such node to protect.
+#[test]
+fn an_interruptions_replacement_is_not_removed_while_its_drain_goes_on() {
+    let w = World::new();
+    w.node("busy");
+    w.pod_of("web-0", "busy", "3", "8Gi");
+    w.node("replacement");
+    let mut launch = carpool::fixtures::launch_record(
+        "disrupt-i-spot-0",
+        Some("i-replacement"),
+        carpool::ports::epoch_millis(start()),
+        CapacityType::OnDemand,
+    );
+    launch.state = carpool::ports::LaunchState::Registered {
+        node: "replacement".into(),
+    };
+    block_on(w.store.create_launch(&launch)).unwrap();
+    block_on(w.store.create_disruption(&carpool::ports::DisruptionRecord {
+        instance_id: "i-spot".into(),
+        node: "spot-node".into(),
+        reason: "spot-interruption".into(),
+        step: carpool::ports::DisruptionStep::Draining,
+        replacements: vec!["disrupt-i-spot-0".into()],
+        started_at: carpool::ports::epoch_millis(start()),
+        updated_at: carpool::ports::epoch_millis(start()),
+        event_id: "e-1".into(),
+        nodepool: Some("general".into()),
+        drain_deadline: carpool::ports::epoch_millis(start() + Duration::from_secs(90)),
+        terminate_by: None,
+        hard_deadline: true,
+        wait_for_replacement: false,
+        evicted: Vec::new(),
+        held_by: Some("another-invocation".into()),
+        held_until: carpool::ports::epoch_millis(start() + Duration::from_secs(20)),
+        version: 0,
+    }))
+    .unwrap();
+    let r = w.run("run-1").unwrap();
+    assert!(
+        r.command
+            .as_ref()
+            .is_none_or(|c| !c.nodes.contains(&"replacement".to_string())),
+        "{r:#?}"
+    );
+    assert!(!w.terminated("i-replacement"));
+}
+
+/// Issue 27, item 11: drift is not one node per run. Eight drifted nodes under a
+/// `Drifted` budget of 4: one run starts four replacements at once, and the next starts
+/// none while they are in flight (the budget counts them). Karpenter's disruption queue
+/// runs its commands at once too (`pkg/controllers/disruption/orchestration/queue.go`),
+/// each within `NodePool.GetAllowedDisruptionsByReason`.
+#[test]
+fn drift_of_many_nodes_starts_as_many_replacements_as_the_budget_allows_in_one_run() {
+    let w = World::new();
+    w.cluster
+        .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
+            "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "4"}]}}}));
+    for i in 0..8 {
+        let name = format!("n{i}");
+        w.node(&name);
+        w.pod_of(&format!("web-{i}"), &name, "3", "8Gi");
+        let mut node = w.cluster.node(&name).unwrap();
+        node.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(wk::NODEPOOL_HASH.into(), "launched-from-an-older-template".into());
+        w.cluster.add_node(node);
+    }
+    let r = w.run("run-1").unwrap();
+    let methods: Vec<_> = r.commands.iter().map(|c| c.method).collect();
+    assert_eq!(methods, vec![carpool::decide::disruption::Method::Drift; 4], "{r:#?}");
+    assert_eq!(w.disruptions().len(), 4);
+    assert_eq!(w.replacements().len(), 4);
+    let tainted = (0..8).filter(|i| w.tainted(&format!("n{i}"))).count();
+    assert_eq!(tainted, 4);
+
+    w.clock.advance(Duration::from_secs(60));
+    let r = w.run("run-2").unwrap();
+    assert!(
+        r.commands.is_empty(),
+        "the budget is used by the four in flight: {r:#?}"
+    );
+    assert_eq!(w.replacements().len(), 4);
+}

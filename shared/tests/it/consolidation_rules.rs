@@ -100,6 +100,7 @@ fn input<'a>(s: &'a Snapshot, region: &'a RegionCatalog<'a>) -> DisruptionInput<
         settings: DisruptionSettings::default(),
         images: Default::default(),
         owned: None,
+        held_back: Default::default(),
     }
 }
 

@@ -131,6 +131,7 @@ fn decide_with(s: &Snapshot, now: &str, tune: impl FnOnce(&mut RegionCatalog<'st
         settings: DisruptionSettings::default(),
         images: Default::default(),
         owned: None,
+        held_back: Default::default(),
     })
 }
 
@@ -200,6 +201,7 @@ fn a_karpenter_labelled_node_that_carpool_did_not_launch_is_never_a_candidate() 
         settings: DisruptionSettings::default(),
         images: Default::default(),
         owned,
+        held_back: Default::default(),
     };
     // By its labels alone, the empty Karpenter node would go first.
     let by_label = decide(&input(None));
@@ -747,6 +749,7 @@ fn a_node_on_an_ami_its_class_no_longer_resolves_is_drifted() {
         .into_iter()
         .collect(),
         owned: None,
+        held_back: Default::default(),
     });
     let cmd = d.command.expect("drift");
     assert_eq!(cmd.method, Method::Drift);

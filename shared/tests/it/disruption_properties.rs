@@ -275,6 +275,7 @@ proptest! {
             settings: DisruptionSettings::default(),
             images: Default::default(),
             owned: None,
+            held_back: Default::default(),
         });
         let Some(cmd) = d.command else { return Ok(()) };
         for n in &cmd.nodes {

@@ -125,6 +125,10 @@ pub struct DisruptionInput<'a> {
     /// a node whose instance is not among them is not a candidate, whatever its labels.
     /// `None` (a cluster dump, read without the cloud) goes by the labels alone.
     pub owned: Option<BTreeSet<String>>,
+    /// The NodePools held back by launch backoff (their class failed to launch): no new
+    /// node is planned from them, as the provisioner launches none; their nodes are
+    /// candidates still, to be deleted onto other capacity.
+    pub held_back: BTreeSet<String>,
 }
 
 /// One node as the decision saw it.
@@ -187,6 +191,8 @@ pub struct Ctx<'a> {
     pub pool_nodes: BTreeMap<String, (usize, usize)>,
     /// The AMIs each class resolves now.
     pub images: BTreeMap<String, Vec<ResolvedImage>>,
+    /// The NodePools held back by launch backoff: no new node from them.
+    pub held_back: BTreeSet<String>,
 }
 
 impl<'a> Ctx<'a> {
@@ -226,6 +232,7 @@ impl<'a> Ctx<'a> {
             pool_nodes,
             candidates,
             images: input.images.clone(),
+            held_back: input.held_back.clone(),
         }
     }
 
@@ -334,6 +341,23 @@ impl<'a> Ctx<'a> {
             return Some(Err(m));
         }
         let snapshot = view.as_ref().map_or(self.snapshot, |v| &v.snapshot);
+        // No new node from a pool held back by launch backoff; with every pool held back,
+        // none at all (an empty list would be the scheduler's default NodePool).
+        let launchable: Vec<NodePool>;
+        let (pools, max_new) = if self.held_back.is_empty() {
+            (pools, max_new)
+        } else {
+            launchable = pools
+                .iter()
+                .filter(|p| !self.held_back.contains(p.name()))
+                .cloned()
+                .collect();
+            if launchable.is_empty() {
+                (pools, 0)
+            } else {
+                (launchable.as_slice(), max_new)
+            }
+        };
         let first = place(snapshot, self.region, pools, &names, max_new);
         let Err(Misfit::TooManyNodes { requests, .. }) = &first else {
             return Some(first);

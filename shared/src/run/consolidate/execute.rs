@@ -28,6 +28,42 @@ use crate::snapshot::Snapshot;
 /// disruption (annotation [`wk::STALLED_UNTIL`]).
 pub const STALL_COOLDOWN: Duration = Duration::from_secs(30 * 60);
 
+/// What the disruptions in progress are, after a run advanced them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct InFlight {
+    /// Some disruption is still going.
+    pub any: bool,
+    /// A consolidation (a method that moves pods to save money, not drift, expiration or
+    /// repair) is still going: no other starts until it is done, since its moves are not
+    /// in the cluster yet.
+    pub consolidating: bool,
+}
+
+/// What advancing one group did.
+#[derive(Clone, Debug, Default)]
+struct GroupProgress {
+    going: bool,
+    evicted: usize,
+    blocked: Vec<String>,
+    consolidated: usize,
+    steps: Vec<(String, String)>,
+}
+
+impl GroupProgress {
+    fn add_to(self, report: &mut ConsolidationReport) {
+        report.evicted += self.evicted;
+        report.blocked.extend(self.blocked);
+        report.nodes_consolidated += self.consolidated;
+        report.steps.extend(self.steps);
+    }
+}
+
+/// Whether a record's reason (`consolidation-<method>`) names a consolidating method.
+fn consolidates(reason: &str) -> bool {
+    let method = reason.trim_start_matches(REASON_PREFIX);
+    !matches!(method, "drift" | "expiration" | "repair")
+}
+
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -167,24 +203,25 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
             r.replacements.clone_from(&launch_ids);
             *r = self.ports.store.update_disruption(r).await?;
         }
-        report.started = records.iter().map(|r| r.node.clone()).collect();
+        report.started.extend(records.iter().map(|r| r.node.clone()));
         tracing::info!(method = %command.method, nodes = ?command.nodes, replacements = ?launch_ids,
             savings_per_hour = command.savings_per_hour, "consolidation started");
-        self.advance_group(region, records, until, report).await?;
+        self.advance_group(region, records, until).await?.add_to(report);
         Ok(())
     }
 
-    /// Resumes the consolidation in progress, if any; `true` when one is still going (no
-    /// other may start).
+    /// Resumes the disruptions in progress, every group at once (within the budgets that
+    /// let them start, nothing holds one back for another), and says which are still
+    /// going.
     pub(super) async fn resume(
         &self,
         region: &RegionCatalog<'_>,
         until: SystemTime,
         report: &mut ConsolidationReport,
-    ) -> Result<bool, ConsolidationError> {
+    ) -> Result<InFlight, ConsolidationError> {
         if self.settings.provision.dry_run {
             // A dry run starts nothing, and does not advance what a real run started.
-            return Ok(false);
+            return Ok(InFlight::default());
         }
         let mut groups: BTreeMap<String, Vec<DisruptionRecord>> = BTreeMap::new();
         for r in self
@@ -197,7 +234,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
         {
             groups.entry(r.event_id.clone()).or_default().push(r);
         }
-        let mut going = false;
+        let mut to_advance = Vec::new();
         for (group, mut records) in groups {
             let first = group.trim_start_matches(GROUP_PREFIX).to_string();
             let prefix = format!("{}-", replacement_prefix(&first));
@@ -258,20 +295,39 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 self.roll_back(&records, &why, report).await?;
                 continue;
             }
-            going |= self.advance_group(region, records, until, report).await?;
+            to_advance.push(records);
         }
-        Ok(going)
+        let advanced = futures_util::future::join_all(to_advance.into_iter().map(|records| async move {
+            let consolidating = records.iter().any(|r| consolidates(&r.reason));
+            (consolidating, self.advance_group(region, records, until).await)
+        }))
+        .await;
+        let mut in_flight = InFlight::default();
+        let mut failure = None;
+        for (consolidating, progress) in advanced {
+            match progress {
+                Ok(p) => {
+                    in_flight.any |= p.going;
+                    in_flight.consolidating |= p.going && consolidating;
+                    p.add_to(report);
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(in_flight),
+        }
     }
 
-    /// Advances each record of a group with the interruption function's machinery;
-    /// `true` while any is not finished.
+    /// Advances each record of a group with the interruption function's machinery, all
+    /// at once; says whether any is not finished, and what they did.
     async fn advance_group(
         &self,
         region: &RegionCatalog<'_>,
         records: Vec<DisruptionRecord>,
         until: SystemTime,
-        report: &mut ConsolidationReport,
-    ) -> Result<bool, ConsolidationError> {
+    ) -> Result<GroupProgress, ConsolidationError> {
         let interrupter = Disrupter::new(
             self.ports.cloud,
             self.ports.cluster,
@@ -284,8 +340,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
             },
             &self.owner,
         );
-        let mut going = false;
-        for record in records {
+        let interrupter = &interrupter;
+        let done = futures_util::future::join_all(records.into_iter().map(|record| async move {
             let start = EventReport::new(
                 &record.event_id,
                 EventKind::Scheduled,
@@ -293,21 +349,27 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                 Some(&record.instance_id),
                 Outcome::Draining,
             );
-            let done = interrupter
-                .advance(region, record.clone(), None, None, until, start)
-                .await?;
-            report.evicted += done.evicted;
-            report.blocked.extend(done.blocked.iter().cloned());
+            let step = record.step;
+            let node = record.node.clone();
+            let done = interrupter.advance(region, record, None, None, until, start).await;
+            (step, node, done)
+        }))
+        .await;
+        let mut progress = GroupProgress::default();
+        for (step, node, done) in done {
+            let done = done?;
+            progress.evicted += done.evicted;
+            progress.blocked.extend(done.blocked.iter().cloned());
             if done.outcome == Outcome::CleanedUp || done.outcome == Outcome::Terminating {
-                if record.step < DisruptionStep::Terminated {
-                    report.nodes_consolidated += 1;
+                if step < DisruptionStep::Terminated {
+                    progress.consolidated += 1;
                 }
             } else {
-                going = true;
+                progress.going = true;
             }
-            report.steps.push((record.node.clone(), format!("{:?}", done.outcome)));
+            progress.steps.push((node, format!("{:?}", done.outcome)));
         }
-        Ok(going)
+        Ok(progress)
     }
 
     /// Undoes a consolidation that cannot finish: untaints its nodes and deletes its

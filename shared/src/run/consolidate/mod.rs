@@ -59,6 +59,9 @@ pub struct ConsolidationSettings {
     pub drain_limit: Duration,
     /// How long one invocation drains before leaving the rest to the next.
     pub drain_slice: Duration,
+    /// At most this many commands start in one run: drift, expiration and repair as many
+    /// as the budgets allow, a consolidation only while no other is in flight.
+    pub max_commands: usize,
 }
 
 impl ConsolidationSettings {
@@ -89,6 +92,7 @@ impl Default for ConsolidationSettings {
             recheck_delay: Duration::from_secs(15),
             drain_limit: Duration::from_secs(15 * 60),
             drain_slice: Duration::from_secs(60),
+            max_commands: 20,
         }
     }
 }
@@ -182,41 +186,69 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         Ok(report)
     }
 
+    /// Advances what is in flight, then starts commands while the budgets allow: drift,
+    /// expiration and repair as many as they allow (each replaces its nodes whatever they
+    /// save, and runs beside the others, as Karpenter's orchestration queue runs its
+    /// commands at once), a consolidation only while no other consolidation is in flight
+    /// (its moves are not in the cluster yet), re-checked on a fresh snapshot first. A
+    /// command started is taken into the next decision (its nodes disrupting and tainted),
+    /// so the budgets count it.
     async fn work(
         &self,
         region: &RegionCatalog<'_>,
         until: SystemTime,
         report: &mut ConsolidationReport,
     ) -> Result<(), ConsolidationError> {
-        if self.resume(region, until, report).await? {
-            return Ok(());
+        let in_flight = self.resume(region, until, report).await?;
+        let mut consolidating = in_flight.consolidating;
+        let mut seen = self.observe(region).await?;
+        let mut started = 0;
+        while started < self.settings.max_commands && self.ports.clock.now() < until {
+            let decision = decide(&seen.input(self.ports.clock.now(), &self.settings.disruption));
+            if started == 0 {
+                report.record_decision(&decision);
+                self.record_pod_events(&decision.pod_events).await;
+            }
+            let Some(command) = decision.command else {
+                break;
+            };
+            let fresh = if command.method.consolidates() {
+                if consolidating {
+                    tracing::info!(method = %command.method, nodes = ?command.nodes,
+                        "a consolidation is in flight: this one waits for it");
+                    break;
+                }
+                self.ports.clock.sleep(self.settings.recheck_delay).await;
+                seen = self.observe(region).await?;
+                let again = decide(&seen.input(self.ports.clock.now(), &self.settings.disruption));
+                let Some(fresh) = again.command.filter(|c| same_command(c, &command)) else {
+                    let why = "the cluster changed during the re-check: the command no longer holds".to_string();
+                    tracing::info!(method = %command.method, nodes = ?command.nodes, reason = %why, "consolidation abandoned");
+                    report.abandoned = Some(why);
+                    break;
+                };
+                fresh
+            } else {
+                command
+            };
+            if report.command.is_none() {
+                report.command = Some(fresh.clone());
+            }
+            report.commands.push(fresh.clone());
+            if self.settings.provision.dry_run {
+                // Decided, re-checked, logged and reported: nothing tainted, evicted,
+                // recorded, launched or terminated.
+                tracing::warn!(method = %fresh.method, nodes = ?fresh.nodes,
+                    replacements = fresh.replacements.len(), savings_per_hour = fresh.savings_per_hour,
+                    "dry run: would consolidate");
+                break;
+            }
+            self.start(&seen.region, &seen.snapshot, &fresh, until, report).await?;
+            seen.started(&fresh);
+            consolidating |= fresh.method.consolidates();
+            started += 1;
         }
-        let seen = self.observe(region).await?;
-        let decision = decide(&seen.input(self.ports.clock.now(), &self.settings.disruption));
-        report.record_decision(&decision);
-        self.record_pod_events(&decision.pod_events).await;
-        let Some(command) = decision.command else {
-            return Ok(());
-        };
-        self.ports.clock.sleep(self.settings.recheck_delay).await;
-        let seen = self.observe(region).await?;
-        let again = decide(&seen.input(self.ports.clock.now(), &self.settings.disruption));
-        let Some(fresh) = again.command.filter(|c| same_command(c, &command)) else {
-            let why = "the cluster changed during the re-check: the command no longer holds".to_string();
-            tracing::info!(method = %command.method, nodes = ?command.nodes, reason = %why, "consolidation abandoned");
-            report.abandoned = Some(why);
-            return Ok(());
-        };
-        report.command = Some(fresh.clone());
-        if self.settings.provision.dry_run {
-            // Decided, re-checked, logged and reported: nothing tainted, evicted,
-            // recorded, launched or terminated.
-            tracing::warn!(method = %fresh.method, nodes = ?fresh.nodes,
-                replacements = fresh.replacements.len(), savings_per_hour = fresh.savings_per_hour,
-                "dry run: would consolidate");
-            return Ok(());
-        }
-        self.start(&seen.region, &seen.snapshot, &fresh, until, report).await
+        Ok(())
     }
 
     /// Keeps each node's pod events on it ([`crate::decide::disruption::pod_events`]), so
@@ -259,13 +291,42 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         for o in self.ports.store.unavailable_offerings(self.ports.clock.now()).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }
-        let in_progress = self
-            .ports
-            .store
-            .list_disruptions()
-            .await?
+        let disruptions = self.ports.store.list_disruptions().await?;
+        let mut in_progress: BTreeSet<String> = disruptions.iter().map(|d| d.node.clone()).collect();
+        // An interruption's replacement is not removed before that drain is done: its
+        // room is kept for the evicted pods, which may not have landed yet.
+        let replacing: BTreeSet<&String> = disruptions
+            .iter()
+            .filter(|d| !crate::run::disruption::is_consolidation(d))
+            .flat_map(|d| d.replacements.iter())
+            .collect();
+        if !replacing.is_empty() {
+            let launches = self.ports.store.list_launches().await?;
+            let instances: BTreeSet<&str> = launches
+                .iter()
+                .filter(|l| replacing.contains(&l.id))
+                .filter_map(|l| l.instance_id.as_deref())
+                .collect();
+            in_progress.extend(
+                snapshot
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        n.spec
+                            .as_ref()
+                            .and_then(|s| s.provider_id.as_deref())
+                            .and_then(crate::model::node::instance_id_from_provider_id)
+                            .is_some_and(|id| instances.contains(id))
+                    })
+                    .filter_map(|n| n.metadata.name.clone()),
+            );
+        }
+        // A NodePool whose class keeps failing to launch gets no replacement planned in
+        // it, as the provisioner launches none there.
+        let now = crate::ports::epoch_millis(self.ports.clock.now());
+        let held_back = crate::decide::provisioning::backoff::held_back(&self.ports.store.list_backoffs().await?, now)
             .into_iter()
-            .map(|d| d.node)
+            .map(|b| b.nodepool)
             .collect();
         // Only nodes whose instance this deployment launched are its to disrupt: a
         // `karpenter.sh/nodepool` label is not ownership (Karpenter's nodes carry it too).
@@ -285,6 +346,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             in_progress,
             images,
             owned,
+            held_back,
         })
     }
 
@@ -307,15 +369,39 @@ struct Observed<'r> {
     snapshot: Snapshot,
     /// The region, with the offerings out of capacity left out.
     region: RegionCatalog<'r>,
-    /// The nodes of every disruption in progress.
+    /// The nodes of every disruption in progress, and those of an interruption's
+    /// replacements while its drain goes on.
     in_progress: BTreeSet<String>,
     /// The AMIs each class resolves.
     images: BTreeMap<String, Vec<crate::ports::ResolvedImage>>,
     /// The instances this deployment launched ([`launched_by`]).
     owned: BTreeSet<String>,
+    /// The NodePools held back by launch backoff at the time observed.
+    held_back: BTreeSet<String>,
 }
 
 impl Observed<'_> {
+    /// Takes a command just started into the view: its nodes are disrupting, and tainted
+    /// as the cluster now has them, so the next decision neither picks them nor moves
+    /// pods onto them, and the budgets count them.
+    fn started(&mut self, command: &DisruptionCommand) {
+        for name in &command.nodes {
+            self.in_progress.insert(name.clone());
+            if let Some(node) = self
+                .snapshot
+                .nodes
+                .iter_mut()
+                .find(|n| n.metadata.name.as_deref() == Some(name.as_str()))
+            {
+                node.spec
+                    .get_or_insert_default()
+                    .taints
+                    .get_or_insert_default()
+                    .push(crate::run::disruption::advance::disrupted_taint());
+            }
+        }
+    }
+
     fn input(&self, now: SystemTime, settings: &DisruptionSettings) -> DisruptionInput<'_> {
         DisruptionInput {
             snapshot: &self.snapshot,
@@ -325,6 +411,7 @@ impl Observed<'_> {
             settings: settings.clone(),
             images: self.images.clone(),
             owned: Some(self.owned.clone()),
+            held_back: self.held_back.clone(),
         }
     }
 }

@@ -29,8 +29,11 @@ pub struct ConsolidationReport {
     pub blocked_by_pdb: usize,
     /// Nodes kept by a budget.
     pub blocked_by_budget: usize,
-    /// The command started this run.
+    /// The first command started this run (in dry run, the one it would start).
     pub command: Option<DisruptionCommand>,
+    /// Every command started this run, in order.
+    #[serde(default)]
+    pub commands: Vec<DisruptionCommand>,
     /// Why the command decided was not started.
     pub abandoned: Option<String>,
     /// The nodes whose disruption this run started.
