@@ -172,8 +172,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
         self.catalog.refresh(&self.cloud, &self.clock).await;
         let until = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(deadline);
         let records = parse_input(payload).inspect_err(|e| tracing::error!(reason = %e, "unreadable SQS batch"))?;
-        // One read of the cluster for the whole batch, on first need.
-        let shared = SharedSnapshot::new();
+        // One read of the cluster for the whole batch, on first need; its spot warnings
+        // replaced together.
+        let shared = SharedSnapshot::new().with_burst(carpool::decide::interruption::spot_warnings(&records));
         let outcomes = join_all(records.into_iter().map(|r| self.record(request_id, r, until, &shared))).await;
         let failures: Vec<BatchItemFailure> = outcomes
             .iter()

@@ -139,6 +139,7 @@ pub async fn store_contract<S: StateStore>(store: &S, unique: &str, now: SystemT
         hard_deadline: true,
         wait_for_replacement: false,
         terminate_by: None,
+        burst: None,
         evicted: vec![crate::ports::PodRef {
             namespace: "web".into(),
             name: "web-0".into(),

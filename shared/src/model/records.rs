@@ -224,6 +224,10 @@ pub struct DisruptionRecord {
     /// recommendation, a scheduled change: there is time).
     #[serde(default)]
     pub wait_for_replacement: bool,
+    /// The burst it belongs to (a batch of spot warnings replaced together), whose
+    /// launches it adopts (`disrupt-<burst>-<n>`).
+    #[serde(default)]
+    pub burst: Option<String>,
     /// The pods whose eviction the apiserver accepted so far (not evicted again on resume).
     #[serde(default)]
     pub evicted: Vec<super::PodRef>,

@@ -15,7 +15,15 @@
 //! the invocation: what a record's replacement launched is read from the state store
 //! (launches in flight, reservations), never from the snapshot. `carpool bench
 //! interruption` measures the requests and the memory either way.
+//!
+//! A batch of spot warnings is a **burst** ([`SharedSnapshot::with_burst`]): its records
+//! record the burst's id, and the first to need a replacement plans it for all of them
+//! together (the launch path's `replace_burst`), launched under the burst's
+//! prefix; the others wait for that plan and adopt it ([`SharedSnapshot::burst_replacement`]).
+//! A record resumed later (another invocation) adopts the burst's launches from the
+//! store, or, when the burst launched nothing, plans its own node alone.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures_util::lock::{Mutex, MutexGuard};
@@ -29,6 +37,27 @@ use crate::snapshot::Snapshot;
 pub struct SharedSnapshot {
     read: Mutex<Option<Arc<Snapshot>>>,
     planning: Mutex<()>,
+    burst: Option<Burst>,
+}
+
+/// The spot warnings of one batch, replaced together.
+struct Burst {
+    id: String,
+    instances: BTreeSet<String>,
+    replacement: Mutex<Option<Arc<BurstLaunch>>>,
+}
+
+/// What a burst's replacement launched, as its records report it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BurstLaunch {
+    /// The pods it was planned for.
+    pub pods: usize,
+    /// The launch ids.
+    pub launch_ids: Vec<String>,
+    /// The instances launched, `id (type, zone, capacity type)`.
+    pub instances: Vec<String>,
+    /// The pods no replacement could be planned for, with why.
+    pub unschedulable: Vec<String>,
 }
 
 impl SharedSnapshot {
@@ -47,6 +76,54 @@ impl SharedSnapshot {
         let snapshot = Arc::new(read_snapshot(cluster).await?);
         *read = Some(Arc::clone(&snapshot));
         Ok(snapshot)
+    }
+
+    /// The same, with the spot warnings of `instances` (at least two) as one burst; its id
+    /// is named after them (`burst-<hash>`), the same for the same instances.
+    #[must_use]
+    pub fn with_burst(mut self, instances: BTreeSet<String>) -> Self {
+        if instances.len() >= 2 {
+            let id = format!("burst-{}", &crate::model::content_hash::content_hash(&instances)[..12]);
+            self.burst = Some(Burst {
+                id,
+                instances,
+                replacement: Mutex::new(None),
+            });
+        }
+        self
+    }
+
+    /// The burst's id, when `instance` is one of its spot warnings.
+    pub fn burst_of(&self, instance: &str) -> Option<&str> {
+        self.burst
+            .as_ref()
+            .filter(|b| b.instances.contains(instance))
+            .map(|b| b.id.as_str())
+    }
+
+    /// The burst's instances, when `id` is its id.
+    pub fn burst_instances(&self, id: &str) -> Option<&BTreeSet<String>> {
+        self.burst.as_ref().filter(|b| b.id == id).map(|b| &b.instances)
+    }
+
+    /// The replacement of the burst `id`: planned and launched by the first caller
+    /// (`plan`), shared with the others, who wait for it. A plan that failed is not
+    /// kept: the next caller plans again. `None` when `id` is not this invocation's burst.
+    pub async fn burst_replacement<E, F, Fut>(&self, id: &str, plan: F) -> Option<Result<Arc<BurstLaunch>, E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<BurstLaunch, E>>,
+    {
+        let burst = self.burst.as_ref().filter(|b| b.id == id)?;
+        let mut cell = burst.replacement.lock().await;
+        if let Some(done) = cell.as_ref() {
+            return Some(Ok(Arc::clone(done)));
+        }
+        Some(plan().await.map(|r| {
+            let r = Arc::new(r);
+            *cell = Some(Arc::clone(&r));
+            r
+        }))
     }
 
     /// The turn to plan: held while a record copies, narrows and plans on the snapshot.

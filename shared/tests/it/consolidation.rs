@@ -741,6 +741,7 @@ fn an_interruptions_replacement_is_not_removed_while_its_drain_goes_on() {
         terminate_by: None,
         hard_deadline: true,
         wait_for_replacement: false,
+        burst: None,
         evicted: Vec::new(),
         held_by: Some("another-invocation".into()),
         held_until: carpool::ports::epoch_millis(start() + Duration::from_secs(20)),

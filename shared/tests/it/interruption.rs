@@ -838,6 +838,7 @@ fn gone_record(instance_id: &str, hard: bool) -> carpool::ports::DisruptionRecor
         hard_deadline: hard,
         wait_for_replacement: !hard,
         terminate_by: None,
+        burst: None,
         evicted: Vec::new(),
         held_by: None,
         held_until: 0,

@@ -32,6 +32,7 @@
 //! - [`ownership`]: housekeeping terminates only what Carpool owns.
 //! - [`housekeeping`]: housekeeping as a pure decision.
 //! - [`backoff`]: a NodePool that keeps failing is backed off, then tried again.
+//! - [`burst`]: twenty spot warnings in one batch are replaced together.
 //! - [`class_failure`]: a class that cannot be resolved backs off its NodePools alone.
 //! - [`label_injection`]: a label or taint that would break out of the user data never
 //!   reaches a launch.
@@ -46,6 +47,8 @@
 //! - [`interruption_events`]: the interruption events read into typed actions.
 //! - [`interruption`]: the interruption run: taint, replace, drain, terminate, clean up.
 //! - [`consolidation`]: the consolidator's run: delete, replace, resume after crashes.
+//! - [`consolidation_rules`]: pending pods, same-type merges, spot-to-spot's 15 types and
+//!   the one-node replan, each after Karpenter's rule.
 //!
 //! The ports' contracts on the fakes:
 //! - [`cluster_contract`]: the Cluster contract, and the fake's eviction rule.
@@ -60,6 +63,7 @@
 mod allocatable;
 mod ami_requirements;
 mod backoff;
+mod burst;
 mod catalog;
 mod checker;
 mod class_failure;

@@ -13,12 +13,20 @@
 //!   and a replacement that counted on it would race them;
 //! - the other pending pods are left out: the provisioner plans for them;
 //! - the disrupted node itself is gone from the view;
+//! - a burst (many nodes of a mass reclaim, in one invocation) is planned together
+//!   ([`replacement_view_of`]), bin-packed as a provisioning batch would pack the same
+//!   pods: one plan, not one per node sized for that node alone. Its pods may take the
+//!   other nodes' free room (`free_room`): twenty nodes' pods are evicted at once, and
+//!   kube-scheduler puts them wherever there is room; capacity launched for pods that
+//!   land elsewhere would stand empty.
 //! - [`prefer_on_demand`]: every NodePool that allows on-demand is narrowed to
 //!   on-demand (an interrupted spot node is replaced by capacity that will not be
 //!   interrupted). A NodePool that forbids on-demand keeps spot; the caller marks the
 //!   interrupted offering unavailable, so spot comes from other offerings.
 //!
 //! The launches the plan makes carry a [reservation](crate::decide::provisioning::reservation) for these pods.
+
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::PodCondition;
 
@@ -50,6 +58,15 @@ pub fn moving_pods<'a>(snapshot: &'a Snapshot, node: &str) -> Vec<&'a Pod> {
         .collect()
 }
 
+/// The pods of `nodes` that move when they are drained.
+pub fn moving_pods_of<'a>(snapshot: &'a Snapshot, nodes: &BTreeSet<String>) -> Vec<&'a Pod> {
+    snapshot
+        .pods
+        .iter()
+        .filter(|p| bound_to(p).is_some_and(|n| nodes.contains(n)) && moves(p))
+        .collect()
+}
+
 /// A bound pod as the planner sees a pod to place: unbound, pending, and marked
 /// unschedulable by kube-scheduler.
 fn as_pending(pod: &Pod) -> Pod {
@@ -73,20 +90,30 @@ fn as_pending(pod: &Pod) -> Pod {
 /// The view in which to plan the replacement of `node`: see the module doc. The pods it
 /// plans for are [`moving_pods`]; their keys are returned with the view.
 pub fn replacement_view(snapshot: &Snapshot, node: &str) -> (Snapshot, Vec<String>) {
-    let moving: Vec<Pod> = moving_pods(snapshot, node).into_iter().map(as_pending).collect();
+    replacement_view_of(snapshot, &BTreeSet::from([node.to_string()]), false)
+}
+
+/// The view in which to plan the replacement of every node of `nodes` together: their
+/// moving pods pending, the nodes gone; the other nodes cordoned unless `free_room`
+/// (a burst: see the module doc). The pods' keys are returned with the view.
+pub fn replacement_view_of(snapshot: &Snapshot, nodes: &BTreeSet<String>, free_room: bool) -> (Snapshot, Vec<String>) {
+    let moving: Vec<Pod> = moving_pods_of(snapshot, nodes).into_iter().map(as_pending).collect();
     let keys = moving.iter().map(pod_key).collect();
     let mut view = snapshot.clone();
     view.pods = snapshot
         .pods
         .iter()
-        .filter(|p| bound_to(p).is_some_and(|n| !n.is_empty() && n != node))
+        .filter(|p| bound_to(p).is_some_and(|n| !n.is_empty() && !nodes.contains(n)))
         .cloned()
         .chain(moving)
         .collect();
     view.bad_pods.clear();
-    view.nodes.retain(|n| n.metadata.name.as_deref() != Some(node));
-    for n in &mut view.nodes {
-        n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+    view.nodes
+        .retain(|n| n.metadata.name.as_deref().is_none_or(|name| !nodes.contains(name)));
+    if !free_room {
+        for n in &mut view.nodes {
+            n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        }
     }
     (view, keys)
 }

@@ -21,6 +21,24 @@ pub struct InputRecord {
     pub event: Result<InterruptionEvent, EventError>,
 }
 
+/// The instances a batch's spot warnings name: the burst replaced together
+/// (the interruption function's shared snapshot plans them at once).
+pub fn spot_warnings(records: &[InputRecord]) -> std::collections::BTreeSet<String> {
+    records
+        .iter()
+        .filter_map(|r| r.event.as_ref().ok())
+        .filter(|e| {
+            matches!(
+                e.action,
+                super::Action::Disrupt {
+                    cause: super::Cause::SpotInterruption
+                }
+            )
+        })
+        .flat_map(|e| e.instance_ids.iter().cloned())
+        .collect()
+}
+
 /// Reads an input (see the module doc) into its records, in order.
 ///
 /// An object with `Records` is a Lambda SQS batch; one with `body` and no `detail-type`

@@ -46,5 +46,5 @@ pub use action::{Action, Cause, IgnoreReason};
 pub use deadline::{DrainTerms, SPOT_NOTICE, drain_terms};
 pub use error::EventError;
 pub use event::{EventKind, InstanceStateName};
-pub use input::{InputRecord, parse_input, parse_input_text};
+pub use input::{InputRecord, parse_input, parse_input_text, spot_warnings};
 pub use parse::{InterruptionEvent, parse_event};

@@ -129,6 +129,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                     .and_then(|p| snapshot.nodepools.iter().find(|n| n.name() == p))
                     .and_then(NodePool::termination_grace_period)
                     .map(|tgp| epoch_millis(now + tgp)),
+                burst: None,
                 evicted: Vec::new(),
                 held_by: None,
                 held_until: 0,

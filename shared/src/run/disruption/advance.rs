@@ -19,6 +19,7 @@ use crate::ports::{
 };
 use crate::run::drain::drain_pass;
 use crate::run::provision::Provisioner;
+use crate::run::shared_snapshot::BurstLaunch;
 
 /// The longest wait between two drain passes with blocked pods.
 const RETRY_MAX: Duration = Duration::from_secs(10);
@@ -284,6 +285,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         spot: bool,
         report: &mut EventReport,
     ) -> Result<(), InterruptionError> {
+        if let Some(burst) = record.burst.clone()
+            && self.replace_in_burst(region, record, &burst, spot, report).await?
+        {
+            return Ok(());
+        }
         let prefix = replacement_prefix(&record.instance_id);
         let earlier: Vec<String> = self
             .ports
@@ -336,6 +342,84 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
                 "a replacement launch failed: its pods are evicted all the same, and provisioned for once pending");
         }
         Ok(())
+    }
+
+    /// The replacement of a record of a burst: the burst's launches, adopted from the store
+    /// when another record or invocation made them, or planned and launched now for the
+    /// whole burst by the first record of this invocation to need them. `false` when the
+    /// burst launched nothing and is not this invocation's: the record plans its own node.
+    async fn replace_in_burst(
+        &self,
+        region: &RegionCatalog<'_>,
+        record: &mut DisruptionRecord,
+        burst: &str,
+        spot: bool,
+        report: &mut EventReport,
+    ) -> Result<bool, InterruptionError> {
+        let prefix = replacement_prefix(burst);
+        let earlier: Vec<String> = self
+            .ports
+            .store
+            .list_launches()
+            .await?
+            .into_iter()
+            .filter(|l| l.id.starts_with(&format!("{prefix}-")))
+            .map(|l| l.id)
+            .collect();
+        if !earlier.is_empty() {
+            record.replacements = earlier;
+            return Ok(true);
+        }
+        let Some(shared) = self.shared_snapshot else {
+            return Ok(false);
+        };
+        let Some(instances) = shared.burst_instances(burst) else {
+            return Ok(false);
+        };
+        let provisioner = Provisioner::new(
+            self.ports.cloud,
+            self.ports.cluster,
+            self.ports.store,
+            self.ports.clock,
+            self.settings.provision.clone(),
+            &prefix,
+        )
+        .with_shared_snapshot(Some(shared));
+        let plan = || async {
+            let r = provisioner.replace_burst(region, instances, burst, spot).await?;
+            Ok::<_, crate::run::provision::ProvisionError>(BurstLaunch {
+                pods: r.pods.len(),
+                launch_ids: r.launch_ids,
+                instances: r
+                    .launched
+                    .iter()
+                    .map(|l| {
+                        format!(
+                            "{} ({}, {}, {})",
+                            l.instance_id,
+                            l.instance_type,
+                            l.zone,
+                            l.capacity_type.label()
+                        )
+                    })
+                    .collect(),
+                unschedulable: r
+                    .unschedulable
+                    .iter()
+                    .map(|u| format!("{}: {}", u.pod, u.reason()))
+                    .collect(),
+            })
+        };
+        let Some(planned) = shared.burst_replacement(burst, plan).await else {
+            return Ok(false);
+        };
+        let launch = planned.map_err(InterruptionError::Replace)?;
+        tracing::info!(instance_id = %record.instance_id, burst, instances = instances.len(),
+            pods = launch.pods, launches = ?launch.launch_ids, "replaced with its burst");
+        record.replacements.clone_from(&launch.launch_ids);
+        report.replacement_instances.clone_from(&launch.instances);
+        report.replacement_unschedulable.clone_from(&launch.unschedulable);
+        Ok(true)
     }
 
     /// Whether every replacement's node is registered and Ready.

@@ -363,6 +363,12 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                             .await?
                             .map(|tgp| epoch_millis(start + tgp))
                     },
+                    // A spot warning of a burst: replaced together with the others.
+                    burst: if terms.hard {
+                        self.shared_snapshot.and_then(|s| s.burst_of(id)).map(str::to_string)
+                    } else {
+                        None
+                    },
                     evicted: Vec::new(),
                     held_by: None,
                     held_until: 0,

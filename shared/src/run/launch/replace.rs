@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::LaunchOutcome;
 use crate::catalog::RegionCatalog;
-use crate::decide::disruption::replacement::{moving_pods, prefer_on_demand, replacement_view};
+use crate::decide::disruption::replacement::{moving_pods_of, prefer_on_demand, replacement_view_of};
 use crate::decide::provisioning::reservation::reservation_for;
 use crate::decide::provisioning::{backoff, nodepools};
 use crate::decide::{Unschedulable, provisioning_plan};
@@ -35,6 +35,34 @@ pub struct Replacement {
     pub unschedulable: Vec<Unschedulable>,
 }
 
+/// The nodes a replacement is for.
+enum Nodes {
+    /// By name.
+    Named(BTreeSet<String>),
+    /// Those of these instances (their providerIDs), as the snapshot has them.
+    OfInstances(BTreeSet<String>),
+}
+
+impl Nodes {
+    fn names(&self, snapshot: &Snapshot) -> BTreeSet<String> {
+        match self {
+            Nodes::Named(names) => names.clone(),
+            Nodes::OfInstances(ids) => snapshot
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.spec
+                        .as_ref()
+                        .and_then(|s| s.provider_id.as_deref())
+                        .and_then(crate::model::node::instance_id_from_provider_id)
+                        .is_some_and(|id| ids.contains(id))
+                })
+                .filter_map(|n| n.metadata.name.clone())
+                .collect(),
+        }
+    }
+}
+
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// Plans and launches the replacement of `node` (the instance `disrupted`), from the
     /// pods the drain will move, on new capacity: on-demand where the NodePools allow it
@@ -47,12 +75,40 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         disrupted: &str,
         on_demand: bool,
     ) -> Result<Replacement, ProvisionError> {
+        let nodes = Nodes::Named(BTreeSet::from([node.to_string()]));
+        self.replace_nodes(base, &nodes, disrupted, on_demand, false).await
+    }
+
+    /// Plans and launches, together, the replacement of the nodes of the instances
+    /// `instances` (a burst of spot warnings in one invocation), reserved under `burst`:
+    /// one plan for all their moving pods, on new capacity and on the other nodes' free
+    /// room ([`crate::decide::disruption::replacement::replacement_view_of`]).
+    pub async fn replace_burst(
+        &self,
+        base: &RegionCatalog<'_>,
+        instances: &BTreeSet<String>,
+        burst: &str,
+        on_demand: bool,
+    ) -> Result<Replacement, ProvisionError> {
+        let nodes = Nodes::OfInstances(instances.clone());
+        self.replace_nodes(base, &nodes, burst, on_demand, true).await
+    }
+
+    async fn replace_nodes(
+        &self,
+        base: &RegionCatalog<'_>,
+        nodes: &Nodes,
+        disrupted: &str,
+        on_demand: bool,
+        free_room: bool,
+    ) -> Result<Replacement, ProvisionError> {
         // The cluster as this invocation read it (once, for all its records, with a
         // shared snapshot), or as read now.
         let read = match self.shared_snapshot {
             Some(shared) => shared.get(self.ports.cluster).await?,
             None => Arc::new(crate::run::observe::read_snapshot(self.ports.cluster).await?),
         };
+        let nodes = nodes.names(&read);
         let now = self.ports.clock.now();
         let backoffs = self.ports.store.list_backoffs().await?;
         let mut region = base.clone();
@@ -81,8 +137,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 if on_demand {
                     prefer_on_demand(&mut snapshot.nodepools);
                 }
-                let reservation = reservation_for(disrupted, &moving_pods(&snapshot, node));
-                let (mut view, pods) = replacement_view(&snapshot, node);
+                let reservation = reservation_for(disrupted, &moving_pods_of(&snapshot, &nodes));
+                let (mut view, pods) = replacement_view_of(&snapshot, &nodes, free_room);
                 if replacement.pods.is_empty() {
                     replacement.pods = pods;
                 }
