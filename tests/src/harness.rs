@@ -228,7 +228,25 @@ impl Kubelet {
         Ok(())
     }
 
+    /// Deletes the Node of a terminated instance, as the cloud node lifecycle controller
+    /// does, and strips Carpool's termination finalizer from it: in these tests no
+    /// interruption sweep runs to remove it once the instance is gone.
     async fn delete(&mut self, name: &str) -> Result<()> {
+        let strip =
+            serde_json::json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["carpool.sh/termination"]}});
+        match self
+            .nodes
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(strip),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("removing the finalizer of Node {name}")),
+        }
         match self.nodes.delete(name, &DeleteParams::default()).await {
             Ok(_) => {
                 eprintln!("harness: deleted Node {name}");

@@ -14,6 +14,7 @@
 
 use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
+use carpool::model::well_known::TERMINATION_FINALIZER;
 use carpool::model::{EC2NodeClass, NodePool};
 use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, Validated};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -540,6 +541,35 @@ impl Cluster for KubeCluster {
             .filter(|va| va.spec.node_name == node)
             .filter_map(|va| va.spec.source.persistent_volume_name)
             .collect())
+    }
+
+    async fn add_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        // A strategic merge patch: `metadata.finalizers` merges as a set, so the write
+        // keeps the finalizers others put there.
+        let patch = json!({"metadata": {"finalizers": [TERMINATION_FINALIZER]}});
+        self.sent();
+        match self
+            .nodes_api()
+            .patch(node, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(map_err(&format!("node {node}"), e)),
+        }
+    }
+
+    async fn remove_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [TERMINATION_FINALIZER]}});
+        self.sent();
+        match self
+            .nodes_api()
+            .patch(node, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(map_err(&format!("node {node}"), e)),
+        }
     }
 
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {

@@ -17,6 +17,7 @@ use crate::decide::disruption::drain::grace;
 use crate::decide::disruption::pdb::covers;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::pod::Pod;
+use crate::model::well_known::TERMINATION_FINALIZER;
 use crate::model::{EC2NodeClass, NodePool};
 use crate::ports::{Clock, Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, Validated};
 
@@ -684,7 +685,45 @@ impl Cluster for FakeCluster {
                 "node {node}: the UID in the precondition ({uid}) does not match the object's"
             )));
         }
-        state.nodes.remove(node);
+        let finalized = state
+            .nodes
+            .get(node)
+            .is_some_and(|n| n.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty()));
+        if finalized {
+            // The apiserver marks it for deletion; it goes once its finalizers are removed.
+            let now = state.kubelet.as_ref().map_or(SystemTime::UNIX_EPOCH, |c| c.now());
+            if let Some(n) = state.nodes.get_mut(node) {
+                n.metadata
+                    .deletion_timestamp
+                    .get_or_insert_with(|| crate::model::time::kube_time(now));
+            }
+        } else {
+            state.nodes.remove(node);
+        }
+        Ok(())
+    }
+
+    async fn add_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("add_finalizer {node}"))?;
+        let finalizers = state.node_mut(node)?.metadata.finalizers.get_or_insert_default();
+        if !finalizers.iter().any(|f| f == TERMINATION_FINALIZER) {
+            finalizers.push(TERMINATION_FINALIZER.to_string());
+        }
+        Ok(())
+    }
+
+    async fn remove_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("remove_finalizer {node}"))?;
+        let Some(n) = state.nodes.get_mut(node) else {
+            return Ok(());
+        };
+        if let Some(f) = n.metadata.finalizers.as_mut() {
+            f.retain(|f| f != TERMINATION_FINALIZER);
+        }
+        let gone = n.metadata.deletion_timestamp.is_some() && n.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
+        if gone {
+            state.nodes.remove(node);
+        }
         Ok(())
     }
 

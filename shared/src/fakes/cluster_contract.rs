@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::FakeCluster;
 use crate::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use crate::model::pod::{Container, Pod, PodSpec, PodStatus};
+use crate::model::well_known::TERMINATION_FINALIZER;
 use crate::ports::{Cluster, ClusterError, EventReason, Eviction, MetadataPatch, PodEvent, PodRef};
 
 /// The label of the scene's node that every write must keep.
@@ -779,10 +780,42 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
         matches!(r, Err(ClusterError::Conflict(_))),
         "delete with a stale UID: {r:?}"
     );
+    // With Carpool's finalizer, a delete marks the node and leaves it; removing the
+    // finalizer lets it go. Adding twice keeps one.
+    let finalizers = |nodes: &[Node]| {
+        nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+            .map(|n| {
+                (
+                    n.metadata.finalizers.clone().unwrap_or_default(),
+                    n.metadata.deletion_timestamp.is_some(),
+                )
+            })
+    };
+    assert!(cluster.add_finalizer(&node).await.is_ok());
+    assert!(cluster.add_finalizer(&node).await.is_ok());
+    let listed = cluster.nodes().await.unwrap_or_default();
+    assert_eq!(
+        finalizers(&listed),
+        Some((vec![TERMINATION_FINALIZER.to_string()], false)),
+        "add_finalizer adds it once"
+    );
     let r = cluster.delete_node(&node, &uid).await;
     assert!(r.is_ok(), "delete_node: {r:?}");
+    let listed = cluster.nodes().await.unwrap_or_default();
+    assert_eq!(
+        finalizers(&listed),
+        Some((vec![TERMINATION_FINALIZER.to_string()], true)),
+        "a node with Carpool's finalizer is marked for deletion and stays"
+    );
+    assert!(cluster.remove_finalizer(&node).await.is_ok());
     let r = cluster.delete_node(&node, &uid).await;
     assert!(r.is_ok(), "delete_node again: {r:?}");
+    assert!(
+        cluster.remove_finalizer(&node).await.is_ok(),
+        "removing it from a node gone is success"
+    );
     let nodes = cluster.nodes().await;
     assert!(
         matches!(&nodes, Ok(n) if !n.iter().any(|n| n.metadata.name.as_deref() == Some(node.as_str()))),

@@ -126,6 +126,14 @@ impl<K: Cluster> Cluster for Yielding<'_, K> {
         yield_once().await;
         self.inner.attached_volumes(node).await
     }
+    async fn add_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        yield_once().await;
+        self.inner.add_finalizer(node).await
+    }
+    async fn remove_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        yield_once().await;
+        self.inner.remove_finalizer(node).await
+    }
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         yield_once().await;
         self.inner.delete_node(node, uid).await

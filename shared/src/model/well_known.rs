@@ -148,6 +148,13 @@ pub const DISRUPTED_TAINT: &str = "carpool.sh/disrupted";
 /// [`EXCLUDE_BALANCERS_VALUE`], as Karpenter's `Terminator.Taint` sets it.
 pub const EXCLUDE_BALANCERS: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
+/// The finalizer Carpool puts on the nodes it launched, once they register: a `kubectl
+/// delete node` then leaves the Node until Carpool has drained it and terminated its
+/// instance, as Karpenter's `karpenter.sh/termination` finalizer does. Without Carpool
+/// (uninstalled), remove it by hand: `kubectl patch node <name> --type=json -p
+/// '[{"op":"remove","path":"/metadata/finalizers"}]'`.
+pub const TERMINATION_FINALIZER: &str = "carpool.sh/termination";
+
 /// The annotation on a node whose voluntary disruption stalled and was rolled back: until
 /// this time (RFC 3339), consolidation, drift and expiration leave it alone.
 pub const STALLED_UNTIL: &str = "carpool.sh/disruption-stalled-until";

@@ -202,8 +202,16 @@ pub trait Cluster: Send + Sync {
     fn attached_volumes(&self, node: &str) -> impl Future<Output = Result<Vec<String>, ClusterError>> + Send;
     /// Deletes the Node object `node` whose UID is `uid` (a precondition, as Karpenter's
     /// terminator deletes with): a Node re-created under the same name since it was read
-    /// is left alone, and the answer is a `Conflict`. A missing node is success.
+    /// is left alone, and the answer is a `Conflict`. A missing node is success. A node
+    /// with finalizers is marked for deletion and stays until they are removed.
     fn delete_node(&self, node: &str, uid: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Adds Carpool's termination finalizer
+    /// ([`crate::model::well_known::TERMINATION_FINALIZER`]) to a node, unless it has it
+    /// (idempotent).
+    fn add_finalizer(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Removes Carpool's termination finalizer from a node (idempotent; a missing node is
+    /// success): a node being deleted then goes.
+    fn remove_finalizer(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Sets and removes labels and annotations of a node.
     fn patch_labels_annotations(
         &self,

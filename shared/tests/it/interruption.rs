@@ -328,6 +328,12 @@ impl Cluster for Replicas<'_> {
     async fn attached_volumes(&self, node: &str) -> Result<Vec<String>, ClusterError> {
         self.inner.attached_volumes(node).await
     }
+    async fn add_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        self.inner.add_finalizer(node).await
+    }
+    async fn remove_finalizer(&self, node: &str) -> Result<(), ClusterError> {
+        self.inner.remove_finalizer(node).await
+    }
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {
         self.inner.delete_node(node, uid).await
     }
@@ -1039,4 +1045,33 @@ fn a_soft_disruption_waits_for_its_pods_up_to_the_nodepools_termination_grace_pe
         "{took:?} {outcomes:?}"
     );
     assert!(w.cluster.pod("shop", "slow-0").is_some(), "cut short, not waited for");
+}
+
+/// Issue 26: a Carpool node someone deleted (`kubectl delete node`) is held by Carpool's
+/// finalizer; the sweep drains it (its pods shut down for their grace periods), then
+/// terminates its instance and removes the finalizer, and the Node goes, as Karpenter's
+/// termination controller finalizes a deleted Node (`Controller.finalize`).
+#[test]
+fn a_deleted_node_is_drained_before_its_instance_is_terminated_and_the_node_goes() {
+    let w = world_with_kubelet();
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    block_on(w.cluster.add_finalizer(NODE)).unwrap();
+    let uid = w.cluster.node(NODE).unwrap().metadata.uid.unwrap_or_default();
+    block_on(w.cluster.delete_node(NODE, &uid)).unwrap();
+    assert!(w.cluster.node(NODE).is_some(), "held by the finalizer");
+
+    let reports = sweep(&w, &cluster, "inv-1");
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{reports:?}");
+    assert_eq!(cluster.evicted().len(), 5, "drained first");
+    assert!(
+        reports[0].event_to_empty_ms.is_some_and(|ms| ms >= 30_000),
+        "{reports:?}"
+    );
+    assert_eq!(spot_state(&w), InstanceState::Terminated);
+    assert!(w.cluster.node(NODE).is_none(), "the Node went with its finalizer");
+    assert!(
+        w.on_demand_instances().is_empty(),
+        "no replacement: the provisioner plans for the pods"
+    );
 }

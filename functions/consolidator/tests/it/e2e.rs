@@ -638,7 +638,10 @@ async fn back_to_spot(scene: &Scene) -> Result<()> {
     // Back on spot: node by node (return-to-spot), or merged onto one spot node when that
     // is cheaper still (multi-node consolidation, whose replacement may be spot).
     ensure!(!methods.is_empty(), "nothing moved back to spot");
-    ensure!(!after.is_empty() && after.iter().all(|(_, _, c)| c == "spot"), "{after:?}");
+    ensure!(
+        !after.is_empty() && after.iter().all(|(_, _, c)| c == "spot"),
+        "{after:?}"
+    );
     Ok(())
 }
 

@@ -814,18 +814,23 @@ async fn an_instance_that_never_registers_is_terminated_after_the_registration_t
     scene.finish(None, result).await
 }
 
-// Karpenter's termination finalizer (kubernetes-sigs/karpenter
-// `pkg/controllers/node/termination/controller.go`) terminates the instance of a Node
-// someone deleted; Carpool's housekeeping does the same at its next run
-// (`decide::housekeeping`, `TerminationReason::NodeDeleted`).
+/// Issue 26: `kubectl delete node` on a Carpool node drains it, then terminates its
+/// instance, as Karpenter's termination finalizer does (`Controller.finalize` in
+/// kubernetes-sigs/karpenter `pkg/controllers/node/termination/controller.go`): the
+/// provisioner's housekeeping puts `carpool.sh/termination` on the Node when it
+/// registers, the delete only marks it, and the interruption function's sweep evicts its
+/// pods (each shutting down for its grace period), terminates the instance and removes
+/// the finalizer, and the Node goes.
 #[tokio::test]
 #[ignore = "needs local stack (infra/local/up)"]
-async fn kubectl_delete_node_terminates_its_instance_at_the_next_run() -> Result<()> {
+async fn kubectl_delete_node_drains_the_node_then_terminates_its_instance() -> Result<()> {
     let _stack = exclusive().await;
     let scene = Scene::new("e2e-delnode", None).await?;
     let harness = scene.harness().await?;
     let result = async {
-        scene.deployment("web", 2, "250m", "256Mi").await?;
+        let mut d = scene.base.deployment("web", 2, "250m", "256Mi");
+        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);
+        scene.base.create_deployment(d).await?;
         scene.wait_unschedulable(2).await?;
         let app = scene
             .app(scene.cloud().await?, TokioClock, Duration::from_secs(5))
@@ -833,22 +838,90 @@ async fn kubectl_delete_node_terminates_its_instance_at_the_next_run() -> Result
         let report = app.handle("run-1", deadline(Duration::from_secs(60))).await?;
         let id = report.launched().next().context("a launch")?.instance_id.clone();
         scene.wait_running(2).await?;
-        // The housekeeping of a run registers the node (its NODE# record).
+        // The housekeeping of a run registers the node (its NODE# record) and puts the
+        // finalizer on it.
         app.handle("run-2", deadline(Duration::from_secs(30))).await?;
         let nodes = Api::<Node>::all(scene.kube.clone());
-        let node = nodes
+        let listed = nodes
             .list(&ListParams::default())
             .await?
             .items
             .into_iter()
             .find(|n| instance_of(n).as_deref() == Some(id.as_str()))
-            .and_then(|n| n.metadata.name)
             .context("the instance's Node")?;
-        // `kubectl delete node`, as the admin.
+        let node = listed.metadata.name.clone().context("a Node without a name")?;
+        ensure!(
+            listed
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == "carpool.sh/termination")),
+            "no finalizer on {node}: {:?}",
+            listed.metadata.finalizers
+        );
+        let before: HashSet<String> = scene
+            .pods()
+            .await?
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+
+        // `kubectl delete node`, as the admin: the Node is only marked.
         nodes.delete(&node, &DeleteParams::default()).await?;
-        let later = app.handle("run-3", deadline(Duration::from_secs(30))).await?;
-        let why = expect_terminated(&app.cloud, &later, &id, "was deleted").await?;
-        eprintln!("Node {node} deleted: {id} terminated ({why})");
+        let marked = nodes.get_opt(&node).await?.context("the Node went at once")?;
+        ensure!(marked.metadata.deletion_timestamp.is_some());
+
+        // The interruption function's sweeps, a few seconds apart.
+        let region = Catalog::embedded()?.region("us-east-1")?;
+        let cluster = KubeCluster::new(scene.kube.clone());
+        let settings = carpool::run::disruption::InterruptionSettings {
+            provision: carpool::run::provision::Settings::from_config(&app.config, app.config.watch),
+            drain_deadline: Duration::from_secs(20),
+            ..carpool::run::disruption::InterruptionSettings::default()
+        };
+        let mut outcomes = Vec::new();
+        for sweep in 0..12 {
+            let disrupter = carpool::run::disruption::Disrupter::new(
+                &app.cloud,
+                &cluster,
+                &app.store,
+                &TokioClock,
+                settings.clone(),
+                &format!("sweep-{sweep}"),
+            );
+            let reports = disrupter
+                .sweep(&region, SystemTime::now() + Duration::from_secs(30))
+                .await?;
+            outcomes.extend(reports.iter().map(|r| format!("{:?}", r.outcome)));
+            if nodes.get_opt(&node).await?.is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        eprintln!("sweeps: {outcomes:?}");
+        ensure!(
+            nodes.get_opt(&node).await?.is_none(),
+            "the Node is still there: {outcomes:?}"
+        );
+        let state = app.cloud.get(&id).await.map(|i| i.state);
+        ensure!(
+            matches!(
+                state,
+                Ok(InstanceState::ShuttingDown | InstanceState::Terminated) | Err(CloudError::NotFound { .. })
+            ),
+            "{state:?}"
+        );
+        // Its pods were evicted (their ReplicaSet made new ones), not lost with the Node.
+        let after: HashSet<String> = scene
+            .pods()
+            .await?
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        ensure!(
+            before.is_disjoint(&after) && after.len() == 2,
+            "before {before:?}, after {after:?}"
+        );
         Ok(())
     }
     .await;

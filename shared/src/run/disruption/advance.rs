@@ -631,7 +631,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             {
                 let uid = read.metadata.uid.unwrap_or_default();
                 match self.ports.cluster.delete_node(node, &uid).await {
-                    Ok(()) => {}
+                    // Its finalizer goes last: the Node goes with it.
+                    Ok(()) => self.ports.cluster.remove_finalizer(node).await?,
                     Err(crate::ports::ClusterError::Conflict(why)) => {
                         tracing::warn!(node = %node, instance_id = %instance_id, reason = %why,
                             "the Node was re-created since it was read: left alone");

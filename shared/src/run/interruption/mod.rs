@@ -106,6 +106,81 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         Ok(reports)
     }
 
+    /// The disruptions to start for the Carpool nodes someone deleted (`kubectl delete
+    /// node`): marked for deletion, held by Carpool's finalizer, and not being disrupted
+    /// yet. Each is drained as a voluntary disruption (PDBs hold, the pods get their grace
+    /// periods, up to the NodePool's `terminationGracePeriod`), then its instance is
+    /// terminated and the finalizer removed, as Karpenter's termination controller does
+    /// for a deleted Node (`Controller.finalize`). No replacement is launched: the evicted
+    /// pods go pending, and the provisioner plans for them.
+    async fn deleted_nodes(&self, disrupting: &[DisruptionRecord]) -> Result<Vec<DisruptionRecord>, InterruptionError> {
+        let now = self.ports.clock.now();
+        let mut started = Vec::new();
+        for node in self.ports.cluster.nodes().await? {
+            let Some(name) = node.metadata.name.clone() else {
+                continue;
+            };
+            let finalized = node
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == crate::model::well_known::TERMINATION_FINALIZER));
+            if node.metadata.deletion_timestamp.is_none() || !finalized || disrupting.iter().any(|d| d.node == name) {
+                continue;
+            }
+            let Some(instance_id) = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(instance_id_from_provider_id)
+                .map(str::to_string)
+            else {
+                tracing::warn!(node = %name, "a deleted Node with Carpool's finalizer names no instance: its finalizer is removed");
+                self.ports.cluster.remove_finalizer(&name).await?;
+                continue;
+            };
+            let nodepool = node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::model::well_known::NODEPOOL))
+                .cloned();
+            let terminate_by = match &nodepool {
+                Some(pool) => self.termination_grace(pool).await?.map(|tgp| epoch_millis(now + tgp)),
+                None => None,
+            };
+            let record = DisruptionRecord {
+                instance_id: instance_id.clone(),
+                node: name.clone(),
+                reason: "node-deleted".into(),
+                step: DisruptionStep::ReplacementLaunched,
+                replacements: Vec::new(),
+                started_at: epoch_millis(now),
+                updated_at: epoch_millis(now),
+                event_id: format!("node-deleted:{name}"),
+                nodepool,
+                drain_deadline: epoch_millis(now + self.settings.drain_deadline),
+                terminate_by,
+                hard_deadline: false,
+                wait_for_replacement: false,
+                burst: None,
+                evicted: Vec::new(),
+                held_by: None,
+                held_until: 0,
+                version: 0,
+            };
+            match self.ports.store.create_disruption(&record).await {
+                Ok(r) => {
+                    tracing::info!(node = %name, instance_id = %instance_id, "a Carpool node was deleted: draining it before its instance goes");
+                    started.push(r);
+                }
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(started)
+    }
+
     /// Resumes every disruption in progress (the scheduled sweep), until `until`.
     pub async fn sweep(
         &self,
@@ -128,6 +203,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         // rest. All are advanced at once, and one's failure is that one's: it is logged,
         // and the next sweep (a minute later) takes it up again.
         let mut records: Vec<DisruptionRecord> = records.into_iter().filter(|r| !is_consolidation(r)).collect();
+        records.extend(self.deleted_nodes(&records).await?);
         records.sort_by_key(|r| (!r.hard_deadline, r.drain_deadline));
         let advanced = futures_util::future::join_all(records.into_iter().map(|record| {
             let instance_id = record.instance_id.clone();

@@ -270,6 +270,14 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             Err(e) => return Err(e.into()),
         }
         tracing::info!(launch_id = %launch.id, instance_id = %node.instance_id, node = %node.node, "registered");
+        // From now on a `kubectl delete node` drains it before its instance goes (the
+        // interruption function's sweep). Best effort: without it, housekeeping
+        // terminates the instance of a deleted Node at its next run.
+        if let Err(e) = self.ports.cluster.add_finalizer(&node.node).await {
+            report
+                .errors
+                .push(format!("finalizer on node {}: {}", node.node, Chain(&e)));
+        }
         report.registered.push((launch.id.clone(), node.node.clone()));
         if *then_forget {
             match self.ports.store.delete_node(&node.instance_id).await {
