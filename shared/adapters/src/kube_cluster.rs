@@ -263,6 +263,21 @@ impl KubeCluster {
         list_all(&self.retry, &self.requests, api, params).await
     }
 
+    /// Sends a strategic merge patch of a node's finalizers; a missing node is success
+    /// when `gone_ok`.
+    async fn patch_finalizers(&self, node: &str, patch: serde_json::Value, gone_ok: bool) -> Result<(), ClusterError> {
+        self.sent();
+        match self
+            .nodes_api()
+            .patch(node, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if gone_ok && is_not_found(&e) => Ok(()),
+            Err(e) => Err(map_err(&format!("node {node}"), e)),
+        }
+    }
+
     /// Counts one request to the apiserver.
     fn sent(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -546,30 +561,17 @@ impl Cluster for KubeCluster {
     async fn add_finalizer(&self, node: &str) -> Result<(), ClusterError> {
         // A strategic merge patch: `metadata.finalizers` merges as a set, so the write
         // keeps the finalizers others put there.
-        let patch = json!({"metadata": {"finalizers": [TERMINATION_FINALIZER]}});
-        self.sent();
-        match self
-            .nodes_api()
-            .patch(node, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) => Err(map_err(&format!("node {node}"), e)),
-        }
+        self.patch_finalizers(
+            node,
+            json!({"metadata": {"finalizers": [TERMINATION_FINALIZER]}}),
+            false,
+        )
+        .await
     }
 
     async fn remove_finalizer(&self, node: &str) -> Result<(), ClusterError> {
         let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [TERMINATION_FINALIZER]}});
-        self.sent();
-        match self
-            .nodes_api()
-            .patch(node, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(map_err(&format!("node {node}"), e)),
-        }
+        self.patch_finalizers(node, patch, true).await
     }
 
     async fn delete_node(&self, node: &str, uid: &str) -> Result<(), ClusterError> {

@@ -89,6 +89,11 @@ pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
     id.starts_with("i-").then_some(id)
 }
 
+/// The EC2 instance id in a Node's `spec.providerID`.
+pub fn node_instance_id(node: &K8sNode) -> Option<&str> {
+    instance_id_from_provider_id(node.spec.as_ref()?.provider_id.as_deref()?)
+}
+
 /// Whether `node` is labelled as a node of one of `waves`.
 pub fn in_waves(node: &K8sNode, waves: &[String]) -> bool {
     node.metadata

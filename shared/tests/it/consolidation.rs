@@ -192,6 +192,19 @@ impl World {
     }
 }
 
+/// A PDB that lets no `web` pod go (minAvailable 3 of 3).
+fn pdb_holding_every_web_pod(w: &World) {
+    w.cluster.add_pdb(
+        carpool::fixtures::pdb(
+            "shop",
+            "web",
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"minAvailable": 3}),
+        )
+        .unwrap(),
+    );
+}
+
 /// Three m5.xlarge nodes, each with one `web` pod of 500m and 1 GiB: together they fit
 /// one m5.large, cheaper than each (a merge onto a removed node's own type would be
 /// refused, as Karpenter's `filterOutSameInstanceType` refuses it).
@@ -485,15 +498,7 @@ fn a_drain_blocked_past_the_limit_is_rolled_back() {
     let w = three_underused();
     w.run("run-1").unwrap();
     // After the decision, a PDB that allows no pod of web to go.
-    w.cluster.add_pdb(
-        carpool::fixtures::pdb(
-            "shop",
-            "web",
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"minAvailable": 3}),
-        )
-        .unwrap(),
-    );
+    pdb_holding_every_web_pod(&w);
     w.register_replacements();
     w.clock.advance(Duration::from_secs(60));
     let r = w.run("run-2").unwrap();
@@ -524,15 +529,7 @@ fn a_drain_blocked_past_the_limit_is_rolled_back() {
 fn a_node_being_drained_is_taken_out_of_the_load_balancers() {
     let w = three_underused();
     w.run("run-1").unwrap();
-    w.cluster.add_pdb(
-        carpool::fixtures::pdb(
-            "shop",
-            "web",
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"minAvailable": 3}),
-        )
-        .unwrap(),
-    );
+    pdb_holding_every_web_pod(&w);
     w.register_replacements();
     w.clock.advance(Duration::from_secs(60));
     w.run("run-2").unwrap();

@@ -20,7 +20,6 @@ use crate::catalog::RegionCatalog;
 use crate::decide::disruption::pdb::covering;
 use crate::decide::disruption::replacement::moves;
 use crate::decide::provisioning::pod::pod_key;
-use crate::model::node::instance_id_from_provider_id;
 use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::model::well_known::{DISRUPTED_TAINT, DO_NOT_DISRUPT};
@@ -283,11 +282,7 @@ pub fn candidates<'a>(
                 ready_condition.and_then(|c| c.last_transition_time.as_ref()).map(time),
             );
             let expire_after = pool.map(|p| p.spec.template.spec.expire_after);
-            let instance = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(instance_id_from_provider_id);
+            let instance = crate::model::node::node_instance_id(node);
             let blocked = if !managed {
                 Some(Blocked::new(
                     BlockKind::NotManaged,

@@ -23,7 +23,6 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::decide::provisioning::in_flight::in_flight_node_name;
 use crate::decide::provisioning::pod::pod_key;
-use crate::model::node::instance_id_from_provider_id;
 use crate::model::pod::Pod;
 use crate::model::well_known::RESERVED_TAINT;
 use crate::model::{EpochMillis, LaunchRecord, LaunchState, Reservation};
@@ -109,12 +108,7 @@ pub fn keep_reserved(view: &mut Snapshot, launches: &[LaunchRecord], now: EpochM
     let mut used: Vec<&Reservation> = Vec::new();
     for node in &mut view.nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let instance = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(instance_id_from_provider_id)
-            .map(str::to_string);
+        let instance = crate::model::node::node_instance_id(node).map(str::to_string);
         let reservation = reserved
             .get(&name)
             .copied()

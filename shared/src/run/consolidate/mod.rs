@@ -311,13 +311,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
                 snapshot
                     .nodes
                     .iter()
-                    .filter(|n| {
-                        n.spec
-                            .as_ref()
-                            .and_then(|s| s.provider_id.as_deref())
-                            .and_then(crate::model::node::instance_id_from_provider_id)
-                            .is_some_and(|id| instances.contains(id))
-                    })
+                    .filter(|n| crate::model::node::node_instance_id(n).is_some_and(|id| instances.contains(id)))
                     .filter_map(|n| n.metadata.name.clone()),
             );
         }

@@ -10,7 +10,6 @@ use super::{Disrupter, EventReport, InterruptionError, Outcome, since_ms};
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::drain::{DrainRules, StayReason, stay_reason};
 use crate::model::CapacityType;
-use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known::{DISRUPTED_TAINT, EXCLUDE_BALANCERS, EXCLUDE_BALANCERS_VALUE};
 use crate::ports::PodRef;
 use crate::ports::{
@@ -291,15 +290,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             return Ok(());
         }
         let prefix = replacement_prefix(&record.instance_id);
-        let earlier: Vec<String> = self
-            .ports
-            .store
-            .list_launches()
-            .await?
-            .into_iter()
-            .filter(|l| l.id.starts_with(&format!("{prefix}-")))
-            .map(|l| l.id)
-            .collect();
+        let earlier = self.launches_under(&prefix).await?;
         if !earlier.is_empty() {
             tracing::info!(instance_id = %record.instance_id, launches = ?earlier, "replacement launched by an earlier attempt");
             record.replacements = earlier;
@@ -344,6 +335,20 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         Ok(())
     }
 
+    /// The ids of the launches made under `prefix` (`<prefix>-<n>`).
+    async fn launches_under(&self, prefix: &str) -> Result<Vec<String>, InterruptionError> {
+        let prefix = format!("{prefix}-");
+        Ok(self
+            .ports
+            .store
+            .list_launches()
+            .await?
+            .into_iter()
+            .filter(|l| l.id.starts_with(&prefix))
+            .map(|l| l.id)
+            .collect())
+    }
+
     /// The replacement of a record of a burst: the burst's launches, adopted from the store
     /// when another record or invocation made them, or planned and launched now for the
     /// whole burst by the first record of this invocation to need them. `false` when the
@@ -357,15 +362,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         report: &mut EventReport,
     ) -> Result<bool, InterruptionError> {
         let prefix = replacement_prefix(burst);
-        let earlier: Vec<String> = self
-            .ports
-            .store
-            .list_launches()
-            .await?
-            .into_iter()
-            .filter(|l| l.id.starts_with(&format!("{prefix}-")))
-            .map(|l| l.id)
-            .collect();
+        let earlier = self.launches_under(&prefix).await?;
         if !earlier.is_empty() {
             record.replacements = earlier;
             return Ok(true);
@@ -433,11 +430,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         let nodes = self.ports.cluster.nodes().await?;
         Ok(instances.iter().all(|id| {
             nodes.iter().any(|n| {
-                n.spec
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .and_then(instance_id_from_provider_id)
-                    == Some(id.as_str())
+                crate::model::node::node_instance_id(n) == Some(id.as_str())
                     && n.status
                         .as_ref()
                         .and_then(|s| s.conditions.as_ref())
@@ -620,11 +613,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
                         .as_ref()
                         .and_then(|l| l.get(crate::model::well_known::CARPOOL_MANAGED))
                         .is_some_and(|v| v == "true")
-                    && n.spec
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .and_then(crate::model::node::instance_id_from_provider_id)
-                        .is_some_and(|id| id == instance_id)
+                    && crate::model::node::node_instance_id(n).is_some_and(|id| id == instance_id)
             });
             if let Some(read) = read
                 && !self.settings.provision.dry_run

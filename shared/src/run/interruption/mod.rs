@@ -128,13 +128,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             if node.metadata.deletion_timestamp.is_none() || !finalized || disrupting.iter().any(|d| d.node == name) {
                 continue;
             }
-            let Some(instance_id) = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(instance_id_from_provider_id)
-                .map(str::to_string)
-            else {
+            let Some(instance_id) = crate::model::node::node_instance_id(&node).map(str::to_string) else {
                 tracing::warn!(node = %name, "a deleted Node with Carpool's finalizer names no instance: its finalizer is removed");
                 self.ports.cluster.remove_finalizer(&name).await?;
                 continue;

@@ -50,13 +50,7 @@ impl Nodes {
             Nodes::OfInstances(ids) => snapshot
                 .nodes
                 .iter()
-                .filter(|n| {
-                    n.spec
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .and_then(crate::model::node::instance_id_from_provider_id)
-                        .is_some_and(|id| ids.contains(id))
-                })
+                .filter(|n| crate::model::node::node_instance_id(n).is_some_and(|id| ids.contains(id)))
                 .filter_map(|n| n.metadata.name.clone())
                 .collect(),
         }
