@@ -199,6 +199,52 @@ pub struct MetadataOptions {
     pub http_tokens: Option<String>,
 }
 
+/// The user-data format a class's nodes boot with, as Karpenter's AWS provider picks it
+/// (`pkg/providers/amifamily`: each family its own bootstrap): `Custom` passes the class's
+/// `userData` through verbatim; otherwise the alias's family, or `amiFamily` when the
+/// terms have no alias (ids, tags, names, SSM parameters), and AL2023 when neither says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserDataFormat {
+    /// AL2023's nodeadm NodeConfig, in a MIME document.
+    Al2023,
+    /// AL2's `/etc/eks/bootstrap.sh`.
+    Al2,
+    /// Bottlerocket's TOML settings.
+    Bottlerocket,
+    /// The class's `userData`, verbatim.
+    Custom,
+    /// A Windows family, which Carpool does not launch.
+    Windows,
+}
+
+impl EC2NodeClass {
+    /// The user-data format its nodes boot with (see [`UserDataFormat`]).
+    pub fn user_data_format(&self) -> UserDataFormat {
+        let family = self.spec.ami_family.as_deref();
+        if family == Some("Custom") {
+            return UserDataFormat::Custom;
+        }
+        let alias = self
+            .spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|t| t.alias.as_deref())
+            .map(|a| a.split_once('@').map_or(a, |(f, _)| f).to_ascii_lowercase());
+        match alias.as_deref().or(family.map(|_| "")) {
+            Some("al2") => UserDataFormat::Al2,
+            Some("bottlerocket") => UserDataFormat::Bottlerocket,
+            Some(a) if a.starts_with("windows") => UserDataFormat::Windows,
+            Some("al2023") | None => UserDataFormat::Al2023,
+            Some(_) => match family {
+                Some("AL2") => UserDataFormat::Al2,
+                Some("Bottlerocket") => UserDataFormat::Bottlerocket,
+                Some(f) if f.starts_with("Windows") => UserDataFormat::Windows,
+                _ => UserDataFormat::Al2023,
+            },
+        }
+    }
+}
+
 const AMI_FAMILIES: &[&str] = &["AL2", "AL2023", "Bottlerocket", "Windows2019", "Windows2022", "Custom"];
 const ALIAS_FAMILIES: &[&str] = &["al2", "al2023", "bottlerocket", "windows2019", "windows2022"];
 const VOLUME_TYPES: &[&str] = &["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"];
@@ -445,5 +491,61 @@ impl EC2NodeClass {
             .find(|m| m.root_volume)
             .or_else(|| mappings.iter().find(|m| m.device_name.as_deref() == Some("/dev/xvda")))?;
         root.ebs.as_ref()?.volume_size.as_ref().map(Quantity::units_ceil)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::EC2NodeClassBuilder;
+    use serde_json::json;
+
+    fn format(terms: serde_json::Value, family: Option<&str>) -> UserDataFormat {
+        let mut b = EC2NodeClassBuilder::new("c").set("amiSelectorTerms", terms);
+        if let Some(f) = family {
+            b = b.set("amiFamily", json!(f));
+        }
+        b.typed().unwrap().user_data_format()
+    }
+
+    /// Karpenter's AWS provider bootstraps each family its own way
+    /// (`pkg/providers/amifamily`, `GetAMIFamily`): the alias's family, else `amiFamily`,
+    /// whatever term selects the AMI; `Custom` is the class's userData alone.
+    #[test]
+    fn the_family_says_the_user_data_format_for_every_selector_form() {
+        let forms = [
+            json!([{"id": "ami-0123456789abcdef0"}]),
+            json!([{"tags": {"team": "web"}}]),
+            json!([{"name": "my-image-*"}]),
+            json!([{"ssmParameter": "/my/ami"}]),
+        ];
+        for terms in forms {
+            assert_eq!(format(terms.clone(), Some("AL2023")), UserDataFormat::Al2023, "{terms}");
+            assert_eq!(format(terms.clone(), Some("AL2")), UserDataFormat::Al2, "{terms}");
+            assert_eq!(
+                format(terms.clone(), Some("Bottlerocket")),
+                UserDataFormat::Bottlerocket,
+                "{terms}"
+            );
+            assert_eq!(format(terms.clone(), Some("Custom")), UserDataFormat::Custom, "{terms}");
+            assert_eq!(
+                format(terms.clone(), Some("Windows2022")),
+                UserDataFormat::Windows,
+                "{terms}"
+            );
+        }
+        assert_eq!(
+            format(json!([{"alias": "bottlerocket@latest"}]), None),
+            UserDataFormat::Bottlerocket
+        );
+        assert_eq!(format(json!([{"alias": "al2@latest"}]), None), UserDataFormat::Al2);
+        assert_eq!(
+            format(json!([{"alias": "al2023@v20250101"}]), None),
+            UserDataFormat::Al2023
+        );
+        assert_eq!(
+            format(json!([{"alias": "al2023@latest"}]), Some("Custom")),
+            UserDataFormat::Custom
+        );
     }
 }

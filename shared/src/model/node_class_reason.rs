@@ -57,6 +57,12 @@ pub enum NodeClassReason {
         /// The alias.
         alias: String,
     },
+    /// Its `amiFamily` is a Windows family, which Carpool does not launch.
+    #[error("has amiFamily {family}: Windows nodes are not supported")]
+    WindowsFamily {
+        /// The family.
+        family: String,
+    },
     /// Its AMI selector terms select no image (no public parameter for the cluster's
     /// Kubernetes version, or no image matching the terms).
     #[error("selects no AMI{}", if detail.is_empty() { String::new() } else { format!(" ({detail})") })]

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use base64::Engine as _;
 use carpool::model::CapacityType;
+use carpool::model::ec2nodeclass::UserDataFormat;
 use carpool::ports::{
     Cloud, CloudError, Instance, InstanceState, LaunchRequest, NodeClassReason, OnDemandPrice, ResolvedImage,
     SpotPrice, ZonalOffering, epoch_millis,
@@ -292,16 +293,19 @@ impl Ec2Cloud {
         image_id: String,
     ) -> Result<TemplateContent, CloudError> {
         let node_class = &request.node_class;
-        // The alias's family says the user data: AL2023's nodeadm NodeConfig (also for
-        // classes without an alias), Bottlerocket's TOML settings, or AL2's bootstrap.sh.
-        let family = node_class
-            .spec
-            .ami_selector_terms
-            .iter()
-            .find_map(|t| t.alias.as_deref())
-            .map(|alias| (alias, ami::parse_alias(alias).map(|a| a.family)));
-        let bottlerocket = matches!(family, Some((_, Ok(ami::AliasFamily::Bottlerocket))));
-        let al2 = matches!(family, Some((_, Ok(ami::AliasFamily::Al2))));
+        // The family says the user data, whatever the selector form (an alias's family,
+        // else `amiFamily`): AL2023's nodeadm NodeConfig, Bottlerocket's TOML settings,
+        // AL2's bootstrap.sh, or, for `Custom`, the class's userData verbatim.
+        let format = node_class.user_data_format();
+        if format == UserDataFormat::Windows {
+            return Err(CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::WindowsFamily {
+                    family: node_class.spec.ami_family.clone().unwrap_or_else(|| "Windows".into()),
+                },
+                source: None,
+            });
+        }
         let profile = instance_profile::instance_profile(node_class, self.node_role.as_ref())?;
         let security_groups = resolve::security_groups(&self.ec2, &self.lookups, node_class).await?;
         if security_groups.is_empty() {
@@ -316,7 +320,10 @@ impl Ec2Cloud {
         // images its class resolves later.
         let mut labels = request.labels.clone();
         labels.insert(carpool::model::well_known::IMAGE_ID.to_string(), image_id.clone());
-        let document = if al2 {
+        let document = if format == UserDataFormat::Custom {
+            // Karpenter's Custom family: the class's userData alone, as written.
+            node_class.spec.user_data.clone().unwrap_or_default()
+        } else if format == UserDataFormat::Al2 {
             al2_bootstrap::user_data(&self.cluster, &labels, &taints, node_class.spec.user_data.as_deref()).map_err(
                 |e| CloudError::NodeClass {
                     node_class: node_class.name().to_string(),
@@ -324,7 +331,7 @@ impl Ec2Cloud {
                     source: Some(Box::new(e)),
                 },
             )?
-        } else if bottlerocket {
+        } else if format == UserDataFormat::Bottlerocket {
             bottlerocket::settings(
                 &self.cluster,
                 &labels,
