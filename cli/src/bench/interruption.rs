@@ -145,7 +145,16 @@ pub fn run(
         ..InterruptionSettings::default()
     };
     let yielding = Yielding::new(&cluster);
-    let shared = SharedSnapshot::new();
+    // As the handler builds it for a batch: one read, and the spot warnings a burst.
+    let shared = SharedSnapshot::new().with_burst(carpool::decide::interruption::spot_warnings(
+        &events
+            .iter()
+            .map(|e| carpool::decide::interruption::InputRecord {
+                message_id: None,
+                event: Ok(e.clone()),
+            })
+            .collect::<Vec<_>>(),
+    ));
     let calls_before = cluster.calls().len();
     let fakes_heap_mib = super::heap_mib();
     super::reset_heap_peak();
