@@ -163,4 +163,37 @@ mod tests {
         assert!(pollster::block_on(shared.get(&cluster)).is_ok());
         assert_eq!(lists_of_pods(&cluster), 1, "read again once, then shared");
     }
+
+    #[test]
+    fn a_burst_plan_that_failed_is_not_kept_and_the_next_record_plans_it_and_shares_it() {
+        let ids: BTreeSet<String> = ["i-1", "i-2", "i-3"].map(String::from).into();
+        let shared = SharedSnapshot::new().with_burst(ids);
+        let id = shared.burst_of("i-1").expect("a member").to_string();
+        assert_eq!(shared.burst_of("i-9"), None);
+        let planned = |ok: bool| async move {
+            if ok {
+                Ok(BurstLaunch {
+                    pods: 4,
+                    launch_ids: vec![format!("disrupt-{id}-0", id = "b")],
+                    ..BurstLaunch::default()
+                })
+            } else {
+                Err("CreateFleet throttled")
+            }
+        };
+        let first = pollster::block_on(shared.burst_replacement(&id, || planned(false)));
+        assert!(matches!(first, Some(Err(_))));
+        let second = pollster::block_on(shared.burst_replacement(&id, || planned(true)));
+        assert_eq!(second.and_then(Result::ok).map(|b| b.pods), Some(4));
+        // The third record adopts the plan: its own would have failed.
+        let third = pollster::block_on(shared.burst_replacement(&id, || planned(false)));
+        assert_eq!(third.and_then(Result::ok).map(|b| b.pods), Some(4));
+        assert!(pollster::block_on(shared.burst_replacement("another", || planned(true))).is_none());
+    }
+
+    #[test]
+    fn one_warning_is_no_burst() {
+        let shared = SharedSnapshot::new().with_burst(["i-1".to_string()].into());
+        assert_eq!(shared.burst_of("i-1"), None);
+    }
 }

@@ -17,7 +17,7 @@ use carpool::fixtures::{EC2NodeClassBuilder, NodeBuilder, NodePoolBuilder, PodBu
 use carpool::model::CapacityType;
 use carpool::model::pod::Pod;
 use carpool::model::well_known as wk;
-use carpool::ports::{Instance, InstanceState};
+use carpool::ports::{Instance, InstanceState, StateStore};
 use carpool::run::disruption::{Disrupter, InterruptionSettings, Outcome};
 use carpool::run::provision::Settings;
 use carpool::run::shared_snapshot::SharedSnapshot;
@@ -258,4 +258,61 @@ fn twenty_spot_warnings_are_replaced_together_for_no_more_than_the_provisioners_
         together.len(),
         cost(&together)
     );
+}
+
+/// A record of a burst resumed by another invocation (the one that planned the burst
+/// died after launching) adopts the burst's launches from the store: nothing is launched
+/// twice.
+#[test]
+fn a_burst_record_resumed_elsewhere_adopts_the_bursts_launches() {
+    let w = world();
+    let now = carpool::ports::epoch_millis(start());
+    block_on(w.store.create_launch(&carpool::fixtures::launch_record(
+        "disrupt-burst-x-0",
+        Some("i-0replacement0001"),
+        now,
+        CapacityType::OnDemand,
+    )))
+    .unwrap();
+    block_on(w.store.create_disruption(&carpool::ports::DisruptionRecord {
+        instance_id: instance(0),
+        node: "spot-0".into(),
+        reason: "spot-interruption".into(),
+        step: carpool::ports::DisruptionStep::Tainted,
+        replacements: Vec::new(),
+        started_at: now,
+        updated_at: now,
+        event_id: "e-0".into(),
+        nodepool: Some("general".into()),
+        drain_deadline: now + 90_000,
+        terminate_by: None,
+        hard_deadline: true,
+        wait_for_replacement: false,
+        burst: Some("burst-x".into()),
+        evicted: Vec::new(),
+        held_by: None,
+        held_until: 0,
+        version: 0,
+    }))
+    .unwrap();
+    let catalog = Catalog::embedded().unwrap();
+    let region = catalog.region("us-east-1").unwrap();
+    let settings = InterruptionSettings {
+        provision: Settings {
+            deployment: DEPLOYMENT.into(),
+            ..Settings::default()
+        },
+        ..InterruptionSettings::default()
+    };
+    let reports = block_on(
+        Disrupter::new(&w.cloud, &w.cluster, &w.store, &w.clock, settings, "inv-2")
+            .sweep(&region, start() + Duration::from_secs(120)),
+    )
+    .unwrap();
+    assert_eq!(
+        reports[0].replacements,
+        vec!["disrupt-burst-x-0".to_string()],
+        "{reports:?}"
+    );
+    assert!(launched(&w).is_empty(), "nothing launched again: {:?}", launched(&w));
 }

@@ -30,6 +30,19 @@ fn rfc3339(t: SystemTime) -> String {
     jiff::Timestamp::try_from(t).unwrap().to_string()
 }
 
+/// The NodePool `general` of m5 instances of `capacity` types, on the class `default`,
+/// with `consolidateAfter` and one budget of `nodes`.
+fn general_pool(capacity: &[&str], consolidate_after: &str, nodes: &str) -> serde_json::Value {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": capacity},
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
+            "disruption": {"consolidateAfter": consolidate_after, "budgets": [{"nodes": nodes}]}}})
+}
+
 struct World {
     cloud: FakeCloud,
     cluster: FakeCluster,
@@ -57,15 +70,7 @@ impl World {
             clock: FakeClock::at(start()),
         };
         w.cloud.set_now(START as i64 * 1000);
-        w.cluster
-            .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": "general"},
-            "spec": {"template": {"spec": {
-                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                "requirements": [
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                    {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
-                "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}}}));
+        w.cluster.add_nodepool(general_pool(&["on-demand"], "0s", "100%"));
         w.cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
         w
     }
@@ -363,14 +368,7 @@ fn thirty_quiet_minutes_after_consolidating_disrupt_nothing_more() {
 fn on_demand_fallback() -> World {
     let w = World::new();
     w.cluster
-        .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": "general"},
-        "spec": {"template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
-                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
-            "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]}}}));
+        .add_nodepool(general_pool(&["spot", "on-demand"], "0s", "100%"));
     w.node("od");
     for k in 0..3 {
         w.pod(&format!("web-{k}"), "od");
@@ -634,15 +632,7 @@ fn in_dry_run_the_consolidator_reports_its_command_and_changes_nothing() {
 #[test]
 fn a_node_whose_last_pod_left_thirty_seconds_ago_waits_for_consolidate_after() {
     let w = World::new();
-    w.cluster
-        .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": "general"},
-        "spec": {"template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
-            "disruption": {"consolidateAfter": "1m", "budgets": [{"nodes": "100%"}]}}}));
+    w.cluster.add_nodepool(general_pool(&["on-demand"], "1m", "100%"));
     w.node("a");
     w.pod_of("web-a", "a", "3", "8Gi");
     let r = w.run("run-1").unwrap();
@@ -763,15 +753,7 @@ fn an_interruptions_replacement_is_not_removed_while_its_drain_goes_on() {
 #[test]
 fn drift_of_many_nodes_starts_as_many_replacements_as_the_budget_allows_in_one_run() {
     let w = World::new();
-    w.cluster
-        .add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": "general"},
-        "spec": {"template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}]}},
-            "disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "4"}]}}}));
+    w.cluster.add_nodepool(general_pool(&["on-demand"], "0s", "4"));
     for i in 0..8 {
         let name = format!("n{i}");
         w.node(&name);

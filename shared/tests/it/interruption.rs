@@ -375,6 +375,23 @@ impl World {
         self.clock.now()
     }
 
+    /// Registers a Ready Node for each of `instances`, `replacement-<n>`.
+    fn register(&self, instances: &[Instance]) {
+        for (n, i) in instances.iter().enumerate() {
+            self.cluster.add_node(
+                NodeBuilder::new(&format!("replacement-{n}"))
+                    .label(wk::CARPOOL_MANAGED, "true")
+                    .provider_id(&i.provider_id())
+                    .allocatable("cpu", "4")
+                    .allocatable("memory", "16Gi")
+                    .allocatable("pods", "58")
+                    .ready(true)
+                    .node()
+                    .unwrap(),
+            );
+        }
+    }
+
     fn on_demand_instances(&self) -> Vec<Instance> {
         self.cloud.instances().into_iter().filter(|i| i.id != SPOT).collect()
     }
@@ -647,12 +664,7 @@ fn a_rebalance_recommendation_is_ignored_unless_the_nodepool_opts_in() {
 #[test]
 fn an_opted_in_rebalance_launches_first_and_drains_only_once_the_replacement_is_ready() {
     let w = world();
-    let mut pool = NodePoolBuilder::new("general")
-        .requirement("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])
-        .requirement("kubernetes.io/arch", "In", &["amd64"])
-        .build();
-    pool["metadata"]["annotations"] = json!({"carpool.sh/rebalance": "true"});
-    w.cluster.add_nodepool(pool);
+    w.cluster.add_nodepool(rebalance_pool(None));
     let cluster = Replicas::new(&w.cluster, Recreate::Running);
     let reports = handle(&w, &cluster, "inv-1", &rebalance("e-1", SPOT, start()));
     assert_eq!(reports[0].outcome, Outcome::WaitingForReplacement, "{reports:?}");
@@ -669,19 +681,7 @@ fn an_opted_in_rebalance_launches_first_and_drains_only_once_the_replacement_is_
     assert_eq!(reports[0].outcome, Outcome::WaitingForReplacement);
 
     // The replacements register and turn Ready: the next sweep drains.
-    for (n, i) in replacements.iter().enumerate() {
-        w.cluster.add_node(
-            NodeBuilder::new(&format!("replacement-{n}"))
-                .label(wk::CARPOOL_MANAGED, "true")
-                .provider_id(&i.provider_id())
-                .allocatable("cpu", "4")
-                .allocatable("memory", "16Gi")
-                .allocatable("pods", "58")
-                .ready(true)
-                .node()
-                .unwrap(),
-        );
-    }
+    w.register(&replacements);
     w.clock.advance(Duration::from_secs(30));
     let reports = sweep(&w, &cluster, "inv-3");
     assert_eq!(reports[0].outcome, Outcome::CleanedUp, "{reports:?}");
@@ -1014,19 +1014,7 @@ fn a_soft_disruption_waits_for_its_pods_up_to_the_nodepools_termination_grace_pe
         records[0].terminate_by,
         Some(carpool::ports::epoch_millis(start() + Duration::from_secs(180)))
     );
-    for (n, i) in w.on_demand_instances().iter().enumerate() {
-        w.cluster.add_node(
-            NodeBuilder::new(&format!("replacement-{n}"))
-                .label(wk::CARPOOL_MANAGED, "true")
-                .provider_id(&i.provider_id())
-                .allocatable("cpu", "4")
-                .allocatable("memory", "16Gi")
-                .allocatable("pods", "58")
-                .ready(true)
-                .node()
-                .unwrap(),
-        );
-    }
+    w.register(&w.on_demand_instances());
     // Sweeps every minute: the slow pod is evicted and shuts down for an hour; the node
     // waits for it until 3 minutes after the disruption began, and no longer.
     let mut outcomes = Vec::new();

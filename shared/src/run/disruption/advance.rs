@@ -50,6 +50,22 @@ pub fn replacement_prefix(instance_id: &str) -> String {
     format!("disrupt-{instance_id}")
 }
 
+/// A launched replacement as the report names it: `id (type, zone, capacity type)`.
+fn described(l: &crate::run::provision::report::Launched) -> String {
+    format!(
+        "{} ({}, {}, {})",
+        l.instance_id,
+        l.instance_type,
+        l.zone,
+        l.capacity_type.label()
+    )
+}
+
+/// A pod no replacement was planned for, as the report names it: `pod: reason`.
+fn unplanned(u: &crate::decide::Unschedulable) -> String {
+    format!("{}: {}", u.pod, u.reason())
+}
+
 /// A lost condition on the disruption record is a take-over, not a failure.
 fn lost(e: StoreError) -> InterruptionError {
     match e {
@@ -310,24 +326,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             .await
             .map_err(InterruptionError::Replace)?;
         record.replacements.clone_from(&replacement.launch_ids);
-        report.replacement_instances = replacement
-            .launched
-            .iter()
-            .map(|l| {
-                format!(
-                    "{} ({}, {}, {})",
-                    l.instance_id,
-                    l.instance_type,
-                    l.zone,
-                    l.capacity_type.label()
-                )
-            })
-            .collect();
-        report.replacement_unschedulable = replacement
-            .unschedulable
-            .iter()
-            .map(|u| format!("{}: {}", u.pod, u.reason()))
-            .collect();
+        report.replacement_instances = replacement.launched.iter().map(described).collect();
+        report.replacement_unschedulable = replacement.unschedulable.iter().map(unplanned).collect();
         for f in &replacement.failures {
             tracing::warn!(instance_id = %record.instance_id, nodepool = %f.nodepool, error = %f.error,
                 "a replacement launch failed: its pods are evicted all the same, and provisioned for once pending");
@@ -387,24 +387,8 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             Ok::<_, crate::run::provision::ProvisionError>(BurstLaunch {
                 pods: r.pods.len(),
                 launch_ids: r.launch_ids,
-                instances: r
-                    .launched
-                    .iter()
-                    .map(|l| {
-                        format!(
-                            "{} ({}, {}, {})",
-                            l.instance_id,
-                            l.instance_type,
-                            l.zone,
-                            l.capacity_type.label()
-                        )
-                    })
-                    .collect(),
-                unschedulable: r
-                    .unschedulable
-                    .iter()
-                    .map(|u| format!("{}: {}", u.pod, u.reason()))
-                    .collect(),
+                instances: r.launched.iter().map(described).collect(),
+                unschedulable: r.unschedulable.iter().map(unplanned).collect(),
             })
         };
         let Some(planned) = shared.burst_replacement(burst, plan).await else {
