@@ -95,6 +95,7 @@ pub fn run(args: &DisruptArgs) -> Result<()> {
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        networks: Default::default(),
         owned: None,
         held_back: Default::default(),
     });

@@ -122,6 +122,7 @@ pub fn run(region: &RegionCatalog<'_>, nodes: usize, pods: usize) -> Result<Cons
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        networks: Default::default(),
         owned: None,
         held_back: Default::default(),
     });

@@ -109,6 +109,7 @@ pub fn run(
             deployment: Some("bench".into()),
             state: InstanceState::Running,
             launched_at: Some(now - 3_600_000),
+            network: Default::default(),
         });
         if spot {
             instances.push(id);

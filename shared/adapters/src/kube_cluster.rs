@@ -16,7 +16,9 @@ use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
 use carpool::model::well_known::TERMINATION_FINALIZER;
 use carpool::model::{EC2NodeClass, NodePool};
-use carpool::ports::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, Validated};
+use carpool::ports::{
+    Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, StatusOf, Validated,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
     Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint, Toleration,
@@ -604,6 +606,22 @@ impl Cluster for KubeCluster {
             .await
             .map(drop)
             .map_err(|e| map_err(&format!("node {node}"), e))
+    }
+
+    async fn write_status(&self, kind: StatusOf, name: &str, status: &serde_json::Value) -> Result<(), ClusterError> {
+        let resource = match kind {
+            StatusOf::NodePool => nodepools_resource(),
+            StatusOf::EC2NodeClass => ec2nodeclasses_resource(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        // A merge patch of the status subresource: only the fields given change, and the
+        // spec cannot be touched by it (RBAC grants `<plural>/status` alone).
+        let patch = json!({"status": status});
+        self.sent();
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+            .map_err(|e| map_err(&format!("{} {name}", kind.kind()), e))
     }
 
     async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {

@@ -65,6 +65,12 @@ pub struct NodeSettings {
     pub instance_store_raid0: bool,
     /// EBS volumes the class maps besides the root volume.
     pub extra_ebs_volumes: u32,
+    /// The class boots Bottlerocket, whose kubelet has no `podsPerCore` and whose
+    /// kube-reserved memory follows its max pods; AL2 and AL2023 reserve memory for the
+    /// ENI-limited pod count whatever `maxPods` says (Karpenter's AMI family feature flags
+    /// `PodsPerCoreEnabled` and `UsesENILimitedMemoryOverhead`, read by `NewInstanceType` in
+    /// aws/karpenter-provider-aws `pkg/providers/instancetype/types.go`).
+    pub bottlerocket: bool,
 }
 
 /// The EBS volumes of a class's block device mappings other than the root volume (the
@@ -139,7 +145,15 @@ pub fn capacity(it: &InstanceType, settings: &NodeSettings) -> Resources {
         cpu_millis: i64::from(it.vcpu) * 1000,
         memory: (mem_mib - overhead_mib) * MIB,
         ephemeral_storage: ephemeral_storage_bytes(it, settings),
-        pods: max_pods(it.eni_max_pods, it.vcpu, &settings.kubelet),
+        pods: if settings.bottlerocket {
+            let without_per_core = KubeletConfiguration {
+                pods_per_core: None,
+                ..settings.kubelet.clone()
+            };
+            max_pods(it.eni_max_pods, it.vcpu, &without_per_core)
+        } else {
+            max_pods(it.eni_max_pods, it.vcpu, &settings.kubelet)
+        },
         ..Resources::default()
     };
     if it.gpu_count > 0 {
@@ -190,7 +204,12 @@ pub fn allocatable(it: &InstanceType, capacity: &Resources, settings: &NodeSetti
     };
     let kube_cpu =
         reserved(&k.kube_reserved, res::CPU).unwrap_or_else(|| kube_reserved_cpu_millis(capacity.cpu_millis));
-    let kube_mem = reserved(&k.kube_reserved, res::MEMORY).unwrap_or((11 * capacity.pods + 255) * MIB);
+    let overhead_pods = if settings.bottlerocket {
+        capacity.pods
+    } else {
+        i64::from(it.eni_max_pods)
+    };
+    let kube_mem = reserved(&k.kube_reserved, res::MEMORY).unwrap_or((11 * overhead_pods + 255) * MIB);
     let kube_eph = reserved(&k.kube_reserved, res::EPHEMERAL_STORAGE).unwrap_or(1 << 30);
     let sys = |name| reserved(&k.system_reserved, name).unwrap_or(0);
     let evict_mem = threshold(
@@ -256,5 +275,49 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(max_pods(29, 2, &k), 8);
+    }
+
+    /// Karpenter's `NewInstanceType` reserves kube memory for the ENI-limited pods on
+    /// AL2/AL2023 (`UsesENILimitedMemoryOverhead`), for the max pods on Bottlerocket, and
+    /// caps pods by `podsPerCore` except on Bottlerocket (`PodsPerCoreEnabled: false`).
+    #[test]
+    fn kube_reserved_memory_and_pods_per_core_follow_the_family() {
+        let m5 = crate::catalog::Catalog::embedded()
+            .unwrap()
+            .get("m5.large")
+            .unwrap()
+            .clone();
+        let kubelet = KubeletConfiguration {
+            max_pods: Some(110),
+            ..Default::default()
+        };
+        let al2023 = NodeSettings {
+            kubelet: kubelet.clone(),
+            ..NodeSettings::default()
+        };
+        let bottlerocket = NodeSettings {
+            bottlerocket: true,
+            ..al2023.clone()
+        };
+        let a = with_settings(&m5, &al2023);
+        let b = with_settings(&m5, &bottlerocket);
+        assert_eq!((a.capacity.pods, b.capacity.pods), (110, 110));
+        // 11 MiB for each pod past the ENI limit (29 on m5.large) more on Bottlerocket.
+        assert_eq!(a.allocatable.memory - b.allocatable.memory, 11 * (110 - 29) * MIB);
+
+        let per_core = KubeletConfiguration {
+            pods_per_core: Some(4),
+            ..Default::default()
+        };
+        let al2023 = NodeSettings {
+            kubelet: per_core,
+            ..NodeSettings::default()
+        };
+        let bottlerocket = NodeSettings {
+            bottlerocket: true,
+            ..al2023.clone()
+        };
+        assert_eq!(with_settings(&m5, &al2023).capacity.pods, 8);
+        assert_eq!(with_settings(&m5, &bottlerocket).capacity.pods, 29);
     }
 }

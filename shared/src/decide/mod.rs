@@ -15,6 +15,8 @@
 //!   event or scheduled tick read into a typed [`interruption::Action`].
 //! - [`housekeeping`]: what to mark registered, label, terminate and forget, as a plan,
 //!   and which instances are this deployment's ([`housekeeping::ownership`]).
+//! - [`status`]: the `status` of the NodePools and EC2NodeClasses Carpool manages, as
+//!   Karpenter writes it, for `kubectl get` and `kubectl describe`.
 //! - [`checker`]: the independent plan checker, which shares none of the planner's
 //!   reading of the objects.
 
@@ -24,6 +26,7 @@ pub mod housekeeping;
 pub mod interruption;
 pub mod kube_scheduler;
 pub mod provisioning;
+pub mod status;
 pub mod waves;
 
 pub use provisioning::plan::{ExistingPlacement, PlannedNode, ProvisioningPlan, Unschedulable};

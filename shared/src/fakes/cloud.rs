@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::Injected;
 use crate::model::{Arch, EC2NodeClass};
 use crate::ports::{
-    Cloud, CloudError, ImageVariant, Instance, InstanceState, LaunchRequest, NodeClassReason, OfferingKey,
-    OnDemandPrice, ResolvedImage, SpotPrice, ZonalOffering,
+    Cloud, CloudError, ImageVariant, Instance, InstanceNetwork, InstanceState, LaunchRequest, NodeClassReason,
+    OfferingKey, OnDemandPrice, ResolvedImage, ResolvedNetwork, ResolvedSubnet, SpotPrice, ZonalOffering,
 };
 
 /// The zones a class's subnets are in unless told otherwise: us-east-1's six.
@@ -20,6 +20,9 @@ pub const DEFAULT_ZONES: &[&str] = &[
     "us-east-1e",
     "us-east-1f",
 ];
+
+/// The security group a class selects unless told otherwise.
+pub const DEFAULT_SECURITY_GROUP: &str = "sg-fake";
 
 /// The AMIs a class resolves to unless told otherwise: one image per architecture with
 /// every variant, so they boot every instance type and constrain no plan.
@@ -55,6 +58,12 @@ struct State {
     spot_prices: Vec<SpotPrice>,
     /// Zones of the subnets, per EC2NodeClass; absent: [`DEFAULT_ZONES`].
     zones: HashMap<String, Vec<String>>,
+    /// Subnet ids per EC2NodeClass and zone; absent: `subnet-<zone>`.
+    subnets: HashMap<(String, String), String>,
+    /// Security group ids, per EC2NodeClass; absent: [`DEFAULT_SECURITY_GROUP`].
+    security_groups: HashMap<String, Vec<String>>,
+    /// IAM roles that do not exist.
+    missing_roles: BTreeSet<String>,
     /// AMIs per EC2NodeClass; absent: [`default_images`].
     images: HashMap<String, Vec<ResolvedImage>>,
     on_demand_prices: Vec<OnDemandPrice>,
@@ -107,6 +116,26 @@ impl FakeCloud {
         self.lock()
             .zones
             .insert(node_class.to_string(), zones.iter().map(|z| z.to_string()).collect());
+    }
+
+    /// Sets the subnet an EC2NodeClass selects in `zone` (a subnet re-tagged, say).
+    pub fn set_subnet(&self, node_class: &str, zone: &str, subnet: &str) {
+        self.lock()
+            .subnets
+            .insert((node_class.to_string(), zone.to_string()), subnet.to_string());
+    }
+
+    /// Sets the security groups an EC2NodeClass selects (none: its selector selects
+    /// nothing, [`NodeClassReason::NoSecurityGroup`]).
+    pub fn set_security_groups(&self, node_class: &str, groups: &[&str]) {
+        self.lock()
+            .security_groups
+            .insert(node_class.to_string(), groups.iter().map(|g| g.to_string()).collect());
+    }
+
+    /// Makes an IAM role missing: a class naming it cannot have an instance profile.
+    pub fn remove_role(&self, role: &str) {
+        self.lock().missing_roles.insert(role.to_string());
     }
 
     /// Sets the AMIs an EC2NodeClass resolves to.
@@ -229,6 +258,45 @@ impl FakeCloud {
     }
 }
 
+impl State {
+    /// The subnets (one per zone) and security groups `node_class` selects.
+    fn network_of(&self, node_class: &EC2NodeClass) -> Result<ResolvedNetwork, CloudError> {
+        let name = node_class.name();
+        let zones = self
+            .zones
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_ZONES.iter().map(|z| z.to_string()).collect());
+        let security_groups = self
+            .security_groups
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| vec![DEFAULT_SECURITY_GROUP.to_string()]);
+        if security_groups.is_empty() {
+            return Err(CloudError::NodeClass {
+                node_class: name.to_string(),
+                reason: NodeClassReason::NoSecurityGroup,
+                source: None,
+            });
+        }
+        let subnets = zones
+            .into_iter()
+            .map(|zone| ResolvedSubnet {
+                id: self
+                    .subnets
+                    .get(&(name.to_string(), zone.clone()))
+                    .cloned()
+                    .unwrap_or_else(|| format!("subnet-{zone}")),
+                zone,
+            })
+            .collect();
+        Ok(ResolvedNetwork {
+            subnets,
+            security_groups,
+        })
+    }
+}
+
 impl Cloud for FakeCloud {
     async fn launch(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
         let call = format!("launch {}", request.launch_id);
@@ -260,6 +328,15 @@ impl Cloud for FakeCloud {
                 source: None,
             });
         }
+        let network = state.network_of(&request.node_class)?;
+        let placed = InstanceNetwork {
+            subnet: network
+                .subnets
+                .iter()
+                .find(|s| s.zone == request.zone)
+                .map(|s| s.id.clone()),
+            security_groups: network.security_groups,
+        };
         let mut failed = Vec::new();
         for instance_type in &request.instance_types {
             let key = OfferingKey {
@@ -286,6 +363,7 @@ impl Cloud for FakeCloud {
                 deployment: Some(request.deployment.clone()),
                 state: InstanceState::Running,
                 launched_at: Some(state.now),
+                network: placed,
             };
             state.instances.insert(instance.id.clone(), instance.clone());
             state.requests.insert(instance.id.clone(), request.clone());
@@ -297,13 +375,34 @@ impl Cloud for FakeCloud {
         Err(CloudError::InsufficientCapacity { offerings: failed })
     }
 
-    async fn zones(&self, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
-        let state = self.enter(format!("zones {}", node_class.name()))?;
-        Ok(state
-            .zones
-            .get(node_class.name())
-            .cloned()
-            .unwrap_or_else(|| DEFAULT_ZONES.iter().map(|z| z.to_string()).collect()))
+    async fn network(&self, node_class: &EC2NodeClass) -> Result<ResolvedNetwork, CloudError> {
+        let state = self.enter(format!("network {}", node_class.name()))?;
+        state.network_of(node_class)
+    }
+
+    /// The class's `instanceProfile`, else `carpool-<role>` for its role, unless the role
+    /// was made missing ([`FakeCloud::remove_role`]). Not recorded in the calls: it stands
+    /// for the adapter's cached answer.
+    async fn instance_profile(
+        &self,
+        node_class: &EC2NodeClass,
+        _deployment: &str,
+    ) -> Result<Option<String>, CloudError> {
+        let state = self.lock();
+        if let Some(profile) = &node_class.spec.instance_profile {
+            return Ok(Some(profile.clone()));
+        }
+        let Some(role) = &node_class.spec.role else {
+            return Ok(None);
+        };
+        if state.missing_roles.contains(role) {
+            return Err(CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::RoleNotFound { role: role.clone() },
+                source: None,
+            });
+        }
+        Ok(Some(format!("carpool-{role}")))
     }
 
     /// Not recorded in [`FakeCloud::calls`] (see [`FakeCloud::images_asked`]) and takes no

@@ -19,7 +19,9 @@ use crate::model::manifest::{Validate, from_value};
 use crate::model::pod::Pod;
 use crate::model::well_known::TERMINATION_FINALIZER;
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Clock, Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, Validated};
+use crate::ports::{
+    Clock, Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, StatusOf, Validated,
+};
 
 /// The apiserver's message for an eviction a PDB blocks.
 pub const PDB_BLOCKS: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -723,6 +725,30 @@ impl Cluster for FakeCluster {
         let gone = n.metadata.deletion_timestamp.is_some() && n.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
         if gone {
             state.nodes.remove(node);
+        }
+        Ok(())
+    }
+
+    async fn write_status(&self, kind: StatusOf, name: &str, status: &serde_json::Value) -> Result<(), ClusterError> {
+        let mut state = self.enter(format!("write_status {} {name}", kind.kind()))?;
+        let objects = match kind {
+            StatusOf::NodePool => &mut state.nodepools,
+            StatusOf::EC2NodeClass => &mut state.ec2nodeclasses,
+        };
+        let Some(object) = objects.get_mut(name) else {
+            return Err(ClusterError::NotFound {
+                what: format!("{} {name}", kind.kind()),
+                source: None,
+            });
+        };
+        // A merge patch of `status`: the fields given replace theirs.
+        if !object["status"].is_object() {
+            object["status"] = serde_json::json!({});
+        }
+        if let (Some(current), Some(fields)) = (object["status"].as_object_mut(), status.as_object()) {
+            for (k, v) in fields {
+                current.insert(k.clone(), v.clone());
+            }
         }
         Ok(())
     }

@@ -507,6 +507,60 @@ async fn storage_reads<C: Cluster>(cluster: &C, scene: &ClusterScene) {
     );
 }
 
+/// `write_status` merges into the status of a NodePool and of an EC2NodeClass through the
+/// status subresource, leaves their spec alone, and is `NotFound` for a missing object.
+async fn statuses<C: Cluster>(cluster: &C, name: &str) {
+    use crate::ports::StatusOf;
+    let ready = serde_json::json!([{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+    let pool_status = serde_json::json!({"nodes": 3, "resources": {"cpu": "12", "nodes": "3"}, "conditions": ready});
+    let r = cluster.write_status(StatusOf::NodePool, name, &pool_status).await;
+    assert!(r.is_ok(), "write_status NodePool: {r:?}");
+    let pools = cluster.nodepools().await.map(|v| v.valid).unwrap_or_default();
+    let pool = pools.iter().find(|p| p.name() == name);
+    assert!(
+        pool.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s["nodes"] == 3 && s["resources"]["cpu"] == "12" && s["conditions"][0]["type"] == "Ready"),
+        "the NodePool's status reads back: {pool:?}"
+    );
+    assert!(
+        pool.is_some_and(|p| p.spec.limits.contains_key("cpu")),
+        "and its spec is as it was: {pool:?}"
+    );
+    let class_status = serde_json::json!({"subnets": [{"id": "subnet-1", "zone": "us-east-1a"}],
+        "securityGroups": [{"id": "sg-1"}], "conditions": ready});
+    let r = cluster.write_status(StatusOf::EC2NodeClass, name, &class_status).await;
+    assert!(r.is_ok(), "write_status EC2NodeClass: {r:?}");
+    let classes = cluster.ec2nodeclasses().await.map(|v| v.valid).unwrap_or_default();
+    let class = classes.iter().find(|c| c.name() == name);
+    assert!(
+        class
+            .and_then(|c| c.status.as_ref())
+            .is_some_and(|s| s["subnets"][0]["id"] == "subnet-1" && s["securityGroups"][0]["id"] == "sg-1"),
+        "the class's status reads back: {class:?}"
+    );
+    // A second write of some fields keeps the others.
+    let r = cluster
+        .write_status(StatusOf::NodePool, name, &serde_json::json!({"nodes": 4}))
+        .await;
+    assert!(r.is_ok(), "write_status NodePool again: {r:?}");
+    let pools = cluster.nodepools().await.map(|v| v.valid).unwrap_or_default();
+    let status = pools.iter().find(|p| p.name() == name).and_then(|p| p.status.clone());
+    assert!(
+        status
+            .as_ref()
+            .is_some_and(|s| s["nodes"] == 4 && s["resources"]["cpu"] == "12"),
+        "a merge keeps the fields not given: {status:?}"
+    );
+    let missing = cluster
+        .write_status(StatusOf::NodePool, &format!("{name}-missing"), &pool_status)
+        .await;
+    assert!(
+        matches!(missing, Err(ClusterError::NotFound { .. })),
+        "a missing NodePool is NotFound: {missing:?}"
+    );
+}
+
 /// Runs the Cluster contract (see [`Cluster`]) against `cluster`, which holds `scene`
 /// settled: the bound pods Running and Ready, the PDBs computed (for a real cluster,
 /// `status.observedGeneration` current). Panics on the first breach, naming it. It
@@ -593,6 +647,8 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
         matches!(&classes, Ok(v) if v.valid.iter().any(|n| n.metadata.name.as_deref() == Some(valid_name.as_str()))),
         "ec2nodeclasses reads the valid one: {classes:?}"
     );
+
+    statuses(cluster, &valid_name).await;
 
     storage_reads(cluster, scene).await;
 

@@ -154,7 +154,8 @@ impl<S: StateStore> StateStore for Crashable<'_, S> {
 
 impl<C: Cloud> Cloud for Crashable<'_, C> {
     through!(launch(request: &LaunchRequest) -> Result<Instance, CloudError>);
-    through!(zones(node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError>);
+    through!(network(node_class: &EC2NodeClass) -> Result<crate::ports::ResolvedNetwork, CloudError>);
+    through!(instance_profile(node_class: &EC2NodeClass, deployment: &str) -> Result<Option<String>, CloudError>);
     through!(get(id: &str) -> Result<Instance, CloudError>);
     through!(list() -> Result<Vec<Instance>, CloudError>);
     through!(terminate(id: &str) -> Result<(), CloudError>);

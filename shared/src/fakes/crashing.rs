@@ -12,7 +12,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, Validated};
+use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, StatusOf, Validated};
 
 /// `inner`, until `after` evictions were accepted; then every call hangs.
 pub struct Crashing<'a, K> {
@@ -144,6 +144,10 @@ impl<K: Cluster> Cluster for Crashing<'_, K> {
     ) -> Result<(), ClusterError> {
         self.gate().await;
         self.inner.patch_labels_annotations(node, labels, annotations).await
+    }
+    async fn write_status(&self, kind: StatusOf, name: &str, status: &serde_json::Value) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.write_status(kind, name, status).await
     }
     async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
         self.gate().await;

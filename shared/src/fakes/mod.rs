@@ -14,7 +14,7 @@ mod store_contract;
 mod yielding;
 
 pub use clock::FakeClock;
-pub use cloud::{CloudFault, FakeCloud, default_images};
+pub use cloud::{CloudFault, DEFAULT_SECURITY_GROUP, FakeCloud, default_images};
 pub use cloud_contract::{UNKNOWN_INSTANCE, cloud_contract};
 pub use cluster::{ClusterErrorKind, FakeCluster, PDB_BLOCKS, SEVERAL_PDBS};
 pub use cluster_contract::{ClusterScene, KEEP_LABEL, cluster_contract, disrupted_taint, keep_taint};

@@ -15,7 +15,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
 use crate::model::{EC2NodeClass, NodePool};
-use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, Validated};
+use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, StatusOf, Validated};
 
 /// `inner`, each call answering after one turn.
 pub struct Yielding<'a, K> {
@@ -146,6 +146,10 @@ impl<K: Cluster> Cluster for Yielding<'_, K> {
     ) -> Result<(), ClusterError> {
         yield_once().await;
         self.inner.patch_labels_annotations(node, labels, annotations).await
+    }
+    async fn write_status(&self, kind: StatusOf, name: &str, status: &serde_json::Value) -> Result<(), ClusterError> {
+        yield_once().await;
+        self.inner.write_status(kind, name, status).await
     }
     async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
         yield_once().await;

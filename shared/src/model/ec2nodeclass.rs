@@ -46,8 +46,13 @@ pub struct EC2NodeClassSpec {
     /// Which capacity reservations may be used; kept, not yet used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_reservation_selector_terms: Vec<serde_json::Value>,
-    /// Whether to give instances a public IPv4 address.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Whether to give instances a public IPv4 address (`associatePublicIPAddress`, as
+    /// Karpenter spells it).
+    #[serde(
+        default,
+        rename = "associatePublicIPAddress",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub associate_public_ip_address: Option<bool>,
     /// Which AMIs to use.
     #[serde(default)]
@@ -79,8 +84,9 @@ pub struct EC2NodeClassSpec {
     /// Detailed CloudWatch monitoring.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detailed_monitoring: Option<bool>,
-    /// Instance metadata service settings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Instance metadata service settings; Karpenter's CRD defaults (IMDSv2 required, hop
+    /// limit 1) when unset, as the apiserver fills them in.
+    #[serde(default = "MetadataOptions::crd_default", skip_serializing_if = "Option::is_none")]
     pub metadata_options: Option<MetadataOptions>,
     /// An EC2 fleet context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,18 +191,49 @@ pub struct BlockDevice {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MetadataOptions {
-    /// `enabled` or `disabled`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `enabled` (the default) or `disabled`.
+    #[serde(default = "enabled", skip_serializing_if = "Option::is_none")]
     pub http_endpoint: Option<String>,
-    /// `enabled` or `disabled`.
-    #[serde(default, rename = "httpProtocolIPv6", skip_serializing_if = "Option::is_none")]
+    /// `enabled` or `disabled` (the default).
+    #[serde(
+        default = "disabled",
+        rename = "httpProtocolIPv6",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub http_protocol_ipv6: Option<String>,
     /// Hop limit, 1–64 (default 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default = "one", skip_serializing_if = "Option::is_none")]
     pub http_put_response_hop_limit: Option<i64>,
     /// `required` (IMDSv2, the default) or `optional`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default = "required", skip_serializing_if = "Option::is_none")]
     pub http_tokens: Option<String>,
+}
+
+// The defaults of Karpenter v1.15's EC2NodeClass CRD (`metadataOptions` and each of its
+// fields), so that a class read from a file is the class the apiserver stores.
+fn enabled() -> Option<String> {
+    Some("enabled".into())
+}
+fn disabled() -> Option<String> {
+    Some("disabled".into())
+}
+fn one() -> Option<i64> {
+    Some(1)
+}
+fn required() -> Option<String> {
+    Some("required".into())
+}
+
+impl MetadataOptions {
+    /// The CRD's default `metadataOptions`.
+    fn crd_default() -> Option<MetadataOptions> {
+        Some(MetadataOptions {
+            http_endpoint: enabled(),
+            http_protocol_ipv6: disabled(),
+            http_put_response_hop_limit: one(),
+            http_tokens: required(),
+        })
+    }
 }
 
 /// The user-data format a class's nodes boot with, as Karpenter's AWS provider picks it
@@ -412,6 +449,44 @@ impl Validate for EC2NodeClass {
         }
         if let Some(k) = &s.kubelet {
             k.validate("spec.kubelet")?;
+            // Karpenter's `validateKubeletFieldsSupported` (aws/karpenter-provider-aws
+            // `pkg/controllers/nodeclass/validation.go`): what a family cannot apply is
+            // refused rather than dropped at boot, where the node would not be the plan's.
+            let format = self.user_data_format();
+            if format == UserDataFormat::Bottlerocket && k.pods_per_core.is_some() {
+                return Err(ManifestError::at(
+                    "spec.kubelet.podsPerCore",
+                    "the Bottlerocket AMI family has no setting for podsPerCore; it would be dropped at boot",
+                ));
+            }
+            if matches!(format, UserDataFormat::Al2 | UserDataFormat::Bottlerocket) && !k.other.is_empty() {
+                return Err(ManifestError::at(
+                    "spec.kubelet",
+                    format!(
+                        "has fields the {} AMI family does not apply, which would be dropped at boot: {}",
+                        if format == UserDataFormat::Al2 {
+                            "AL2"
+                        } else {
+                            "Bottlerocket"
+                        },
+                        k.other.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            if matches!(format, UserDataFormat::Al2 | UserDataFormat::Bottlerocket) && k.cluster_dns.len() > 1 {
+                return Err(ManifestError::at(
+                    "spec.kubelet.clusterDNS",
+                    format!(
+                        "the {} AMI family takes one address, but {} were set",
+                        if format == UserDataFormat::Al2 {
+                            "AL2"
+                        } else {
+                            "Bottlerocket"
+                        },
+                        k.cluster_dns.len()
+                    ),
+                ));
+            }
         }
         if s.block_device_mappings.iter().filter(|m| m.root_volume).count() > 1 {
             return Err(ManifestError::at(
@@ -547,5 +622,35 @@ mod tests {
             format(json!([{"alias": "al2023@latest"}]), Some("Custom")),
             UserDataFormat::Custom
         );
+    }
+
+    /// Karpenter's `validateKubeletFieldsSupported`: Bottlerocket has no podsPerCore, and
+    /// AL2 and Bottlerocket take one cluster DNS address; AL2023 takes both.
+    #[test]
+    fn kubelet_fields_a_family_cannot_apply_make_the_class_invalid() {
+        let class = |alias: &str, kubelet: serde_json::Value| {
+            EC2NodeClassBuilder::standard()
+                .ami_alias(alias)
+                .set("kubelet", kubelet)
+                .typed()
+                .unwrap()
+        };
+        let per_core = json!({"podsPerCore": 10});
+        let two_dns = json!({"clusterDNS": ["10.100.0.10", "10.100.0.11"]});
+        let err = class("bottlerocket@latest", per_core.clone()).validate().unwrap_err();
+        assert!(err.to_string().contains("spec.kubelet.podsPerCore"), "{err}");
+        assert!(class("al2023@latest", per_core).validate().is_ok());
+        let err = class("al2@latest", two_dns.clone()).validate().unwrap_err();
+        assert!(err.to_string().contains("spec.kubelet.clusterDNS"), "{err}");
+        assert!(class("al2023@latest", two_dns).validate().is_ok());
+        // Any other upstream field: AL2023 passes it through, the others refuse it.
+        let log_size = json!({"containerLogMaxSize": "50Mi", "maxPods": 58});
+        let al2023 = class("al2023@latest", log_size.clone());
+        assert!(al2023.validate().is_ok());
+        let kubelet = al2023.spec.kubelet.unwrap();
+        assert_eq!(kubelet.max_pods, Some(58));
+        assert_eq!(kubelet.other.get("containerLogMaxSize"), Some(&json!("50Mi")));
+        let err = class("bottlerocket@latest", log_size).validate().unwrap_err();
+        assert!(err.to_string().contains("containerLogMaxSize"), "{err}");
     }
 }

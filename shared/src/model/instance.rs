@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::CapacityType;
+use crate::model::resolved_network::InstanceNetwork;
 use crate::model::time::EpochMillis;
 
 /// Where an instance stands, as EC2 says.
@@ -46,6 +47,9 @@ pub struct Instance {
     /// When it was launched; `None` when EC2 did not say (such an instance is never
     /// terminated by housekeeping).
     pub launched_at: Option<EpochMillis>,
+    /// Its subnet and security groups.
+    #[serde(default)]
+    pub network: InstanceNetwork,
 }
 
 impl Instance {

@@ -56,6 +56,12 @@ pub struct KubeletConfiguration {
     /// CPU CFS quota enforcement.
     #[serde(default, rename = "cpuCFSQuota", skip_serializing_if = "Option::is_none")]
     pub cpu_cfs_quota: Option<bool>,
+    /// Any other field of the upstream KubeletConfiguration, which Karpenter v1.15's
+    /// EC2NodeClass accepts (its schema preserves unknown fields): passed through as written
+    /// to AL2023's NodeConfig, as Karpenter passes it; refused on a family that cannot apply
+    /// it ([`crate::model::EC2NodeClass`]'s validation). The planner reads none of them.
+    #[serde(default, flatten, skip_serializing_if = "BTreeMap::is_empty")]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 /// An eviction threshold: an absolute amount or a share of capacity.

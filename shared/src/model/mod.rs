@@ -28,6 +28,7 @@ pub mod pod_requirements;
 pub mod quantity;
 pub mod records;
 pub mod requirements;
+pub mod resolved_network;
 pub mod resources;
 pub mod time;
 pub mod well_known;
@@ -47,5 +48,6 @@ pub use records::{
     Backoff, DisruptionRecord, DisruptionStep, FailureReason, LaunchRecord, LaunchState, NodeRecord, Reservation,
 };
 pub use requirements::{NodeSelectorRequirement, Operator, Requirement, Requirements};
+pub use resolved_network::{InstanceNetwork, ResolvedNetwork, ResolvedSubnet};
 pub use resources::Resources;
 pub use time::EpochMillis;

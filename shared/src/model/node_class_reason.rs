@@ -1,14 +1,5 @@
 //! Why an EC2NodeClass cannot launch: its reasons as types.
 
-/// The role a deployment made an instance profile for, as a [`NodeClassReason`] names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfiguredNodeRole {
-    /// The IAM role.
-    pub role: String,
-    /// Its instance profile.
-    pub instance_profile: String,
-}
-
 /// What is wrong with an EC2NodeClass that keeps it from launching. The message follows
 /// the class's name (`EC2NodeClass <name> <reason>`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -19,24 +10,18 @@ pub enum NodeClassReason {
         /// The zone.
         zone: String,
     },
+    /// Its subnet selector terms select no subnet.
+    #[error("selects no subnet")]
+    NoSubnet,
     /// Its security group selector terms select no security group.
     #[error("selects no security group")]
     NoSecurityGroup,
-    /// It sets a `spec.role` that is not the deployment's node role, and no
-    /// `spec.instanceProfile`: Carpool does not create instance profiles.
-    #[error(
-        "sets spec.role {role:?}, but Carpool does not create instance profiles and was deployed {}; set \
-         spec.instanceProfile, or deploy Carpool with node role {role:?}",
-        match configured {
-            Some(c) => format!("with node role {:?} (instance profile {:?})", c.role, c.instance_profile),
-            None => "without a node role".to_string(),
-        }
-    )]
-    RoleWithoutInstanceProfile {
+    /// Its `spec.role` names an IAM role that does not exist: IAM answers `NoSuchEntity`
+    /// when Carpool adds it to the instance profile it makes for the class.
+    #[error("sets spec.role {role:?}, which is not an IAM role of the account")]
+    RoleNotFound {
         /// The class's `spec.role`.
         role: String,
-        /// The deployment's node role, if it has one.
-        configured: Option<ConfiguredNodeRole>,
     },
     /// The SSM parameter that names its AMI has no value.
     #[error("reads its AMI from SSM parameter {parameter}, which has no value")]

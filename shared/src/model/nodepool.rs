@@ -126,12 +126,21 @@ pub enum ConsolidationPolicy {
     WhenEmptyOrUnderutilized,
     /// As `WhenEmptyOrUnderutilized`, but a move must also score at least `1/k`: its
     /// savings as a share of the pool's cost over its disruption as a share of the pool's
-    /// disruption cost (Karpenter v1.14's `ScoreMove`; `k` is `consolidationThreshold`).
+    /// disruption cost (Karpenter's `ScoreMove`). Karpenter fixes `k` at [`BALANCED_K`];
+    /// Carpool reads it from the pool's [`CONSOLIDATION_THRESHOLD_ANNOTATION`].
     Balanced,
 }
 
-/// Karpenter's default `k` for `Balanced` (`v1.BalancedK`): a move must score at least 0.5.
+/// Karpenter's `k` for `Balanced` (`v1.BalancedK` in kubernetes-sigs/karpenter
+/// `pkg/apis/v1/nodepool.go`, a constant in v1.15): a move must score at least 0.5. The
+/// default of [`CONSOLIDATION_THRESHOLD_ANNOTATION`].
 pub const BALANCED_K: u32 = 2;
+
+/// NodePool annotation, Carpool's own: `Balanced`'s `k`, an integer of at least 1 (default
+/// [`BALANCED_K`]); a move must score at least `1/k`. Karpenter's API has no such field (a
+/// `spec.disruption.consolidationThreshold` would be pruned by the apiserver), hence an
+/// annotation.
+pub const CONSOLIDATION_THRESHOLD_ANNOTATION: &str = "carpool.sh/consolidation-threshold";
 
 /// NodePool annotation: the least share of the removed nodes' cost, in percent, that a
 /// consolidation must save (default [`DEFAULT_MIN_SAVINGS_PERCENT`]).
@@ -175,9 +184,6 @@ pub struct Disruption {
     /// How many nodes may be disrupted at once (default: 10%).
     #[serde(default = "default_budgets")]
     pub budgets: Vec<Budget>,
-    /// `Balanced` only: the `k` of its score threshold `1/k` (default [`BALANCED_K`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consolidation_threshold: Option<u32>,
 }
 
 impl Default for Disruption {
@@ -186,7 +192,6 @@ impl Default for Disruption {
             consolidation_policy: ConsolidationPolicy::default(),
             consolidate_after: zero_duration(),
             budgets: default_budgets(),
-            consolidation_threshold: None,
         }
     }
 }
@@ -213,6 +218,9 @@ pub enum DisruptionReason {
     Empty,
     /// Out of date with its NodePool or EC2NodeClass.
     Drifted,
+    /// Repaired: unhealthy past its repair policy's toleration (Karpenter v1.15 paces
+    /// node repair through the budgets, `DisruptionReasonUnhealthy`).
+    Unhealthy,
 }
 
 /// One disruption budget.
@@ -408,12 +416,7 @@ impl Validate for NodePool {
                 return Err(ManifestError::at(format!("spec.limits.{name}"), "must not be negative"));
             }
         }
-        if self.spec.disruption.consolidation_threshold == Some(0) {
-            return Err(ManifestError::at(
-                "spec.disruption.consolidationThreshold",
-                "must be at least 1 (the move's score must reach 1/consolidationThreshold)",
-            ));
-        }
+        self.consolidation_threshold()?;
         self.savings_threshold()?;
         for (i, b) in self.spec.disruption.budgets.iter().enumerate() {
             let path = format!("spec.disruption.budgets[{i}]");
@@ -468,6 +471,25 @@ impl NodePool {
         })
     }
 
+    /// `Balanced`'s `k`: the pool's [`CONSOLIDATION_THRESHOLD_ANNOTATION`], or
+    /// [`BALANCED_K`]. A value that is not an integer of at least 1 is an error naming the
+    /// annotation.
+    pub fn consolidation_threshold(&self) -> Result<u32, ManifestError> {
+        let key = CONSOLIDATION_THRESHOLD_ANNOTATION;
+        match self.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
+            None => Ok(BALANCED_K),
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(k) if k >= 1 => Ok(k),
+                _ => Err(ManifestError::at(
+                    format!("metadata.annotations[{key}]"),
+                    format!(
+                        "{v:?} is not an integer of at least 1; write e.g. \"2\" (a Balanced move must score at least 1/k)"
+                    ),
+                )),
+            },
+        }
+    }
+
     /// Whether consolidation may move pods no controller owns (annotation
     /// [`DISRUPT_BARE_PODS_ANNOTATION`] `"true"`).
     pub fn disrupts_bare_pods(&self) -> bool {
@@ -494,5 +516,73 @@ impl NodePool {
             [self.name()],
         ));
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::manifest::from_yaml;
+
+    fn pool(annotations: &str, disruption: &str) -> String {
+        format!(
+            "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: balanced
+  annotations: {annotations}
+spec:
+  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+  disruption: {disruption}
+"
+        )
+    }
+
+    #[test]
+    fn balanced_k_is_karpenters_unless_the_annotation_sets_it() {
+        let default: NodePool = from_yaml(&pool("{}", "{consolidationPolicy: Balanced}")).unwrap();
+        assert_eq!(
+            default.spec.disruption.consolidation_policy,
+            ConsolidationPolicy::Balanced
+        );
+        assert_eq!(default.consolidation_threshold(), Ok(BALANCED_K));
+        let set: NodePool = from_yaml(&pool(
+            "{carpool.sh/consolidation-threshold: \"4\"}",
+            "{consolidationPolicy: Balanced}",
+        ))
+        .unwrap();
+        assert_eq!(set.consolidation_threshold(), Ok(4));
+        let one: NodePool = from_yaml(&pool("{carpool.sh/consolidation-threshold: \" 1 \"}", "{}")).unwrap();
+        assert_eq!(one.consolidation_threshold(), Ok(1));
+    }
+
+    #[test]
+    fn a_threshold_that_is_not_an_integer_of_at_least_one_makes_the_pool_invalid() {
+        for bad in ["\"0\"", "\"-2\"", "\"1.5\"", "\"two\"", "\"\""] {
+            let err = from_yaml::<NodePool>(&pool(
+                &format!("{{carpool.sh/consolidation-threshold: {bad}}}"),
+                "{consolidationPolicy: Balanced}",
+            ))
+            .unwrap_err();
+            assert_eq!(
+                err.path, "metadata.annotations[carpool.sh/consolidation-threshold]",
+                "{bad}: {err}"
+            );
+            assert!(err.message.contains("integer of at least 1"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_old_spec_field_is_not_read() {
+        // Karpenter's NodePool has no `spec.disruption.consolidationThreshold` (the apiserver
+        // prunes it); like any unknown field it is ignored, and k stays Karpenter's.
+        let p: NodePool = from_yaml(&pool(
+            "{}",
+            "{consolidationPolicy: Balanced, consolidationThreshold: 5}",
+        ))
+        .unwrap();
+        assert_eq!(p.consolidation_threshold(), Ok(BALANCED_K));
     }
 }

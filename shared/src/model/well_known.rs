@@ -134,6 +134,12 @@ pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 /// The node label (or annotation) with the hash of the template it was launched from.
 pub const NODEPOOL_HASH: &str = "carpool.sh/nodepool-hash";
 
+/// The node label with the version of the [`NODEPOOL_HASH`] it carries (Karpenter's
+/// `karpenter.sh/nodepool-hash-version` and `karpenter.k8s.aws/ec2nodeclass-hash-version`):
+/// a hash is compared only with a hash of its own version. A node without it carries the
+/// first version's hash.
+pub const NODEPOOL_HASH_VERSION: &str = "carpool.sh/nodepool-hash-version";
+
 /// The node label (or annotation) with the AMI it booted.
 pub const IMAGE_ID: &str = "carpool.sh/image-id";
 

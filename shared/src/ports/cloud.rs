@@ -7,7 +7,8 @@ pub use crate::model::image::{ImageVariant, ResolvedImage};
 pub use crate::model::instance::{Instance, InstanceState};
 pub use crate::model::launch_request::{LaunchRequest, OfferingKey};
 pub use crate::model::market::{OnDemandPrice, SpotPrice, ZonalOffering};
-pub use crate::model::node_class_reason::{ConfiguredNodeRole, NodeClassReason};
+pub use crate::model::node_class_reason::NodeClassReason;
+pub use crate::model::resolved_network::{InstanceNetwork, ResolvedNetwork, ResolvedSubnet};
 
 /// The error an implementation keeps as the source of a [`CloudError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -120,8 +121,21 @@ pub trait Cloud: Send + Sync {
         let _ = (now, idle);
         std::future::ready(Ok(Vec::new()))
     }
-    /// The zones an EC2NodeClass can launch in: those of the subnets it selects.
-    fn zones(&self, node_class: &EC2NodeClass) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send;
+    /// The subnets and security groups an EC2NodeClass's selector terms select now (the
+    /// class can launch in its subnets' zones). Selecting no subnet is
+    /// [`NodeClassReason::NoSubnet`], no security group [`NodeClassReason::NoSecurityGroup`]:
+    /// the class's own error. The answer may be cached for a few minutes.
+    fn network(&self, node_class: &EC2NodeClass) -> impl Future<Output = Result<ResolvedNetwork, CloudError>> + Send;
+    /// The instance profile the class's nodes launch with: its `instanceProfile`, else the
+    /// one for its `role`, which the cloud may create the first time it is asked for (as
+    /// Karpenter's EC2NodeClass controller does, before any launch), tagged as made for
+    /// `deployment`; `None` when the class names neither. A role that does not exist is
+    /// [`NodeClassReason::RoleNotFound`].
+    fn instance_profile(
+        &self,
+        node_class: &EC2NodeClass,
+        deployment: &str,
+    ) -> impl Future<Output = Result<Option<String>, CloudError>> + Send;
     /// One instance.
     fn get(&self, id: &str) -> impl Future<Output = Result<Instance, CloudError>> + Send;
     /// This cluster's instances that are not terminated.

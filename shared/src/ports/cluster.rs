@@ -56,6 +56,25 @@ impl<T> Default for Validated<T> {
 
 pub use crate::model::metadata_patch::MetadataPatch;
 
+/// The kinds whose `status` Carpool writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StatusOf {
+    /// `karpenter.sh/v1` NodePool.
+    NodePool,
+    /// `karpenter.k8s.aws/v1` EC2NodeClass.
+    EC2NodeClass,
+}
+
+impl StatusOf {
+    /// The kind's name.
+    pub fn kind(self) -> &'static str {
+        match self {
+            StatusOf::NodePool => "NodePool",
+            StatusOf::EC2NodeClass => "EC2NodeClass",
+        }
+    }
+}
+
 /// A Kubernetes API call that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -218,6 +237,15 @@ pub trait Cluster: Send + Sync {
         node: &str,
         labels: &MetadataPatch,
         annotations: &MetadataPatch,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Merges `status` (an object) into the `status` of the NodePool or EC2NodeClass
+    /// `name`, through its status subresource only: the fields given replace theirs, the
+    /// others stay. A missing object is `NotFound`.
+    fn write_status(
+        &self,
+        kind: StatusOf,
+        name: &str,
+        status: &serde_json::Value,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Publishes a Kubernetes Event about a pod (best effort: see the contract).
     fn publish_event(&self, event: &PodEvent) -> impl Future<Output = Result<(), ClusterError>> + Send;

@@ -17,12 +17,12 @@ mod store;
 
 pub use crate::model::pod_event::{EventReason, EventType, MAX_MESSAGE_BYTES, PodEvent, PodRef};
 pub use clock::{Clock, EpochMillis, Timer, epoch_millis};
-pub use cloud::{BoxError, ConfiguredNodeRole, NodeClassReason};
+pub use cloud::{BoxError, NodeClassReason};
 pub use cloud::{
-    Cloud, CloudError, ImageVariant, Instance, InstanceState, LaunchRequest, OfferingKey, OnDemandPrice, ResolvedImage,
-    SpotPrice, ZonalOffering,
+    Cloud, CloudError, ImageVariant, Instance, InstanceNetwork, InstanceState, LaunchRequest, OfferingKey,
+    OnDemandPrice, ResolvedImage, ResolvedNetwork, ResolvedSubnet, SpotPrice, ZonalOffering,
 };
-pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, Validated};
+pub use cluster::{Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, StatusOf, Validated};
 pub use store::{
     Backoff, DisruptionRecord, DisruptionStep, FailureReason, LaunchRecord, LaunchState, Lease, NodeRecord,
     Reservation, StateStore, StoreError, UnavailableOffering, sort_key,

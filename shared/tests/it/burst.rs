@@ -55,6 +55,7 @@ fn add_node(w: &World, name: &str, id: &str, capacity_type: CapacityType) {
         deployment: Some(DEPLOYMENT.into()),
         state: InstanceState::Running,
         launched_at: Some(START as i64 * 1000 - 3_600_000),
+        network: Default::default(),
     });
     w.cluster.add_node(
         NodeBuilder::new(name)

@@ -196,6 +196,7 @@ fn a_spot_warning_for_a_node_of_a_good_nodepool_is_drained_and_replaced_beside_a
         deployment: Some(DEPLOYMENT.into()),
         state: InstanceState::Running,
         launched_at: Some(START as i64 * 1000 - 3_600_000),
+        network: Default::default(),
     });
     w.cluster.add_node(
         NodeBuilder::new(NODE)

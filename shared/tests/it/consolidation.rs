@@ -12,7 +12,7 @@ use carpool::fixtures::{EC2NodeClassBuilder, PodBuilder};
 use carpool::model::CapacityType;
 use carpool::model::pod::Pod;
 use carpool::model::well_known as wk;
-use carpool::ports::{Clock, DisruptionStep, Instance, InstanceState, StateStore};
+use carpool::ports::{Clock, DisruptionStep, Instance, InstanceNetwork, InstanceState, StateStore};
 use carpool::run::consolidate::{ConsolidationReport, ConsolidationSettings, Consolidator};
 use carpool::run::provision::Settings;
 use k8s_openapi::api::core::v1::Node;
@@ -88,6 +88,11 @@ impl World {
             deployment: Some(DEPLOYMENT.into()),
             state: InstanceState::Running,
             launched_at: Some(START as i64 * 1000 - 3_600_000),
+            // Where the fake cloud's default class puts it.
+            network: InstanceNetwork {
+                subnet: Some("subnet-us-east-1a".into()),
+                security_groups: vec![carpool::fakes::DEFAULT_SECURITY_GROUP.into()],
+            },
         });
         self.add_node(name, &format!("aws:///us-east-1a/{id}"), "m5.xlarge");
     }
@@ -561,6 +566,7 @@ fn a_karpenter_node_beside_carpools_is_never_selected_even_when_empty() {
         deployment: None,
         state: InstanceState::Running,
         launched_at: Some(START as i64 * 1000 - 3_600_000),
+        network: Default::default(),
     });
     w.add_node("karpenter-node", "aws:///us-east-1a/i-karpenter", "m5.xlarge");
     let mut node = w.cluster.node("karpenter-node").unwrap();
@@ -780,4 +786,65 @@ fn drift_of_many_nodes_starts_as_many_replacements_as_the_budget_allows_in_one_r
         "the budget is used by the four in flight: {r:#?}"
     );
     assert_eq!(w.replacements().len(), 4);
+}
+
+/// Issue 28: what the class's security group selector selects is drift, not only its AMI.
+/// A node launched with the class's group `sg-fake` is left alone while the selector still
+/// selects exactly that; once the groups are re-tagged so that it selects `sg-new`, the
+/// node is drifted and replaced, and the replacement carries `sg-new`. Karpenter's
+/// `CloudProvider.areSecurityGroupsDrifted` (aws/karpenter-provider-aws
+/// `pkg/cloudprovider/drift.go`) compares the instance's set with the class's.
+#[test]
+fn a_node_whose_security_groups_its_class_no_longer_selects_is_drifted_and_replaced() {
+    let w = World::new();
+    w.node("n1");
+    w.pod_of("web-1", "n1", "3", "8Gi");
+    let r = w.run("run-1").unwrap();
+    assert!(r.commands.is_empty(), "nothing drifted yet: {r:#?}");
+
+    w.cloud.set_security_groups("default", &["sg-new"]);
+    let r = w.run("run-2").unwrap();
+    let drift: Vec<_> = r
+        .commands
+        .iter()
+        .filter(|c| c.method == carpool::decide::disruption::Method::Drift)
+        .collect();
+    assert_eq!(drift.len(), 1, "{r:#?}");
+    assert_eq!(drift[0].nodes, vec!["n1".to_string()]);
+    let replacements = w.replacements();
+    assert_eq!(replacements.len(), 1);
+    assert_eq!(replacements[0].network.security_groups, vec!["sg-new".to_string()]);
+}
+
+/// Issue 28: a node in a subnet its class no longer selects is drifted (Karpenter's
+/// `CloudProvider.isSubnetDrifted`); a class that still selects it leaves the node alone
+/// even when it selects more subnets.
+#[test]
+fn a_node_in_a_subnet_its_class_no_longer_selects_is_drifted() {
+    let w = World::new();
+    w.node("n1");
+    w.pod_of("web-1", "n1", "3", "8Gi");
+    w.cloud.set_subnet("default", "us-east-1b", "subnet-extra");
+    let r = w.run("run-1").unwrap();
+    assert!(r.commands.is_empty(), "its subnet is still selected: {r:#?}");
+
+    w.cloud.set_subnet("default", "us-east-1a", "subnet-replacing-it");
+    let r = w.run("run-2").unwrap();
+    assert_eq!(r.commands.len(), 1, "{r:#?}");
+    assert_eq!(r.commands[0].method, carpool::decide::disruption::Method::Drift);
+    assert_eq!(r.commands[0].nodes, vec!["n1".to_string()]);
+}
+
+/// Issue 28: a class whose security group selector matches nothing is the class's error:
+/// its NodePools are left out of the decision (their nodes are not candidates, nothing is
+/// planned on them), as a class that cannot be resolved is; nothing is drifted for it.
+#[test]
+fn a_class_whose_security_group_selector_matches_nothing_drifts_nothing() {
+    let w = World::new();
+    w.node("n1");
+    w.pod_of("web-1", "n1", "3", "8Gi");
+    w.cloud.set_security_groups("default", &[]);
+    let r = w.run("run-1").unwrap();
+    assert!(r.commands.is_empty(), "{r:#?}");
+    assert!(w.replacements().is_empty());
 }

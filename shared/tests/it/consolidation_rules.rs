@@ -99,6 +99,7 @@ fn input<'a>(s: &'a Snapshot, region: &'a RegionCatalog<'a>) -> DisruptionInput<
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        networks: Default::default(),
         owned: None,
         held_back: Default::default(),
     }

@@ -130,6 +130,7 @@ fn decide_with(s: &Snapshot, now: &str, tune: impl FnOnce(&mut RegionCatalog<'st
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        networks: Default::default(),
         owned: None,
         held_back: Default::default(),
     })
@@ -200,6 +201,7 @@ fn a_karpenter_labelled_node_that_carpool_did_not_launch_is_never_a_candidate() 
         in_progress: Default::default(),
         settings: DisruptionSettings::default(),
         images: Default::default(),
+        networks: Default::default(),
         owned,
         held_back: Default::default(),
     };
@@ -517,6 +519,8 @@ fn a_node_launched_from_an_older_template_is_replaced_and_a_current_one_is_not()
     let with_hash = |name: &str, hash: &str| {
         let mut n = node(name, "default", "m5.large", "on-demand");
         n["metadata"]["labels"][HASH_KEY] = json!(hash);
+        n["metadata"]["labels"][carpool::model::well_known::NODEPOOL_HASH_VERSION] =
+            json!(carpool::decide::disruption::drift::HASH_VERSION);
         n
     };
     let s = snapshot(vec![
@@ -662,6 +666,18 @@ fn a_balanced_pool_refuses_a_move_that_disrupts_much_for_little() {
     let d = decide_at(&build("Balanced"), NOW);
     assert!(d.command.is_none(), "{d:#?}");
     assert_eq!(blocked(&d, "x"), Some(BlockKind::BelowThreshold));
+
+    // Carpool's own annotation sets k: with k = 4 the threshold is 0.25, and the same move
+    // (score 0.33) is made. Karpenter's k is the constant `BalancedK` = 2.
+    let mut lenient = build("Balanced");
+    for p in lenient.nodepools.iter_mut() {
+        p.metadata.annotations.get_or_insert_default().insert(
+            carpool::model::nodepool::CONSOLIDATION_THRESHOLD_ANNOTATION.into(),
+            "4".into(),
+        );
+    }
+    let cmd = decide_at(&lenient, NOW).command.expect("approved with k = 4");
+    assert_eq!(cmd.nodes, vec!["x".to_string()]);
 }
 
 #[test]
@@ -748,6 +764,7 @@ fn a_node_on_an_ami_its_class_no_longer_resolves_is_drifted() {
         )]
         .into_iter()
         .collect(),
+        networks: Default::default(),
         owned: None,
         held_back: Default::default(),
     });
@@ -778,4 +795,85 @@ fn a_node_whose_drain_stalled_is_left_alone_until_its_annotation_passes() {
     assert_eq!(blocked(&d, "a"), Some(BlockKind::Stalled));
     let later = decide_at(&s, "2026-12-02T12:31:00Z");
     assert_eq!(later.command.expect("picked again once it passed").nodes.len(), 3);
+}
+
+/// The drift hash leaves the class's selector terms out and carries a version, as
+/// Karpenter's `EC2NodeClass.Hash` (`hash:"ignore"` on the selector terms) and
+/// `CloudProvider.areStaticFieldsDrifted` (hash versions compared first) do
+/// (aws/karpenter-provider-aws `pkg/apis/v1/ec2nodeclass.go`, `pkg/cloudprovider/drift.go`).
+mod drift_hash {
+    use super::*;
+    use carpool::decide::disruption::drift::{HASH_VERSION, legacy_template_hash, template_hash};
+    use carpool::model::well_known::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
+
+    fn with_class(class: Value, hash: Option<(&str, Option<&str>)>) -> Snapshot {
+        let mut n = node("old", "default", "m5.large", "on-demand");
+        if let Some((hash, version)) = hash {
+            n["metadata"]["labels"][NODEPOOL_HASH] = json!(hash);
+            if let Some(v) = version {
+                n["metadata"]["labels"][NODEPOOL_HASH_VERSION] = json!(v);
+            }
+        }
+        let items = vec![
+            on_demand_m5("default"),
+            n,
+            pod_on("web-a", "old", "1500m", "5Gi").build(),
+            class,
+        ];
+        let mut s = Snapshot::default();
+        s.add_text("test", &json!({"kind": "List", "items": items}).to_string())
+            .unwrap();
+        assert!(s.skipped.is_empty(), "{:?}", s.skipped);
+        s
+    }
+
+    /// The hashes of the standard class and the pool, as a launch records them.
+    fn hashes() -> (String, String) {
+        let s = with_class(EC2NodeClassBuilder::standard().build(), None);
+        let (pool, class) = (&s.nodepools[0], &s.nodeclasses[0]);
+        (
+            template_hash(pool, Some(class)),
+            legacy_template_hash(pool, Some(class)),
+        )
+    }
+
+    fn drifted(s: &Snapshot) -> bool {
+        decide_at(s, NOW).command.is_some_and(|c| c.method == Method::Drift)
+    }
+
+    #[test]
+    fn a_selector_rewritten_to_select_the_same_resources_drifts_nothing() {
+        let (hash, _) = hashes();
+        let mut class = EC2NodeClassBuilder::standard().build();
+        class["spec"]["securityGroupSelectorTerms"] = json!([{"id": "sg-0123456789abcdef0"}]);
+        class["spec"]["subnetSelectorTerms"] = json!([{"tags": {"Name": "private-*"}}]);
+        class["spec"]["amiSelectorTerms"] = json!([{"alias": "al2023@v20250101"}]);
+        assert!(!drifted(&with_class(class, Some((&hash, Some(HASH_VERSION))))));
+    }
+
+    #[test]
+    fn a_change_to_a_field_the_node_boots_with_is_drift() {
+        let (hash, _) = hashes();
+        let mut class = EC2NodeClassBuilder::standard().build();
+        class["spec"]["tags"] = json!({"team": "checkout"});
+        assert!(drifted(&with_class(class, Some((&hash, Some(HASH_VERSION))))));
+    }
+
+    #[test]
+    fn a_node_without_a_hash_version_is_compared_with_the_first_versions_hash() {
+        let (_, legacy) = hashes();
+        let standard = EC2NodeClassBuilder::standard().build();
+        assert!(!drifted(&with_class(standard.clone(), Some((&legacy, None)))));
+        // The first version hashed the selector terms: a node launched under it drifts
+        // when they change, as it did before.
+        let mut class = standard;
+        class["spec"]["securityGroupSelectorTerms"] = json!([{"id": "sg-0123456789abcdef0"}]);
+        assert!(drifted(&with_class(class, Some((&legacy, None)))));
+    }
+
+    #[test]
+    fn a_hash_of_another_version_is_not_compared() {
+        let standard = EC2NodeClassBuilder::standard().build();
+        assert!(!drifted(&with_class(standard, Some(("some-other-hash", Some("v99"))))));
+    }
 }

@@ -274,6 +274,7 @@ proptest! {
             in_progress: Default::default(),
             settings: DisruptionSettings::default(),
             images: Default::default(),
+            networks: Default::default(),
             owned: None,
             held_back: Default::default(),
         });

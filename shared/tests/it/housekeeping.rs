@@ -45,6 +45,7 @@ fn instance(id: &str, launch_id: &str, launched_at: EpochMillis) -> Instance {
         deployment: Some(DEPLOYMENT.into()),
         state: InstanceState::Running,
         launched_at: Some(launched_at),
+        network: Default::default(),
     }
 }
 

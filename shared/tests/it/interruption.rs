@@ -117,6 +117,7 @@ fn world_in(capacity_type: CapacityType, kubelet: bool) -> World {
         deployment: Some(DEPLOYMENT.into()),
         state: InstanceState::Running,
         launched_at: Some(START as i64 * 1000 - 3_600_000),
+        network: Default::default(),
     });
     let node: Node = NodeBuilder::new(NODE)
         .label(wk::NODEPOOL, "general")
@@ -344,6 +345,14 @@ impl Cluster for Replicas<'_> {
         annotations: &MetadataPatch,
     ) -> Result<(), ClusterError> {
         self.inner.patch_labels_annotations(node, labels, annotations).await
+    }
+    async fn write_status(
+        &self,
+        kind: carpool::ports::StatusOf,
+        name: &str,
+        status: &serde_json::Value,
+    ) -> Result<(), ClusterError> {
+        self.inner.write_status(kind, name, status).await
     }
     async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {
         self.inner.publish_event(event).await
@@ -588,6 +597,7 @@ fn an_instance_another_deployment_launched_is_left_alone() {
         deployment: Some("carpool-staging".into()),
         state: InstanceState::Running,
         launched_at: None,
+        network: Default::default(),
     });
     let reports = handle(&w, &w.cluster, "inv-1", &spot_warning("e-1", "i-0other", start()));
     assert!(matches!(&reports[0].outcome, Outcome::NotOwned { reason } if reason.contains("carpool-staging")));

@@ -96,6 +96,7 @@ mod provisioner_crash;
 mod run_world;
 mod scheduler_replay;
 mod starting_nodes;
+mod status;
 mod store_contract;
 mod support;
 mod waves;

@@ -207,6 +207,11 @@ fn an_ec2nodeclass_with_every_field_reads_and_its_kubelet_changes_allocatable() 
     );
     assert!(s.user_data.as_deref().unwrap().contains("NodeConfig"));
     assert_eq!(nc.root_volume_bytes(), Some(100 << 30));
+    // Spelled as Karpenter's API spells them (`associatePublicIPAddress`, not `...Ip...`).
+    assert_eq!(s.associate_public_ip_address, Some(false));
+    assert_eq!(s.detailed_monitoring, Some(true));
+    assert_eq!(s.instance_store_policy.as_deref(), Some("RAID0"));
+    assert!(s.context.as_deref().is_some_and(|c| c.ends_with("fleet-context/abc")));
 
     let kubelet = s.kubelet.clone().unwrap();
     assert_eq!(kubelet.image_gc_high_threshold_percent, Some(85));

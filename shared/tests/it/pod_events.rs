@@ -182,8 +182,15 @@ impl Cloud for RefusingLaunches<'_> {
     async fn launch(&self, _: &LaunchRequest) -> Result<Instance, CloudError> {
         Err(CloudError::Api("InvalidGroup.NotFound: sg-0bad does not exist".into()))
     }
-    async fn zones(&self, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
-        self.0.zones(node_class).await
+    async fn network(&self, node_class: &EC2NodeClass) -> Result<carpool::ports::ResolvedNetwork, CloudError> {
+        self.0.network(node_class).await
+    }
+    async fn instance_profile(
+        &self,
+        node_class: &EC2NodeClass,
+        deployment: &str,
+    ) -> Result<Option<String>, CloudError> {
+        self.0.instance_profile(node_class, deployment).await
     }
     async fn images(&self, node_class: &EC2NodeClass) -> Result<Vec<carpool::ports::ResolvedImage>, CloudError> {
         self.0.images(node_class).await

@@ -56,6 +56,7 @@ pub fn tagged(id: &str, launch_id: &str, deployment: Option<&str>, launched_at: 
         deployment: deployment.map(str::to_string),
         state: InstanceState::Running,
         launched_at,
+        network: Default::default(),
     }
 }
 

@@ -111,6 +111,9 @@ const NEEDED: &[Ask] = &[
     cluster("get", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("list", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("watch", "ec2nodeclasses.karpenter.k8s.aws"),
+    // The status of the NodePools and classes it manages, what `kubectl get` shows.
+    sub("patch", "nodepools.karpenter.sh", "status", Scope::Cluster),
+    sub("patch", "ec2nodeclasses.karpenter.k8s.aws", "status", Scope::Cluster),
     // Events on pending pods, in their namespaces.
     all("create", "events.events.k8s.io"),
     all("patch", "events.events.k8s.io"),
@@ -155,6 +158,9 @@ const FORBIDDEN: &[Ask] = &[
     cluster("delete", "nodepools.karpenter.sh"),
     cluster("update", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("delete", "ec2nodeclasses.karpenter.k8s.aws"),
+    cluster("patch", "ec2nodeclasses.karpenter.k8s.aws"),
+    // No status of a kind it does not describe.
+    sub("patch", "nodeclaims.karpenter.sh", "status", Scope::Cluster),
     // No privilege escalation.
     cluster("create", "clusterrolebindings.rbac.authorization.k8s.io"),
     cluster("escalate", "clusterroles.rbac.authorization.k8s.io"),

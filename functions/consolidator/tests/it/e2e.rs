@@ -96,6 +96,25 @@ impl Scene {
         })
     }
 
+    /// A scene whose NodePool consolidates with Karpenter's `Balanced` policy, which the
+    /// real NodePool CRD (kubernetes-sigs/karpenter v1.15, installed by the local stack)
+    /// accepts.
+    async fn balanced(prefix: &str) -> Result<Self> {
+        let base = Base::with_pool(prefix, |pool| {
+            let mut pool = pool
+                .requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
+                .build();
+            pool["spec"]["disruption"] = json!({"consolidationPolicy": "Balanced", "consolidateAfter": "0s",
+                "budgets": [{"nodes": "100%"}]});
+            pool
+        })
+        .await?;
+        Ok(Scene {
+            base,
+            ahead: std::sync::Mutex::new(Duration::ZERO),
+        })
+    }
+
     /// A Deployment of `replicas` pods selecting this test's NodePool; `annotations` on
     /// its pods.
     async fn deployment(&self, app: &str, replicas: i32, cpu: &str, annotations: serde_json::Value) -> Result<()> {
@@ -816,4 +835,63 @@ async fn shut_down_first(scene: &Scene) -> Result<()> {
         seen.pods
     );
     Ok(())
+}
+
+/// Issue 28: a NodePool with `consolidationPolicy: Balanced` is accepted by Karpenter's own
+/// NodePool CRD and consolidates: after a scale-down from twelve pods to two, the
+/// consolidator removes the nodes left empty, as Karpenter deletes empty nodes under every
+/// policy (kubernetes-sigs/karpenter `pkg/controllers/disruption/controller.go`: "Delete
+/// empty nodes across all consolidation policies"); the score of a move that replaces or
+/// deletes a node with pods (`balanced.go` `ScoreMove`) is tested on the decision
+/// (`shared/tests/it/disruption.rs`).
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_balanced_nodepool_is_accepted_and_consolidates_after_a_scale_down() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::balanced("e2e-bal").await?;
+    let harness = scene.harness().await?;
+    let result = async {
+        scene.deployment("web", 12, "1500m", json!({})).await?;
+        wait::unschedulable(&scene.kube, &scene.name, 12, WAIT).await?;
+        scene.provision(Duration::from_secs(20)).await?;
+        scene.wait_running(12).await?;
+        let before = scene.nodes().await?;
+        ensure!(before.len() >= 2, "{before:?}");
+        scene.scale("web", 2).await?;
+        scene.wait_running(2).await?;
+        let mut commands = Vec::new();
+        let mut quiet = 0;
+        for run in 0..12 {
+            let report = scene.consolidate(&format!("bal-{run}")).await?;
+            ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
+            commands.extend(report.command.clone());
+            quiet = if report.command.is_none() && report.steps.is_empty() {
+                quiet + 1
+            } else {
+                0
+            };
+            if quiet == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        ensure!(quiet == 2, "the consolidator did not settle: {commands:?}");
+        scene.wait_running(2).await?;
+        let after = scene.nodes().await?;
+        eprintln!(
+            "Balanced: {} nodes before, {} after; {commands:?}",
+            before.len(),
+            after.len()
+        );
+        ensure!(!commands.is_empty(), "nothing was consolidated");
+        ensure!(
+            after.len() < before.len(),
+            "{} nodes before, {} after",
+            before.len(),
+            after.len()
+        );
+        Ok(())
+    }
+    .await;
+    scene.finish(harness, result).await
 }

@@ -41,6 +41,7 @@ fn app() -> App<FakeCloud, FakeCluster, FakeStore, FakeClock> {
         deployment: Some("carpool-test".into()),
         state: InstanceState::Running,
         launched_at: Some(START as i64 * 1000 - 3_600_000),
+        network: Default::default(),
     });
     let cluster = FakeCluster::new();
     cluster.add_nodepool(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general"},

@@ -37,6 +37,7 @@ fn app() -> App<FakeCloud, FakeCluster, FakeStore, FakeClock> {
         deployment: None,
         state: InstanceState::Running,
         launched_at: None,
+        network: Default::default(),
     });
     App::new(cloud, FakeCluster::new(), FakeStore::new(), clock, config, region)
 }

@@ -703,8 +703,15 @@ impl<C: Cloud> Cloud for OutOfCapacityOnce<C> {
         });
         self.inner.launch(&rest).await
     }
-    async fn zones(&self, node_class: &EC2NodeClass) -> Result<Vec<String>, CloudError> {
-        self.inner.zones(node_class).await
+    async fn network(&self, node_class: &EC2NodeClass) -> Result<carpool::ports::ResolvedNetwork, CloudError> {
+        self.inner.network(node_class).await
+    }
+    async fn instance_profile(
+        &self,
+        node_class: &EC2NodeClass,
+        deployment: &str,
+    ) -> Result<Option<String>, CloudError> {
+        self.inner.instance_profile(node_class, deployment).await
     }
     async fn images(&self, node_class: &EC2NodeClass) -> Result<Vec<carpool::ports::ResolvedImage>, CloudError> {
         self.inner.images(node_class).await

@@ -2,6 +2,11 @@
 //! request that launches one instance of one of the request's types in its zone, and what
 //! its answer says was launched.
 //!
+//! From the EC2NodeClass, as Karpenter's launch template and fleet request carry them:
+//! `associatePublicIPAddress` on the primary network interface (which holds the security
+//! groups), `detailedMonitoring` as the template's `Monitoring`, and `context` as
+//! CreateFleet's `Context`.
+//!
 //! Tags: the EC2NodeClass's `spec.tags` go on the launch template and, through CreateFleet,
 //! on the instance and its volumes; Carpool's own tags (cluster, deployment, NodePool,
 //! launch id, launch template, `Name`) win over user tags of the same key. Housekeeping terminates only
@@ -14,7 +19,8 @@ use aws_sdk_ec2::types::{
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy,
     FleetType, InstanceLifecycle, InstanceType, LaunchTemplateHttpTokensState,
     LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplatesMonitoringRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
     SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
 use std::collections::BTreeMap;
@@ -44,8 +50,13 @@ pub const LAUNCH_TEMPLATE_TAG: &str = "carpool.sh/launch-template";
 pub struct TemplateContent {
     /// The AMI id.
     pub image_id: String,
-    /// Security group ids, sorted.
+    /// Security group ids, sorted: those of the primary network interface.
     pub security_group_ids: Vec<String>,
+    /// Whether the primary network interface gets a public IPv4 address
+    /// (`associatePublicIPAddress`); `None` leaves it to the subnet's setting.
+    pub associate_public_ip_address: Option<bool>,
+    /// CloudWatch detailed (one-minute) monitoring (`detailedMonitoring`; off by default).
+    pub detailed_monitoring: bool,
     /// `required` or `optional`.
     pub http_tokens: String,
     /// The IMDS hop limit.
@@ -64,7 +75,8 @@ pub struct TemplateContent {
 
 impl TemplateContent {
     /// The content for a class of `cluster`: IMDSv2 required with hop limit 1 unless the
-    /// class says otherwise, the class's volumes (or the AL2023 default root) and tags.
+    /// class says otherwise, the class's volumes (or the AL2023 default root), tags,
+    /// `associatePublicIPAddress` and `detailedMonitoring`.
     pub fn new(
         node_class: &EC2NodeClass,
         cluster: &str,
@@ -77,6 +89,8 @@ impl TemplateContent {
         TemplateContent {
             image_id,
             security_group_ids,
+            associate_public_ip_address: node_class.spec.associate_public_ip_address,
+            detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
             http_tokens: metadata
                 .and_then(|m| m.http_tokens.clone())
                 .unwrap_or_else(|| "required".into()),
@@ -99,11 +113,26 @@ impl TemplateContent {
         format!("carpool-{}", carpool::model::content_hash::content_hash(self))
     }
 
-    /// The launch template data.
+    /// The launch template data. As Karpenter's (`generateNetworkInterfaces` and
+    /// `CreateLaunchTemplateInputBuilder.Build`, `pkg/providers/launchtemplate/` in
+    /// aws/karpenter-provider-aws): one network interface, device index 0, holding the
+    /// security groups and `associatePublicIPAddress` (so no top-level security groups:
+    /// EC2 refuses both), and `Monitoring` always set.
     pub fn data(&self) -> RequestLaunchTemplateData {
         let mut data = RequestLaunchTemplateData::builder()
             .image_id(&self.image_id)
-            .set_security_group_ids(Some(self.security_group_ids.clone()))
+            .network_interfaces(
+                LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                    .device_index(0)
+                    .set_associate_public_ip_address(self.associate_public_ip_address)
+                    .set_groups(Some(self.security_group_ids.clone()))
+                    .build(),
+            )
+            .monitoring(
+                LaunchTemplatesMonitoringRequest::builder()
+                    .enabled(self.detailed_monitoring)
+                    .build(),
+            )
             .user_data(&self.user_data)
             .set_block_device_mappings(Some(
                 self.block_devices.iter().map(BlockDeviceContent::request).collect(),
@@ -232,7 +261,8 @@ pub fn overrides(request: &LaunchRequest, subnets: &[String]) -> Vec<FleetLaunch
 }
 
 /// A CreateFleet `instant` request for one instance of the request with this template, with
-/// the launch id as its [`client_token`].
+/// the launch id as its [`client_token`], and the class's `context` as its `Context` (as
+/// Karpenter's `CreateFleetInputBuilder.WithContextID`, `pkg/providers/instance/`).
 pub fn create_fleet(
     ec2: &aws_sdk_ec2::Client,
     cluster: &str,
@@ -277,6 +307,7 @@ pub fn create_fleet(
                 .build(),
         )
         .set_tag_specifications(Some(instance_tags(cluster, request, template_name)))
+        .set_context(request.node_class.spec.context.clone())
 }
 
 /// The instance an instant fleet's answer says it launched, read from the answer alone: no
@@ -348,6 +379,7 @@ impl Answered {
             deployment: Some(request.deployment.clone()),
             state: InstanceState::Pending,
             launched_at: Some(launched_at),
+            network: Default::default(),
         }
     }
 }
@@ -530,6 +562,7 @@ mod tests {
                 deployment: Some("carpool-test".into()),
                 state: InstanceState::Pending,
                 launched_at: Some(42),
+                network: Default::default(),
             })
         );
     }
@@ -570,5 +603,82 @@ mod tests {
         assert_eq!(token, client_token(&long));
         assert_ne!(token, client_token(&"y".repeat(65)));
         assert_ne!(client_token("run é-1"), "run é-1");
+    }
+
+    /// A class with `associatePublicIPAddress` and `detailedMonitoring` as given, set on the
+    /// typed spec (what the adapter reads).
+    fn network_class(public_ip: Option<bool>, monitoring: Option<bool>) -> EC2NodeClass {
+        let mut class = class_with(serde_json::json!({}));
+        class.spec.associate_public_ip_address = public_ip;
+        class.spec.detailed_monitoring = monitoring;
+        class
+    }
+
+    /// Karpenter's `generateNetworkInterfaces` (its last, default branch) and
+    /// `CreateLaunchTemplateInputBuilder.Build`,
+    /// `pkg/providers/launchtemplate/launchtemplate.go` and `types.go` in
+    /// aws/karpenter-provider-aws v1.15.0: one interface, `DeviceIndex` 0, the security
+    /// groups as its `Groups` and `AssociatePublicIpAddress` from the class (nil when
+    /// unset); `SecurityGroupIds` left out since an interface is defined; `Monitoring`
+    /// always set, `Enabled` from `detailedMonitoring`.
+    #[test]
+    fn the_primary_interface_holds_the_groups_and_public_ip_and_monitoring_is_set() {
+        let public = content(&network_class(Some(true), Some(true)), "ami-1").data();
+        let interfaces = public.network_interfaces();
+        assert_eq!(interfaces.len(), 1);
+        assert_eq!(interfaces[0].device_index(), Some(0));
+        assert_eq!(interfaces[0].associate_public_ip_address(), Some(true));
+        assert_eq!(interfaces[0].groups(), ["sg-1".to_string()]);
+        assert!(public.security_group_ids().is_empty(), "groups are the interface's");
+        assert_eq!(public.monitoring().and_then(|m| m.enabled()), Some(true));
+
+        let private = content(&network_class(Some(false), None), "ami-1").data();
+        assert_eq!(
+            private.network_interfaces()[0].associate_public_ip_address(),
+            Some(false)
+        );
+        let unset = content(&network_class(None, None), "ami-1").data();
+        assert_eq!(unset.network_interfaces()[0].associate_public_ip_address(), None);
+        assert_eq!(unset.monitoring().and_then(|m| m.enabled()), Some(false));
+        // `detailedMonitoring` as a manifest writes it.
+        let monitored = content(&class_with(serde_json::json!({ "detailedMonitoring": true })), "ami-1");
+        assert!(monitored.detailed_monitoring);
+    }
+
+    #[test]
+    fn classes_differing_only_in_public_ip_or_monitoring_get_their_own_templates() {
+        let names: Vec<String> = [
+            network_class(None, None),
+            network_class(Some(true), None),
+            network_class(Some(false), None),
+            network_class(None, Some(true)),
+        ]
+        .iter()
+        .map(|class| content(class, "ami-1").name())
+        .collect();
+        let distinct: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        // `detailedMonitoring: false` is the default, written or not.
+        assert_eq!(content(&network_class(None, Some(false)), "ami-1").name(), names[0]);
+    }
+
+    /// Karpenter's `instance.DefaultProvider.launchInstance` sets the fleet's context from
+    /// `nodeClass.Spec.Context` (`CreateFleetInputBuilder.WithContextID`,
+    /// `pkg/providers/instance/instance.go` and `types.go`, v1.15.0); the request built
+    /// here is the one `Ec2Cloud::launch` sends.
+    #[test]
+    fn the_fleet_request_carries_the_class_context() {
+        let ec2 = aws_sdk_ec2::Client::from_conf(
+            aws_sdk_ec2::Config::builder()
+                .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+                .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+                .build(),
+        );
+        let mut r = request(CapacityType::Spot);
+        let without = create_fleet(&ec2, "demo", &r, "carpool-0123456789abcdef", &["subnet-a".into()]);
+        assert_eq!(without.as_input().get_context(), &None);
+        r.node_class = class_with(serde_json::json!({ "context": "ec2-context-123" }));
+        let with = create_fleet(&ec2, "demo", &r, "carpool-0123456789abcdef", &["subnet-a".into()]);
+        assert_eq!(with.as_input().get_context().as_deref(), Some("ec2-context-123"));
     }
 }

@@ -1,14 +1,15 @@
-//! What the EC2 adapter looked up, kept for a short while ([`LOOKUP_TTL`]): the subnets
-//! and security groups an EC2NodeClass's selector terms select, and the launch templates
-//! known to exist. A batch launches many nodes of a few classes, and a class that keeps
-//! failing is tried again and again; without this, each launch made its own
-//! DescribeSubnets, DescribeSecurityGroups and DescribeLaunchTemplates calls, and
-//! repeated failures could throttle EC2 for the whole account.
+//! What the EC2 adapter looked up, kept for a short while ([`LOOKUP_TTL`]): the subnets and
+//! security groups an EC2NodeClass's selector terms select, the launch templates known to
+//! exist, the instance profiles Carpool made that hold their role, and the roles IAM said
+//! do not exist ([`ROLE_NOT_FOUND_TTL`] at most). A batch launches many nodes of a few
+//! classes, and a class that keeps failing is tried again and again; without this, each
+//! launch made its own DescribeSubnets, DescribeSecurityGroups and DescribeLaunchTemplates
+//! calls, and repeated failures could throttle EC2 for the whole account.
 //!
 //! Entries are keyed by the selector terms themselves (their JSON), so an edited class is
-//! looked up afresh at once; only changes in EC2 (a subnet tagged, a group deleted) take
-//! up to the TTL to be seen. Failed lookups are not kept. A launch template that
-//! CreateFleet no longer finds is forgotten at once.
+//! looked up afresh at once; only changes in EC2 (a subnet tagged, a group deleted) take up
+//! to the TTL to be seen. Failed lookups are not kept. A launch template that CreateFleet
+//! no longer finds is forgotten at once.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -67,6 +68,12 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     }
 }
 
+/// How long a role IAM said does not exist is remembered, at most: a minute, as Karpenter
+/// keeps its `RoleNotFoundErrorCache` (`cache.DefaultCleanupInterval`,
+/// `pkg/operator/operator.go` in aws/karpenter-provider-aws), so a class naming a missing
+/// role does not call IAM at every launch, and a role created since is used soon.
+pub const ROLE_NOT_FOUND_TTL: Duration = Duration::from_secs(60);
+
 /// Subnets as (id, zone), by the subnet selector terms' JSON and the zone asked for.
 pub type SubnetCache = TtlCache<(String, Option<String>), Vec<(String, String)>>;
 
@@ -79,6 +86,10 @@ pub struct Lookups {
     pub security_groups: Arc<TtlCache<String, Vec<String>>>,
     /// Launch template names known to exist.
     pub templates: Arc<TtlCache<String, ()>>,
+    /// Names of the instance profiles Carpool made, known to exist and hold their role.
+    pub instance_profiles: Arc<TtlCache<String, ()>>,
+    /// Roles IAM said do not exist, with IAM's message.
+    pub missing_roles: Arc<TtlCache<String, String>>,
 }
 
 impl Lookups {
@@ -88,6 +99,8 @@ impl Lookups {
             subnets: Arc::new(TtlCache::new(ttl)),
             security_groups: Arc::new(TtlCache::new(ttl)),
             templates: Arc::new(TtlCache::new(ttl)),
+            instance_profiles: Arc::new(TtlCache::new(ttl)),
+            missing_roles: Arc::new(TtlCache::new(ttl.min(ROLE_NOT_FOUND_TTL))),
         }
     }
 }

@@ -6,8 +6,8 @@
 //!   for 5 minutes so that repeated launches do not repeat the Describe calls.
 //! - [`ami`]: its AMIs, as Karpenter resolves them (aliases through the public SSM
 //!   parameters, terms through DescribeImages), each with what it boots; cached.
-//! - [`instance_profile`]: the instance profile of a class (its own, or the configured
-//!   node role's).
+//! - [`instance_profile`]: the instance profile of a class (its own, the configured node
+//!   role's, or one Carpool makes for the class's role in IAM and reuses).
 //! - [`user_data`]: the AL2023 nodeadm NodeConfig merged with the class's user data.
 //! - [`mime`]: the MIME multipart document that user data is.
 //! - [`block_devices`]: the volumes of a launch template.
@@ -39,10 +39,11 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use base64::Engine as _;
 use carpool::model::CapacityType;
+use carpool::model::EC2NodeClass;
 use carpool::model::ec2nodeclass::UserDataFormat;
 use carpool::ports::{
-    Cloud, CloudError, Instance, InstanceState, LaunchRequest, NodeClassReason, OnDemandPrice, ResolvedImage,
-    SpotPrice, ZonalOffering, epoch_millis,
+    Cloud, CloudError, Instance, InstanceNetwork, InstanceState, LaunchRequest, NodeClassReason, OnDemandPrice,
+    ResolvedImage, ResolvedNetwork, SpotPrice, ZonalOffering, epoch_millis,
 };
 
 use self::errors::{NOT_FOUND_CODES, fleet_failure, map_launch_err, map_sdk_err};
@@ -75,6 +76,8 @@ pub struct Ec2Clients {
     pub ssm: aws_sdk_ssm::Client,
     /// The Price List API, on its own endpoint ([`pricing::client`] makes one).
     pub pricing: aws_sdk_pricing::Client,
+    /// IAM (global): the instance profiles made for the roles EC2NodeClasses name.
+    pub iam: aws_sdk_iam::Client,
 }
 
 impl Ec2Clients {
@@ -84,6 +87,7 @@ impl Ec2Clients {
             ec2: aws_sdk_ec2::Client::new(sdk),
             ssm: aws_sdk_ssm::Client::new(sdk),
             pricing: pricing::client(sdk),
+            iam: aws_sdk_iam::Client::new(sdk),
         }
     }
 }
@@ -94,6 +98,7 @@ pub struct Ec2Cloud {
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
     pricing: aws_sdk_pricing::Client,
+    iam: aws_sdk_iam::Client,
     cluster: ClusterInfo,
     ami_ssm_parameter: String,
     public_ssm_root: String,
@@ -114,6 +119,7 @@ impl Ec2Cloud {
             ec2: clients.ec2,
             ssm: clients.ssm,
             pricing: clients.pricing,
+            iam: clients.iam,
             cluster,
             ami_ssm_parameter: ami_ssm_parameter.into(),
             public_ssm_root: carpool::run::config::DEFAULT_PUBLIC_SSM_ROOT.to_string(),
@@ -196,7 +202,8 @@ impl Ec2Cloud {
     }
 
     /// The node role the deployment created an instance profile for: a class whose
-    /// `spec.role` is `role` launches with `instance_profile`.
+    /// `spec.role` is `role` launches with `instance_profile`, with no IAM call (any other
+    /// role gets a profile Carpool makes, [`instance_profile`]).
     pub fn with_node_role(mut self, role: impl Into<String>, instance_profile: impl Into<String>) -> Self {
         self.node_role = Some(NodeRole {
             role: role.into(),
@@ -306,7 +313,7 @@ impl Ec2Cloud {
                 source: None,
             });
         }
-        let profile = instance_profile::instance_profile(node_class, self.node_role.as_ref())?;
+        let profile = self.profile_for(&request.node_class, &request.deployment).await?;
         let security_groups = resolve::security_groups(&self.ec2, &self.lookups, node_class).await?;
         if security_groups.is_empty() {
             return Err(CloudError::NodeClass {
@@ -324,19 +331,26 @@ impl Ec2Cloud {
             // Karpenter's Custom family: the class's userData alone, as written.
             node_class.spec.user_data.clone().unwrap_or_default()
         } else if format == UserDataFormat::Al2 {
-            al2_bootstrap::user_data(&self.cluster, &labels, &taints, node_class.spec.user_data.as_deref()).map_err(
-                |e| CloudError::NodeClass {
-                    node_class: node_class.name().to_string(),
-                    reason: NodeClassReason::UserData,
-                    source: Some(Box::new(e)),
-                },
-            )?
+            al2_bootstrap::user_data(
+                &self.cluster,
+                &labels,
+                &taints,
+                node_class.spec.kubelet.as_ref(),
+                node_class.spec.instance_store_policy.as_deref(),
+                node_class.spec.user_data.as_deref(),
+            )
+            .map_err(|e| CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason: NodeClassReason::UserData,
+                source: Some(Box::new(e)),
+            })?
         } else if format == UserDataFormat::Bottlerocket {
             bottlerocket::settings(
                 &self.cluster,
                 &labels,
                 &taints,
                 node_class.spec.kubelet.as_ref(),
+                bottlerocket::raid0_bind(node_class),
                 node_class.spec.user_data.as_deref(),
             )
             .map_err(|e| CloudError::NodeClass {
@@ -345,17 +359,23 @@ impl Ec2Cloud {
                 source: Some(Box::new(e)),
             })?
         } else {
-            user_data::user_data(&self.cluster, &labels, &taints, node_class.spec.user_data.as_deref()).map_err(
-                |e| match e {
-                    // The class's userData is the class's mistake; writing the NodeConfig is ours.
-                    user_data::UserDataError::Mime(_) => CloudError::NodeClass {
-                        node_class: node_class.name().to_string(),
-                        reason: NodeClassReason::UserData,
-                        source: Some(Box::new(e)),
-                    },
-                    user_data::UserDataError::Yaml(_) => CloudError::Api(Box::new(e)),
+            user_data::user_data(
+                &self.cluster,
+                &labels,
+                &taints,
+                node_class.spec.kubelet.as_ref(),
+                node_class.spec.instance_store_policy.as_deref(),
+                node_class.spec.user_data.as_deref(),
+            )
+            .map_err(|e| match e {
+                // The class's userData is the class's mistake; writing the NodeConfig is ours.
+                user_data::UserDataError::Mime(_) => CloudError::NodeClass {
+                    node_class: node_class.name().to_string(),
+                    reason: NodeClassReason::UserData,
+                    source: Some(Box::new(e)),
                 },
-            )?
+                user_data::UserDataError::Yaml(_) => CloudError::Api(Box::new(e)),
+            })?
         };
         let user_data = base64::engine::general_purpose::STANDARD.encode(document);
         Ok(TemplateContent::new(
@@ -366,6 +386,34 @@ impl Ec2Cloud {
             profile,
             user_data,
         ))
+    }
+
+    /// The instance profile of a class ([`instance_profile::choice`]): the class's
+    /// `instanceProfile`, the configured profile for the configured role, else the profile
+    /// Carpool makes for the class's role, created the first time it is asked for, tagged
+    /// with `deployment` (else the cluster), and reused.
+    async fn profile_for(&self, node_class: &EC2NodeClass, deployment: &str) -> Result<Option<String>, CloudError> {
+        match instance_profile::choice(node_class, self.node_role.as_ref()) {
+            instance_profile::ProfileChoice::None => Ok(None),
+            instance_profile::ProfileChoice::Named(name) => Ok(Some(name)),
+            instance_profile::ProfileChoice::Managed { role } => {
+                let managed_by = if deployment.is_empty() {
+                    &self.cluster.name
+                } else {
+                    deployment
+                };
+                let profile = instance_profile::ManagedProfile::new(
+                    &self.cluster.name,
+                    &self.region()?,
+                    node_class,
+                    &role,
+                    managed_by,
+                );
+                instance_profile::ensure(&self.iam, &self.lookups, &profile)
+                    .await
+                    .map(Some)
+            }
+        }
     }
 
     /// The type of an instance CreateFleet launched without naming its type, when the
@@ -466,7 +514,23 @@ pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         deployment: tags.get(DEPLOYMENT_TAG).map(|d| d.to_string()),
         state,
         launched_at: i.launch_time().and_then(|t| t.to_millis().ok()),
+        network: instance_network(i),
     })
+}
+
+/// An instance's subnet and security group ids (sorted), as EC2 reports them.
+fn instance_network(i: &aws_sdk_ec2::types::Instance) -> InstanceNetwork {
+    let mut security_groups: Vec<String> = i
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id().map(str::to_string))
+        .collect();
+    security_groups.sort();
+    security_groups.dedup();
+    InstanceNetwork {
+        subnet: i.subnet_id().map(str::to_string),
+        security_groups,
+    }
 }
 
 impl Cloud for Ec2Cloud {
@@ -548,8 +612,16 @@ impl Cloud for Ec2Cloud {
         self.collect_templates(now, idle).await
     }
 
-    async fn zones(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<String>, CloudError> {
-        resolve::subnet_zones(&self.ec2, &self.lookups, node_class).await
+    async fn network(&self, node_class: &carpool::model::EC2NodeClass) -> Result<ResolvedNetwork, CloudError> {
+        resolve::network(&self.ec2, &self.lookups, node_class).await
+    }
+
+    async fn instance_profile(
+        &self,
+        node_class: &carpool::model::EC2NodeClass,
+        deployment: &str,
+    ) -> Result<Option<String>, CloudError> {
+        self.profile_for(node_class, deployment).await
     }
 
     async fn images(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError> {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::Filter;
 use carpool::model::EC2NodeClass;
-use carpool::ports::CloudError;
+use carpool::ports::{CloudError, NodeClassReason, ResolvedNetwork, ResolvedSubnet};
 
 use super::errors::map_sdk_err;
 use super::lookups::Lookups;
@@ -100,19 +100,36 @@ pub async fn subnets(
     Ok(ids.into_iter().collect())
 }
 
-/// The zones the class's subnets are in, sorted: where it can launch.
-pub async fn subnet_zones(
+/// The subnets and security groups the class selects now (Karpenter's subnet and security
+/// group providers, which fill its `status.subnets` and `status.securityGroups`); selecting
+/// none of either is the class's own error, as Karpenter's `SubnetsReady` and
+/// `SecurityGroupsReady` conditions are false then.
+pub async fn network(
     ec2: &aws_sdk_ec2::Client,
     lookups: &Lookups,
     node_class: &EC2NodeClass,
-) -> Result<Vec<String>, CloudError> {
-    let zones: BTreeSet<String> = selected_subnets(ec2, lookups, node_class, None)
+) -> Result<ResolvedNetwork, CloudError> {
+    let class_error = |reason| CloudError::NodeClass {
+        node_class: node_class.name().to_string(),
+        reason,
+        source: None,
+    };
+    let subnets: Vec<ResolvedSubnet> = selected_subnets(ec2, lookups, node_class, None)
         .await?
         .into_iter()
-        .map(|(_, zone)| zone)
-        .filter(|z| !z.is_empty())
+        .map(|(id, zone)| ResolvedSubnet { id, zone })
         .collect();
-    Ok(zones.into_iter().collect())
+    if subnets.is_empty() {
+        return Err(class_error(NodeClassReason::NoSubnet));
+    }
+    let security_groups = security_groups(ec2, lookups, node_class).await?;
+    if security_groups.is_empty() {
+        return Err(class_error(NodeClassReason::NoSecurityGroup));
+    }
+    Ok(ResolvedNetwork {
+        subnets,
+        security_groups,
+    })
 }
 
 /// The ids of the security groups of the class, sorted; from `lookups` when looked up

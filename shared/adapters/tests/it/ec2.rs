@@ -338,36 +338,6 @@ async fn a_launch_carries_the_class_volumes_tags_profile_and_user_data() -> Resu
 
 #[tokio::test]
 #[ignore = "needs local stack (infra/local/up)"]
-async fn a_role_other_than_the_configured_one_fails_before_launching() -> Result<()> {
-    let _stack = shared().await;
-    let stack = Stack::load()?;
-    let cloud = cloud(&stack, &unique("ec2"))
-        .await?
-        .with_node_role("SomeOtherRole", "SomeOtherProfile");
-    let zone = format!("{}a", stack.region()?);
-    let mut request = launch_request(&zone, CapacityType::OnDemand)?;
-    request.node_class = rich_node_class()?;
-    match cloud.launch(&request).await {
-        Err(
-            e @ CloudError::NodeClass {
-                reason: NodeClassReason::RoleWithoutInstanceProfile { .. },
-                ..
-            },
-        ) => {
-            let msg = e.to_string();
-            ensure!(
-                msg.contains("EC2NodeClass rich") && msg.contains("spec.instanceProfile"),
-                "{msg}"
-            );
-        }
-        other => bail!("expected a NodeClass error, got {other:?}"),
-    }
-    ensure!(cloud.list().await?.is_empty(), "nothing launched");
-    Ok(())
-}
-
-#[tokio::test]
-#[ignore = "needs local stack (infra/local/up)"]
 async fn offerings_on_moto_name_types_in_the_regions_zones() -> Result<()> {
     let _stack = shared().await;
     let stack = Stack::load()?;

@@ -35,6 +35,8 @@ mod dynamodb_poison;
 mod ec2;
 mod ec2_amis;
 mod ec2_fleet_errors;
+mod ec2_kubelet;
+mod ec2_launch_fields;
 mod ec2_launch_templates;
 mod ec2_replayed;
 mod eks;

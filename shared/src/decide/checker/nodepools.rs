@@ -89,6 +89,8 @@ fn settings(class: Option<&EC2NodeClass>) -> NodeSettings {
         extra_ebs_volumes: class.map_or(0, |c| {
             crate::catalog::allocatable::extra_ebs_volumes(&c.spec.block_device_mappings)
         }),
+        bottlerocket: class
+            .is_some_and(|c| c.user_data_format() == crate::model::ec2nodeclass::UserDataFormat::Bottlerocket),
     }
 }
 

@@ -59,13 +59,16 @@ impl Method {
         }
     }
 
-    /// The reason the NodePools' budgets name this method by; `None` for the methods that
-    /// Karpenter v1 does not budget (expiration and repair are forceful there).
+    /// The reason the NodePools' budgets name this method by; `None` for expiration, which
+    /// Karpenter v1 does not budget (it is forceful there). Repair is budgeted as
+    /// `Unhealthy`, as Karpenter v1.15's `Repair.Reason` has it
+    /// (`pkg/controllers/disruption/repair.go`).
     pub fn budget_reason(self) -> Option<DisruptionReason> {
         match self {
             Method::Emptiness => Some(DisruptionReason::Empty),
             Method::Drift => Some(DisruptionReason::Drifted),
-            Method::Repair | Method::Expiration => None,
+            Method::Repair => Some(DisruptionReason::Unhealthy),
+            Method::Expiration => None,
             Method::MultiNode | Method::SingleNode | Method::Split | Method::SpotToSpot | Method::ReturnToSpot => {
                 Some(DisruptionReason::Underutilized)
             }

@@ -5,9 +5,18 @@
 //!
 //! Carpool records on the node, at launch:
 //! - [`NODEPOOL_HASH`] (a label): [`template_hash`] of its NodePool's template with its
-//!   EC2NodeClass's spec (Karpenter hashes the template alone and the class apart; one
-//!   hash is enough to say "changed");
+//!   EC2NodeClass's spec, selector terms left out (Karpenter hashes the template alone and
+//!   the class apart, each with its selector terms `hash:"ignore"`; one hash is enough to
+//!   say "changed"), and [`NODEPOOL_HASH_VERSION`], the version of that hash: a hash is
+//!   compared only with a hash of its own version, so a new Carpool that hashes otherwise
+//!   does not find every node drifted (Karpenter's `areStaticFieldsDrifted` compares the
+//!   hash versions first). A node without the version carries [`legacy_template_hash`].
 //! - [`IMAGE_ID`] (when known): the AMI it booted.
+//!
+//! What the selector terms select is compared instead, as Karpenter's AWS provider does:
+//! a node whose AMI is no longer among its class's (`isAMIDrifted`), whose subnet is no
+//! longer among its class's subnets (`isSubnetDrifted`), or whose security groups are not
+//! exactly its class's (`areSecurityGroupsDrifted`) is drifted.
 //!
 //! A node whose labels its NodePool's requirements no longer allow is drifted too
 //! (Karpenter's `areRequirementsDrifted`).
@@ -21,18 +30,80 @@ use super::command::{DisruptionCommand, Method};
 use crate::decide::provisioning::ami_requirements::images_from_status;
 use crate::model::ResolvedImage;
 use crate::model::content_hash::content_hash;
-use crate::model::well_known::{IMAGE_ID, NODEPOOL_HASH};
-use crate::model::{EC2NodeClass, NodePool};
-use std::collections::BTreeMap;
+use crate::model::well_known::{IMAGE_ID, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
+use crate::model::{EC2NodeClass, InstanceNetwork, NodePool, ResolvedNetwork};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The version of [`template_hash`], recorded beside it ([`NODEPOOL_HASH_VERSION`]). Bump it
+/// when what the hash covers changes, as Karpenter bumps `NodePoolHashVersion`.
+pub const HASH_VERSION: &str = "v2";
 
 /// The drift hash of a NodePool's template with its EC2NodeClass's spec. The template's
 /// requirements are left out, as Karpenter's `NodePool.Hash` leaves them out
 /// (`hash:"ignore"`): they drift by the node's labels instead ([`drifted`]), and Carpool
-/// narrows them before launching (zones of the class's subnets, types its AMIs boot).
+/// narrows them before launching (zones of the class's subnets, types its AMIs boot). So
+/// are the class's selector terms (subnets, security groups, AMIs, capacity
+/// reservations), as `EC2NodeClass.Hash` leaves them out: what they select is compared
+/// instead, so that a selector rewritten to select the same resources drifts nothing.
 pub fn template_hash(pool: &NodePool, class: Option<&EC2NodeClass>) -> String {
     let mut template = pool.spec.template.clone();
     template.spec.requirements.clear();
+    let spec = class.map(|c| {
+        let mut spec = c.spec.clone();
+        spec.subnet_selector_terms.clear();
+        spec.security_group_selector_terms.clear();
+        spec.ami_selector_terms.clear();
+        spec.capacity_reservation_selector_terms.clear();
+        spec
+    });
+    content_hash(&(&template, spec))
+}
+
+/// The first version's hash (nodes without [`NODEPOOL_HASH_VERSION`]): the template without
+/// its requirements, with the class's whole spec.
+pub fn legacy_template_hash(pool: &NodePool, class: Option<&EC2NodeClass>) -> String {
+    let mut template = pool.spec.template.clone();
+    template.spec.requirements.clear();
     content_hash(&(&template, class.map(|c| &c.spec)))
+}
+
+/// The subnets and security groups the classes select now, and where each instance is
+/// in the network, for the subnet and security group drift.
+#[derive(Clone, Debug, Default)]
+pub struct Networks {
+    /// By EC2NodeClass name; a class not here is not checked.
+    pub classes: BTreeMap<String, ResolvedNetwork>,
+    /// By instance id; an instance not here (or whose network EC2 did not report) is not
+    /// checked.
+    pub instances: BTreeMap<String, InstanceNetwork>,
+}
+
+/// Why the node's instance sits outside what its class selects now, if it does: a
+/// security group set that is not the class's, or a subnet the class no longer selects.
+fn network_drift(c: &Candidate<'_>, class: &EC2NodeClass, networks: &Networks) -> Option<String> {
+    let now = networks.classes.get(class.name())?;
+    let id = crate::model::node::node_instance_id(c.node)?;
+    let placed = networks.instances.get(id)?;
+    let groups: BTreeSet<&String> = placed.security_groups.iter().collect();
+    let selected: BTreeSet<&String> = now.security_groups.iter().collect();
+    if !groups.is_empty() && !selected.is_empty() && groups != selected {
+        return Some(format!(
+            "its security groups ({}) are no longer its EC2NodeClass's ({})",
+            join(groups),
+            join(selected)
+        ));
+    }
+    let subnet = placed.subnet.as_ref()?;
+    (!now.subnets.is_empty() && !now.subnets.iter().any(|s| &s.id == subnet)).then(|| {
+        format!(
+            "its subnet {subnet} is no longer among its EC2NodeClass's ({})",
+            join(now.subnets.iter().map(|s| &s.id))
+        )
+    })
+}
+
+fn join<'s>(ids: impl IntoIterator<Item = &'s String>) -> String {
+    ids.into_iter().map(String::as_str).collect::<Vec<_>>().join(", ")
 }
 
 fn recorded<'a>(c: &'a Candidate<'_>, key: &str) -> Option<&'a str> {
@@ -45,24 +116,31 @@ fn recorded<'a>(c: &'a Candidate<'_>, key: &str) -> Option<&'a str> {
 }
 
 /// Why a candidate is drifted, if it is. `images` are the AMIs each class resolves now;
-/// a class without them is read from its `status.amis`.
+/// a class without them is read from its `status.amis`. `networks` are what the classes
+/// select and where the instances are.
 pub fn drifted(
     c: &Candidate<'_>,
     classes: &[EC2NodeClass],
     images: &BTreeMap<String, Vec<ResolvedImage>>,
+    networks: &Networks,
 ) -> Option<String> {
     let pool = c.pool?;
     let class = classes
         .iter()
         .find(|k| k.name() == pool.spec.template.spec.node_class_ref.name);
-    if let Some(hash) = recorded(c, NODEPOOL_HASH) {
-        let now = template_hash(pool, class);
-        if hash != now {
-            return Some(format!(
-                "NodePool {} or its EC2NodeClass changed since launch (hash {hash}, now {now})",
-                pool.name()
-            ));
-        }
+    let now = match recorded(c, NODEPOOL_HASH_VERSION) {
+        Some(HASH_VERSION) => Some(template_hash(pool, class)),
+        None => Some(legacy_template_hash(pool, class)),
+        // A hash of another version is not compared.
+        Some(_) => None,
+    };
+    if let (Some(hash), Some(now)) = (recorded(c, NODEPOOL_HASH), now)
+        && hash != now
+    {
+        return Some(format!(
+            "NodePool {} or its EC2NodeClass changed since launch (hash {hash}, now {now})",
+            pool.name()
+        ));
     }
     // Karpenter's `areRequirementsDrifted`: a label the node has that the NodePool's
     // requirements no longer allow (a label it lacks is no drift).
@@ -80,18 +158,21 @@ pub fn drifted(
             }
         }
     }
-    let image = recorded(c, IMAGE_ID)?;
     let class = class?;
-    let images = match images.get(class.name()) {
-        Some(now) => now.clone(),
-        None => images_from_status(class)?,
-    };
-    (!images.is_empty() && !images.iter().any(|i| i.id == image)).then(|| {
-        format!(
-            "its AMI {image} is no longer among its EC2NodeClass's ({})",
-            images.iter().map(|i| i.id.as_str()).collect::<Vec<_>>().join(", ")
-        )
-    })
+    if let Some(image) = recorded(c, IMAGE_ID) {
+        let images = match images.get(class.name()) {
+            Some(now) => Some(now.clone()),
+            None => images_from_status(class),
+        }
+        .unwrap_or_default();
+        if !images.is_empty() && !images.iter().any(|i| i.id == image) {
+            return Some(format!(
+                "its AMI {image} is no longer among its EC2NodeClass's ({})",
+                images.iter().map(|i| i.id.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    network_drift(c, class, networks)
 }
 
 /// Finds the drifted node to replace now.
@@ -100,7 +181,7 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
     let drifted_nodes: std::collections::BTreeSet<String> = ctx
         .candidates
         .iter()
-        .filter(|c| drifted(c, classes, &ctx.images).is_some())
+        .filter(|c| drifted(c, classes, &ctx.images, &ctx.networks).is_some())
         .map(|c| c.name.clone())
         .collect();
     if drifted_nodes.is_empty() {

@@ -120,6 +120,9 @@ pub struct DisruptionInput<'a> {
     /// The AMIs each EC2NodeClass resolves now, by class name (for drift); a class not
     /// here is read from its `status.amis`, as Karpenter writes it.
     pub images: BTreeMap<String, Vec<ResolvedImage>>,
+    /// What each class's subnet and security group selectors select now, and where each
+    /// instance is in the network (for drift); empty: not checked.
+    pub networks: drift::Networks,
     /// The instances this deployment launched (their launch-id and deployment tags,
     /// [`crate::decide::housekeeping::ownership::launched_by`]), when the cloud was asked:
     /// a node whose instance is not among them is not a candidate, whatever its labels.
@@ -191,6 +194,8 @@ pub struct Ctx<'a> {
     pub pool_nodes: BTreeMap<String, (usize, usize)>,
     /// The AMIs each class resolves now.
     pub images: BTreeMap<String, Vec<ResolvedImage>>,
+    /// What the classes select in the network, and where the instances are.
+    pub networks: drift::Networks,
     /// The NodePools held back by launch backoff: no new node from them.
     pub held_back: BTreeSet<String>,
 }
@@ -232,6 +237,7 @@ impl<'a> Ctx<'a> {
             pool_nodes,
             candidates,
             images: input.images.clone(),
+            networks: input.networks.clone(),
             held_back: input.held_back.clone(),
         }
     }
@@ -453,6 +459,7 @@ fn reason_name(r: DisruptionReason) -> &'static str {
         DisruptionReason::Underutilized => "Underutilized",
         DisruptionReason::Empty => "Empty",
         DisruptionReason::Drifted => "Drifted",
+        DisruptionReason::Unhealthy => "Unhealthy",
     }
 }
 

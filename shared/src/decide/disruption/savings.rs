@@ -24,8 +24,8 @@
 //! - **Balanced.** For a pool with `consolidationPolicy: Balanced`, Karpenter v1.14's
 //!   `ScoreMove`: (savings / the pool's cost) / (the move's disruption / the pool's
 //!   disruption), where a node's disruption is 1 plus its moving pods' positive eviction
-//!   costs; the move is approved at a score of at least `1/k` (`k` =
-//!   `consolidationThreshold`, default 2).
+//!   costs; the move is approved at a score of at least `1/k` (`k` = the pool's
+//!   `carpool.sh/consolidation-threshold` annotation, default 2, Karpenter's fixed `BalancedK`).
 
 use super::Ctx;
 use super::candidate::{BlockKind, Blocked, Candidate};
@@ -252,7 +252,7 @@ fn balanced(ctx: &Ctx<'_>, removed: &[usize], savings: f64) -> Result<(), Blocke
         .sum();
     let k = balanced_pools
         .iter()
-        .map(|p| p.spec.disruption.consolidation_threshold.unwrap_or(BALANCED_K))
+        .map(|p| p.consolidation_threshold().unwrap_or(BALANCED_K))
         .min()
         .unwrap_or(BALANCED_K)
         .max(1);

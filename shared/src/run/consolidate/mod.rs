@@ -34,6 +34,7 @@ use std::time::{Duration, SystemTime};
 pub use report::{ConsolidationReport, RolledBack};
 
 use crate::catalog::RegionCatalog;
+use crate::decide::disruption::drift::Networks;
 use crate::decide::disruption::{DisruptionCommand, DisruptionInput, DisruptionSettings, decide};
 use crate::decide::housekeeping::ownership::launched_by;
 use crate::decide::provisioning::nodepools;
@@ -282,11 +283,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         nodepools::drop_without_node_class(&mut snapshot);
         // A class that cannot be resolved leaves its NodePools out: their nodes are not
         // candidates, and nothing is planned on them.
-        let images = self
+        let resolved = self
             .provisioner("consolidator-observe")
             .narrow_pools(&mut snapshot, region)
-            .await
-            .images;
+            .await;
+        let images = resolved.images;
         let mut region = region.clone();
         for o in self.ports.store.unavailable_offerings(self.ports.clock.now()).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
@@ -325,20 +326,25 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
         // Only nodes whose instance this deployment launched are its to disrupt: a
         // `karpenter.sh/nodepool` label is not ownership (Karpenter's nodes carry it too).
         let deployment = &self.settings.provision.deployment;
-        let owned = self
+        let mine: Vec<_> = self
             .ports
             .cloud
             .list()
             .await?
             .into_iter()
             .filter(|i| launched_by(i, deployment).is_ok())
-            .map(|i| i.id)
             .collect();
+        let networks = Networks {
+            classes: resolved.networks,
+            instances: mine.iter().map(|i| (i.id.clone(), i.network.clone())).collect(),
+        };
+        let owned = mine.into_iter().map(|i| i.id).collect();
         Ok(Observed {
             snapshot,
             region,
             in_progress,
             images,
+            networks,
             owned,
             held_back,
         })
@@ -368,6 +374,8 @@ struct Observed<'r> {
     in_progress: BTreeSet<String>,
     /// The AMIs each class resolves.
     images: BTreeMap<String, Vec<crate::ports::ResolvedImage>>,
+    /// What each class selects in the network, and where this deployment's instances are.
+    networks: Networks,
     /// The instances this deployment launched ([`launched_by`]).
     owned: BTreeSet<String>,
     /// The NodePools held back by launch backoff at the time observed.
@@ -404,6 +412,7 @@ impl Observed<'_> {
             in_progress: self.in_progress.clone(),
             settings: settings.clone(),
             images: self.images.clone(),
+            networks: self.networks.clone(),
             owned: Some(self.owned.clone()),
             held_back: self.held_back.clone(),
         }

@@ -18,7 +18,7 @@ pub mod replace;
 
 use crate::catalog::RegionCatalog;
 use crate::decide::PlannedNode;
-use crate::decide::disruption::drift::template_hash;
+use crate::decide::disruption::drift::{HASH_VERSION, template_hash};
 use crate::decide::provisioning::templates::pool_labels;
 use crate::decide::waves::wave::{HELD, wave_taint};
 use crate::model::well_known as wk;
@@ -92,6 +92,7 @@ pub fn launch_request(
     // What the consolidator's drift compares with the NodePool and class as they are later.
     if let Some(p) = pool {
         labels.insert(HASH_KEY.into(), template_hash(p, Some(&node_class)));
+        labels.insert(wk::NODEPOOL_HASH_VERSION.into(), HASH_VERSION.into());
     }
     let mut request = LaunchRequest {
         launch_id: launch_id.to_string(),

@@ -23,7 +23,7 @@ use crate::decide::waves::wave::wave_id;
 use crate::decide::{PlannedNode, Unschedulable};
 use crate::error_chain::Chain;
 use crate::model::NodePool;
-use crate::ports::{Cloud, Cluster, EpochMillis, StateStore, Timer, UnavailableOffering, epoch_millis};
+use crate::ports::{Cloud, CloudError, Cluster, EpochMillis, StateStore, Timer, UnavailableOffering, epoch_millis};
 use crate::run::launch::{LaunchOutcome, Wave};
 use crate::snapshot::Snapshot;
 
@@ -33,6 +33,12 @@ use crate::snapshot::Snapshot;
 pub(crate) struct Resolved {
     /// The images of each class resolved, by class.
     pub images: BTreeMap<String, Vec<crate::ports::ResolvedImage>>,
+    /// The subnets and security groups of each class resolved, by class.
+    pub networks: BTreeMap<String, crate::ports::ResolvedNetwork>,
+    /// The instance profile of each class resolved, by class.
+    pub profiles: BTreeMap<String, Option<String>>,
+    /// Why each class that did not resolve did not, by class.
+    pub failures: BTreeMap<String, crate::decide::status::ClassFailure>,
     /// The NodePools dropped because their class could not be resolved, each with the
     /// error.
     pub unresolved: Vec<(NodePool, String)>,
@@ -332,21 +338,45 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     pub(crate) async fn narrow_pools(&self, snapshot: &mut Snapshot, base: &RegionCatalog<'_>) -> Resolved {
         let mut zones_by_class = BTreeMap::new();
         let mut images_by_class = BTreeMap::new();
+        let mut networks = BTreeMap::new();
+        let mut failures = BTreeMap::new();
+        let mut profiles = BTreeMap::new();
         let mut failed: BTreeMap<String, String> = BTreeMap::new();
         for class in classes_in_use(snapshot) {
-            let resolved = match self.ports.cloud.zones(class).await {
-                Ok(zones) => self.ports.cloud.images(class).await.map(|images| (zones, images)),
+            let resolved = match self.ports.cloud.network(class).await {
+                Ok(network) => match self.ports.cloud.images(class).await {
+                    Ok(images) => self
+                        .ports
+                        .cloud
+                        .instance_profile(class, &self.settings.deployment)
+                        .await
+                        .map(|profile| (network, images, profile)),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             match resolved {
-                Ok((zones, images)) => {
-                    zones_by_class.insert(class.name().to_string(), zones);
+                Ok((network, images, profile)) => {
+                    zones_by_class.insert(class.name().to_string(), network.zones());
                     images_by_class.insert(class.name().to_string(), images);
+                    networks.insert(class.name().to_string(), network);
+                    profiles.insert(class.name().to_string(), profile);
                 }
                 Err(e) => {
                     let error = Chain(&e).to_string();
                     tracing::warn!(node_class = %class.name(), error = %error,
                         "EC2NodeClass not resolved: its NodePools launch nothing; the others go on");
+                    let reason = match &e {
+                        CloudError::NodeClass { reason, .. } => Some(reason.clone()),
+                        _ => None,
+                    };
+                    failures.insert(
+                        class.name().to_string(),
+                        crate::decide::status::ClassFailure {
+                            reason,
+                            message: error.clone(),
+                        },
+                    );
                     failed.insert(class.name().to_string(), error);
                 }
             }
@@ -355,6 +385,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         narrow_pools(snapshot, &zones_by_class, &images_by_class, base.types());
         Resolved {
             images: images_by_class,
+            networks,
+            failures,
+            profiles,
             unresolved: dropped
                 .into_iter()
                 .map(|pool| {

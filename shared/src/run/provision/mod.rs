@@ -41,6 +41,7 @@ pub mod housekeeping;
 pub mod metrics;
 
 pub mod report;
+pub mod status;
 pub mod waves;
 
 use std::collections::HashMap;
@@ -442,6 +443,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             Ok(mut round) => {
                 if report.housekeeping.is_empty() {
                     self.collect_launch_templates(&mut round).await;
+                    match self.write_statuses(region).await {
+                        Ok(written) => report.statuses_written = written,
+                        Err(e) => faults.note(report, "statuses", &e),
+                    }
                 }
                 faults.housekeeping = 0;
                 report.housekeeping.push(round);

@@ -162,6 +162,9 @@ pub struct RunReport {
     /// page of a list, each retry and each write (the `ApiserverRequests` metric).
     #[serde(default)]
     pub apiserver_requests: u64,
+    /// The NodePools and EC2NodeClasses whose status the run wrote, as `Kind/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub statuses_written: Vec<String>,
     /// The adaptive watch found nothing to do and exited after one check.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exited_early: bool,

@@ -118,6 +118,16 @@ pub fn cloud_of(region: &str, cluster: ClusterInfo, ec2: &Replay, ssm: &Replay, 
             ec2: aws_sdk_ec2::Client::from_conf(ec2),
             ssm: aws_sdk_ssm::Client::from_conf(ssm),
             pricing: aws_sdk_pricing::Client::from_conf(pricing),
+            // No replayed test launches a class whose role needs a profile of Carpool's; a
+            // call would get the empty replay's 500, never the network.
+            iam: aws_sdk_iam::Client::from_conf(
+                aws_sdk_iam::Config::builder()
+                    .behavior_version(BehaviorVersion::latest())
+                    .region(Region::new(region.to_string()))
+                    .credentials_provider(credentials())
+                    .http_client(Replay::default().client())
+                    .build(),
+            ),
         },
         cluster,
         "/carpool/ami",
