@@ -7,6 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use carpool::catalog::Catalog;
+use carpool::decide::disruption::drift::HASH_VERSION;
 use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
 use carpool::fixtures::{EC2NodeClassBuilder, PodBuilder};
 use carpool::model::CapacityType;
@@ -765,10 +766,9 @@ fn drift_of_many_nodes_starts_as_many_replacements_as_the_budget_allows_in_one_r
         w.node(&name);
         w.pod_of(&format!("web-{i}"), &name, "3", "8Gi");
         let mut node = w.cluster.node(&name).unwrap();
-        node.metadata
-            .labels
-            .get_or_insert_default()
-            .insert(wk::NODEPOOL_HASH.into(), "launched-from-an-older-template".into());
+        let labels = node.metadata.labels.get_or_insert_default();
+        labels.insert(wk::NODEPOOL_HASH.into(), "launched-from-an-older-template".into());
+        labels.insert(wk::NODEPOOL_HASH_VERSION.into(), HASH_VERSION.into());
         w.cluster.add_node(node);
     }
     let r = w.run("run-1").unwrap();
@@ -847,4 +847,46 @@ fn a_class_whose_security_group_selector_matches_nothing_drifts_nothing() {
     let r = w.run("run-1").unwrap();
     assert!(r.commands.is_empty(), "{r:#?}");
     assert!(w.replacements().is_empty());
+}
+
+/// Issue 28: a node launched before drift hashes had versions is not drifted by the new
+/// hash: the consolidator gives it the current hash and version (as Karpenter's hash
+/// controller re-annotates a NodeClaim of an older hash version), and only a change made
+/// after that drifts it.
+#[test]
+fn a_node_with_an_unversioned_hash_is_rebaselined_and_drifts_only_on_a_later_change() {
+    let w = World::new();
+    w.node("n1");
+    w.pod_of("web-1", "n1", "3", "8Gi");
+    let mut node = w.cluster.node("n1").unwrap();
+    node.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(wk::NODEPOOL_HASH.into(), "hashed-by-an-older-carpool".into());
+    w.cluster.add_node(node);
+
+    let r = w.run("run-1").unwrap();
+    assert!(r.commands.is_empty(), "{r:#?}");
+    let labels = w.cluster.node("n1").unwrap().metadata.labels.unwrap();
+    assert_eq!(
+        labels.get(wk::NODEPOOL_HASH_VERSION).map(String::as_str),
+        Some(HASH_VERSION)
+    );
+    assert_ne!(
+        labels.get(wk::NODEPOOL_HASH).map(String::as_str),
+        Some("hashed-by-an-older-carpool")
+    );
+
+    w.clock.advance(Duration::from_secs(60));
+    let r = w.run("run-2").unwrap();
+    assert!(r.commands.is_empty(), "nothing changed since: {r:#?}");
+
+    // The class's tags change: that is drift.
+    let mut class = EC2NodeClassBuilder::standard().build();
+    class["spec"]["tags"] = json!({"team": "checkout"});
+    w.cluster.add_ec2nodeclass(class);
+    w.clock.advance(Duration::from_secs(60));
+    let r = w.run("run-3").unwrap();
+    assert_eq!(r.commands.len(), 1, "{r:#?}");
+    assert_eq!(r.commands[0].method, carpool::decide::disruption::Method::Drift);
 }

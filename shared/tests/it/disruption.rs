@@ -800,10 +800,12 @@ fn a_node_whose_drain_stalled_is_left_alone_until_its_annotation_passes() {
 /// The drift hash leaves the class's selector terms out and carries a version, as
 /// Karpenter's `EC2NodeClass.Hash` (`hash:"ignore"` on the selector terms) and
 /// `CloudProvider.areStaticFieldsDrifted` (hash versions compared first) do
-/// (aws/karpenter-provider-aws `pkg/apis/v1/ec2nodeclass.go`, `pkg/cloudprovider/drift.go`).
+/// (aws/karpenter-provider-aws `pkg/apis/v1/ec2nodeclass.go`, `pkg/cloudprovider/drift.go`);
+/// a hash of another version is rebaselined, as kubernetes-sigs/karpenter
+/// `pkg/controllers/nodepool/hash` `updateNodeClaimHash` re-annotates a NodeClaim.
 mod drift_hash {
     use super::*;
-    use carpool::decide::disruption::drift::{HASH_VERSION, legacy_template_hash, template_hash};
+    use carpool::decide::disruption::drift::{HASH_VERSION, template_hash};
     use carpool::model::well_known::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
 
     fn with_class(class: Value, hash: Option<(&str, Option<&str>)>) -> Snapshot {
@@ -827,14 +829,10 @@ mod drift_hash {
         s
     }
 
-    /// The hashes of the standard class and the pool, as a launch records them.
-    fn hashes() -> (String, String) {
+    /// The hash of the standard class and the pool, as a launch records it.
+    fn hash() -> String {
         let s = with_class(EC2NodeClassBuilder::standard().build(), None);
-        let (pool, class) = (&s.nodepools[0], &s.nodeclasses[0]);
-        (
-            template_hash(pool, Some(class)),
-            legacy_template_hash(pool, Some(class)),
-        )
+        template_hash(&s.nodepools[0], Some(&s.nodeclasses[0]))
     }
 
     fn drifted(s: &Snapshot) -> bool {
@@ -843,7 +841,7 @@ mod drift_hash {
 
     #[test]
     fn a_selector_rewritten_to_select_the_same_resources_drifts_nothing() {
-        let (hash, _) = hashes();
+        let hash = hash();
         let mut class = EC2NodeClassBuilder::standard().build();
         class["spec"]["securityGroupSelectorTerms"] = json!([{"id": "sg-0123456789abcdef0"}]);
         class["spec"]["subnetSelectorTerms"] = json!([{"tags": {"Name": "private-*"}}]);
@@ -853,27 +851,37 @@ mod drift_hash {
 
     #[test]
     fn a_change_to_a_field_the_node_boots_with_is_drift() {
-        let (hash, _) = hashes();
+        let hash = hash();
         let mut class = EC2NodeClassBuilder::standard().build();
         class["spec"]["tags"] = json!({"team": "checkout"});
         assert!(drifted(&with_class(class, Some((&hash, Some(HASH_VERSION))))));
     }
 
     #[test]
-    fn a_node_without_a_hash_version_is_compared_with_the_first_versions_hash() {
-        let (_, legacy) = hashes();
-        let standard = EC2NodeClassBuilder::standard().build();
-        assert!(!drifted(&with_class(standard.clone(), Some((&legacy, None)))));
-        // The first version hashed the selector terms: a node launched under it drifts
-        // when they change, as it did before.
-        let mut class = standard;
-        class["spec"]["securityGroupSelectorTerms"] = json!([{"id": "sg-0123456789abcdef0"}]);
-        assert!(drifted(&with_class(class, Some((&legacy, None)))));
+    fn a_hash_of_an_older_version_is_not_drift_but_is_rebaselined_to_the_current_one() {
+        let hash = hash();
+        // Launched before hash versions: whatever its hash, it is not drifted...
+        let s = with_class(EC2NodeClassBuilder::standard().build(), Some(("an-older-hash", None)));
+        let d = decide_at(&s, NOW);
+        assert!(d.command.is_none(), "{d:#?}");
+        // ...and the decision gives it the current hash and version.
+        let (node, labels) = &d.hash_records[0];
+        assert_eq!(node, "old");
+        assert_eq!(labels.get(NODEPOOL_HASH), Some(&Some(hash.clone())));
+        assert_eq!(labels.get(NODEPOOL_HASH_VERSION), Some(&Some(HASH_VERSION.to_string())));
+        // A node with the current version needs nothing.
+        let s = with_class(
+            EC2NodeClassBuilder::standard().build(),
+            Some((&hash, Some(HASH_VERSION))),
+        );
+        assert!(decide_at(&s, NOW).hash_records.is_empty());
     }
 
     #[test]
     fn a_hash_of_another_version_is_not_compared() {
         let standard = EC2NodeClassBuilder::standard().build();
-        assert!(!drifted(&with_class(standard, Some(("some-other-hash", Some("v99"))))));
+        let s = with_class(standard, Some(("some-other-hash", Some("v99"))));
+        assert!(!drifted(&s));
+        assert_eq!(decide_at(&s, NOW).hash_records.len(), 1);
     }
 }

@@ -10,7 +10,10 @@
 //!   say "changed"), and [`NODEPOOL_HASH_VERSION`], the version of that hash: a hash is
 //!   compared only with a hash of its own version, so a new Carpool that hashes otherwise
 //!   does not find every node drifted (Karpenter's `areStaticFieldsDrifted` compares the
-//!   hash versions first). A node without the version carries [`legacy_template_hash`].
+//!   hash versions first). A node whose hash is of another version (or of none: launched
+//!   before versions) is given the current hash and version instead ([`rebaseline`]), as
+//!   Karpenter's hash controllers re-annotate a NodeClaim whose hash version is not the
+//!   current one: a change made before that is not drift.
 //! - [`IMAGE_ID`] (when known): the AMI it booted.
 //!
 //! What the selector terms select is compared instead, as Karpenter's AWS provider does:
@@ -59,12 +62,28 @@ pub fn template_hash(pool: &NodePool, class: Option<&EC2NodeClass>) -> String {
     content_hash(&(&template, spec))
 }
 
-/// The first version's hash (nodes without [`NODEPOOL_HASH_VERSION`]): the template without
-/// its requirements, with the class's whole spec.
-pub fn legacy_template_hash(pool: &NodePool, class: Option<&EC2NodeClass>) -> String {
-    let mut template = pool.spec.template.clone();
-    template.spec.requirements.clear();
-    content_hash(&(&template, class.map(|c| &c.spec)))
+/// The labels that give a node of a managed NodePool whose hash is of another version than
+/// [`HASH_VERSION`] (or of none) the current hash and version; `None` for a node that has
+/// them, or has no hash at all (not launched by Carpool). kubernetes-sigs/karpenter
+/// `pkg/controllers/nodepool/hash` `Controller.updateNodeClaimHash` and the AWS provider's
+/// `nodeclass/hash` do the same for NodeClaims.
+pub fn rebaseline(c: &Candidate<'_>, classes: &[EC2NodeClass]) -> Option<crate::model::MetadataPatch> {
+    let pool = c.pool?;
+    recorded(c, NODEPOOL_HASH)?;
+    if recorded(c, NODEPOOL_HASH_VERSION) == Some(HASH_VERSION) {
+        return None;
+    }
+    let class = classes
+        .iter()
+        .find(|k| k.name() == pool.spec.template.spec.node_class_ref.name);
+    Some(
+        [
+            (NODEPOOL_HASH.to_string(), Some(template_hash(pool, class))),
+            (NODEPOOL_HASH_VERSION.to_string(), Some(HASH_VERSION.to_string())),
+        ]
+        .into_iter()
+        .collect(),
+    )
 }
 
 /// The subnets and security groups the classes select now, and where each instance is
@@ -128,12 +147,8 @@ pub fn drifted(
     let class = classes
         .iter()
         .find(|k| k.name() == pool.spec.template.spec.node_class_ref.name);
-    let now = match recorded(c, NODEPOOL_HASH_VERSION) {
-        Some(HASH_VERSION) => Some(template_hash(pool, class)),
-        None => Some(legacy_template_hash(pool, class)),
-        // A hash of another version is not compared.
-        Some(_) => None,
-    };
+    // A hash of another version (or none) is not compared: it is rebaselined.
+    let now = (recorded(c, NODEPOOL_HASH_VERSION) == Some(HASH_VERSION)).then(|| template_hash(pool, class));
     if let (Some(hash), Some(now)) = (recorded(c, NODEPOOL_HASH), now)
         && hash != now
     {

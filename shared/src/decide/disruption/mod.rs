@@ -163,6 +163,10 @@ pub struct DisruptionDecision {
     /// changed: the consolidator writes them, and the next decision reads them.
     #[serde(default)]
     pub pod_events: Vec<(String, crate::model::MetadataPatch)>,
+    /// Per node whose drift hash is of another version, the labels that give it the
+    /// current hash and version ([`drift::rebaseline`]): the consolidator writes them.
+    #[serde(default)]
+    pub hash_records: Vec<(String, crate::model::MetadataPatch)>,
 }
 
 /// The state of one decision, shared by the methods.
@@ -537,10 +541,16 @@ pub fn decide(input: &DisruptionInput<'_>) -> DisruptionDecision {
         .iter()
         .filter_map(|c| Some((c.name.clone(), c.pod_event_record.clone()?)))
         .collect();
+    let hash_records = ctx
+        .candidates
+        .iter()
+        .filter_map(|c| Some((c.name.clone(), drift::rebaseline(c, &ctx.snapshot.nodeclasses)?)))
+        .collect();
     DisruptionDecision {
         command,
         candidates,
         simulations: ctx.simulations,
         pod_events,
+        hash_records,
     }
 }

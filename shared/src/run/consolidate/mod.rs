@@ -209,6 +209,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             if started == 0 {
                 report.record_decision(&decision);
                 self.record_pod_events(&decision.pod_events).await;
+                self.rebaseline(&decision.hash_records).await;
             }
             let Some(command) = decision.command else {
                 break;
@@ -250,6 +251,24 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             started += 1;
         }
         Ok(())
+    }
+
+    /// Gives the nodes whose drift hash is of another version the current hash and version
+    /// ([`crate::decide::disruption::drift::rebaseline`]). Best effort, as the pod events;
+    /// in dry run, nothing is written.
+    async fn rebaseline(&self, records: &[(String, crate::ports::MetadataPatch)]) {
+        if self.settings.provision.dry_run {
+            return;
+        }
+        let none = crate::ports::MetadataPatch::new();
+        for (node, labels) in records {
+            match self.ports.cluster.patch_labels_annotations(node, labels, &none).await {
+                Ok(()) | Err(ClusterError::NotFound { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %crate::error_chain::Chain(&e), "could not record the node's drift hash version");
+                }
+            }
+        }
     }
 
     /// Keeps each node's pod events on it ([`crate::decide::disruption::pod_events`]), so
