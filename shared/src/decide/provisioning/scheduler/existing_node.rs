@@ -1,9 +1,11 @@
-//! Placement on nodes that exist (Karpenter's `existingnode.go`): the Ready, schedulable
-//! nodes with room, as kube-scheduler would place a pod on them. A node decides by itself
-//! whether it takes a pod ([`ExistingNode::can_add`]) and takes it ([`ExistingNode::add`]);
-//! the scheduler checks topology, which reads every node. A node's volume attach
-//! limits are its CSINode's, counted against the volumes of the pods bound to it
-//! (kube-scheduler's nodevolumelimits `CSILimits`).
+//! A node that exists (Karpenter's `existingnode.go`): the Ready, schedulable nodes with
+//! room, as kube-scheduler would place a pod on them. A node decides by itself whether it
+//! takes a pod ([`ExistingNode::can_add`], Karpenter's `ExistingNode.CanAdd`: room,
+//! taints, requirements, host ports, volume attach limits, topology) and takes it
+//! ([`ExistingNode::add`], `ExistingNode.Add`). Its volume attach limits are its
+//! CSINode's, counted against the volumes of the pods bound to it (kube-scheduler's
+//! nodevolumelimits `CSILimits`). [`existing_nodes`] reads them from the snapshot
+//! (Karpenter's `Scheduler.calculateExistingNodeClaims`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,15 +13,17 @@ use k8s_openapi::api::core::v1::Taint;
 
 use crate::decide::provisioning::namespaces::Namespaces;
 use crate::decide::provisioning::pod::{HostPort, PodInfo, Volumes};
-use crate::decide::provisioning::scheduler::Scheduler;
 use crate::decide::provisioning::scheduler::index::PodId;
+use crate::decide::provisioning::scheduler::node_view::NodeView;
+use crate::decide::provisioning::scheduler::pod_at::PodAt;
+use crate::decide::provisioning::scheduler::topology_check::TopologyCheck;
 use crate::decide::provisioning::taints::untolerated;
 use crate::decide::provisioning::topology::{PlacedPod, Topology};
 use crate::decide::provisioning::volumes::{VolumeUsage, csinode_limits};
 use crate::model::pod::Pod;
 use crate::model::pod_requests::effective_requests;
 use crate::model::well_known as wk;
-use crate::model::{Node, Requirements, Resources};
+use crate::model::{Node, Resources};
 use crate::snapshot::Snapshot;
 
 /// A usable existing node.
@@ -40,14 +44,6 @@ pub(super) struct ExistingNode {
     pub(super) volumes: VolumeUsage,
     /// Pending pods planned onto it.
     pub(super) placed: Vec<PodId>,
-}
-
-/// A node of the snapshot as a topology domain: its labels (with a hostname) and taints.
-pub(super) struct NodeView {
-    /// Its labels.
-    pub(super) labels: BTreeMap<String, String>,
-    /// Its taints.
-    pub(super) taints: Vec<Taint>,
 }
 
 /// The nodes of the snapshot: the usable ones (Ready, schedulable, not terminating), with
@@ -132,60 +128,39 @@ fn is_live(pod: &Pod) -> bool {
 }
 
 impl ExistingNode {
-    /// Whether the node takes `pod`, whose node requirements are `branches` (OR'ed), by
-    /// what the node alone decides: room, taints, labels, host ports and volume attach
-    /// limits (Karpenter's `ExistingNode.CanAdd`, `pkg/controllers/provisioning/scheduling/
-    /// existingnode.go`). Topology, which reads every node, is the scheduler's to check.
-    pub(super) fn can_add(&self, pod: &PodInfo, branches: &[Requirements]) -> bool {
+    /// Whether the node takes the pod at its level (Karpenter's `ExistingNode.CanAdd`,
+    /// `pkg/controllers/provisioning/scheduling/existingnode.go`): room, taints, labels
+    /// against the pod's requirement branches at the level, host ports, volume attach
+    /// limits, and topology (`topology`).
+    pub(super) fn can_add(&self, at: &PodAt<'_>, topology: &TopologyCheck<'_>) -> bool {
+        let pod = at.pod;
         pod.requests.fits_in(&self.free).is_ok()
             && untolerated(&pod.tolerations, &self.taints).is_none()
-            && branches.iter().any(|b| b.matches_labels(&self.labels).is_ok())
+            && at.branches().iter().any(|b| b.matches_labels(&self.labels).is_ok())
             && !pod.host_ports.iter().any(|a| self.ports.iter().any(|b| a.conflicts(b)))
             && self
                 .volumes
                 .exceeds(&pod.volumes, |d| self.volume_limits.get(d).copied())
                 .is_none()
+            && topology.check(at, &self.labels).is_ok()
     }
 
-    /// Places `pod` (`id`) on the node: its requests, host ports and volumes are taken
-    /// (Karpenter's `ExistingNode.Add`).
-    pub(super) fn add(&mut self, id: PodId, pod: &PodInfo) {
+    /// Places `pod` (`id`) on the node: its requests, host ports and volumes are taken,
+    /// and it is recorded in `topology` (Karpenter's `ExistingNode.Add`).
+    pub(super) fn add(&mut self, id: PodId, pod: &PodInfo, topology: &mut Topology) {
         self.free = self.free.minus(&pod.requests);
         self.ports.extend(pod.host_ports.iter().cloned());
         self.volumes.add(&pod.volumes);
         self.placed.push(id);
+        topology.record(PlacedPod::planned(pod), &self.labels, &self.taints);
     }
-}
 
-impl Scheduler {
-    /// Places a pod on the first existing node that takes it at level `li`.
-    pub(super) fn try_existing(&mut self, pod: PodId, li: usize) -> bool {
-        let p = &self.pods[pod];
-        let class = self.class_of[pod];
-        let branches = &self.classes[class].branches[li];
-        for i in 0..self.existing.len() {
-            let n = &self.existing[i];
-            if !n.can_add(p, branches) || self.check_topology(pod, li, &n.labels).is_err() {
-                continue;
-            }
-            let n = &mut self.existing[i];
-            n.add(pod, p);
-            self.topology.record(PlacedPod::planned(p), &n.labels, &n.taints);
-            let state = &mut self.progress[class];
-            state.remaining = state.remaining.saturating_sub(1);
-            return true;
+    /// What the node has left (negative room counted as none).
+    pub(super) fn spare(&self) -> Resources {
+        let mut f = self.free.clone();
+        for name in f.names().map(str::to_string).collect::<Vec<_>>() {
+            f.set(&name, f.get(&name).max(0));
         }
-        false
-    }
-
-    /// What the existing nodes have left, summed (negative room counted as none).
-    pub(super) fn existing_free(&self) -> Resources {
-        self.existing.iter().fold(Resources::default(), |acc, n| {
-            let mut f = n.free.clone();
-            for name in f.names().map(str::to_string).collect::<Vec<_>>() {
-                f.set(&name, f.get(&name).max(0));
-            }
-            acc.plus(&f)
-        })
+        f
     }
 }

@@ -1,16 +1,21 @@
-//! Finishing the plan: each new node takes the cheapest instance type that holds its pods,
-//! with up to [`MAX_ALTERNATIVES`] alternatives that also do, for CreateFleet, keeping
-//! enough distinct values for the NodePool's `minValues`; then the existing placements,
-//! the cost and what the lower bound needs.
+//! Finishing the plan (Karpenter's `NodeClaim.FinalizeScheduling` and
+//! `Results.TruncateInstanceTypes`): each new node takes the cheapest instance type that
+//! holds its pods, with up to
+//! [`MAX_ALTERNATIVES`](crate::decide::provisioning::plan::MAX_ALTERNATIVES) alternatives
+//! that also do, for CreateFleet, keeping enough distinct values for the NodePool's
+//! `minValues` ([`crate::decide::provisioning::scheduler::min_values`]); then the existing
+//! placements, the cost and what the lower bound needs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use super::{BoundInput, Scheduler, SchedulerOutcome};
-use crate::decide::provisioning::plan::{ExistingPlacement, MAX_ALTERNATIVES, PlannedNode, Unschedulable};
+use crate::decide::provisioning::plan::{ExistingPlacement, PlannedNode, Unschedulable};
+use crate::decide::provisioning::scheduler::Scheduler;
+use crate::decide::provisioning::scheduler::custom_keys::custom_labels;
 use crate::decide::provisioning::scheduler::index::{TypeId, Types};
-use crate::decide::provisioning::scheduler::labels::custom_labels;
-use crate::decide::provisioning::templates::Template;
+use crate::decide::provisioning::scheduler::min_values::with_min_values;
+use crate::decide::provisioning::scheduler::outcome::SchedulerOutcome;
 use crate::decide::provisioning::unschedulable::{Reason, Shortfall};
+use crate::model::Resources;
 use crate::model::well_known as wk;
 
 impl Scheduler {
@@ -26,11 +31,11 @@ impl Scheduler {
         }
         let mut on_new_nodes = Vec::new();
         for node in self.new_nodes.iter() {
-            let t = &self.templates[node.template];
+            let t = &self.pools[node.template].template;
             // Under limits, no type (nor alternative) may exceed the capacity the limits
             // were checked against when the node was opened.
-            let mut fitting: Vec<TypeId> = self.holding_types(node, &node.candidates, &node.used).collect();
-            self.prefer_at_equal_price(node, &mut fitting);
+            let mut fitting: Vec<TypeId> = node.holding_types(t, &node.candidates, &node.used).collect();
+            node.prefer_at_equal_price(t, &self.classes, &self.pods, &mut fitting);
             let labels: Vec<&BTreeMap<String, String>> = fitting.iter().map(|&i| &t.ty(i).labels).collect();
             if let Err(e) = t.requirements.check_min_values(labels.iter().copied()) {
                 for &p in &node.pods {
@@ -85,63 +90,12 @@ impl Scheduler {
             });
         }
         self.plan.cost_per_hour = self.plan.nodes.iter().map(|n| n.price_per_hour).sum();
-        let free = self.existing_free();
+        let free = self
+            .existing
+            .iter()
+            .fold(Resources::default(), |acc, n| acc.plus(&n.spare()));
         let pods = on_new_nodes.iter().map(|&p| self.pods[p].clone()).collect();
-        SchedulerOutcome {
-            plan: self.plan,
-            bound: BoundInput {
-                templates: self.templates.into_vec(),
-                pods,
-                existing_free: free,
-            },
-        }
+        let templates = self.pools.into_vec().into_iter().map(|p| p.template).collect();
+        SchedulerOutcome::new(self.plan, templates, pods, free)
     }
-}
-
-/// The cheapest `MAX_ALTERNATIVES` of the fitting types, keeping enough distinct values
-/// for the template's `minValues`.
-fn with_min_values(t: &Template, fitting: &[TypeId]) -> Vec<TypeId> {
-    let mut chosen: Vec<TypeId> = fitting.iter().copied().take(MAX_ALTERNATIVES).collect();
-    for r in t.requirements.iter() {
-        let Some(min) = r.min_values() else { continue };
-        let distinct = |set: &[TypeId]| {
-            let mut v: Vec<&String> = set
-                .iter()
-                .filter_map(|&i| t.ty(i).labels.get(r.key()))
-                .filter(|v| r.has(v))
-                .collect();
-            v.sort();
-            v.dedup();
-            v.len()
-        };
-        if distinct(&chosen) >= min as usize {
-            continue;
-        }
-        for &i in fitting {
-            if distinct(&chosen) >= min as usize {
-                break;
-            }
-            let value = t.ty(i).labels.get(r.key());
-            let new_value = value.is_some_and(|v| !chosen.iter().any(|&c| t.ty(c).labels.get(r.key()) == Some(v)));
-            if new_value {
-                chosen.push(i);
-            }
-        }
-    }
-    let order: HashMap<TypeId, usize> = fitting.iter().enumerate().map(|(pos, &i)| (i, pos)).collect();
-    chosen.sort_by_key(|i| order[i]);
-    chosen.dedup();
-    while chosen.len() > MAX_ALTERNATIVES {
-        // Drop the dearest type whose removal keeps minValues.
-        let Some(pos) = (0..chosen.len()).rev().find(|&p| {
-            let mut without = chosen.clone();
-            without.remove(p);
-            let labels: Vec<&BTreeMap<String, String>> = without.iter().map(|&i| &t.ty(i).labels).collect();
-            t.requirements.check_min_values(labels.iter().copied()).is_ok()
-        }) else {
-            break;
-        };
-        chosen.remove(pos);
-    }
-    chosen
 }

@@ -1,5 +1,6 @@
 //! Typed indices into the scheduler's tables, so that a class's index cannot pick a
-//! template, nor a type's an offer key.
+//! template, nor a type's an offer key (Karpenter's scheduler holds pointers to its pods,
+//! NodeClaims and templates instead).
 
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};

@@ -1,5 +1,6 @@
 //! The scheduling simulation: places pending pods on existing nodes, then on new nodes,
-//! honouring every constraint kube-scheduler checks.
+//! honouring every constraint kube-scheduler checks (Karpenter's
+//! `pkg/controllers/provisioning/scheduling`).
 //!
 //! Pods are grouped into classes of identical scheduling constraints (a Deployment's pods
 //! form one) and taken first-fit-decreasing by CPU then memory, as Karpenter does; pods
@@ -8,12 +9,13 @@
 //!
 //! 1. existing nodes (Ready, schedulable) with room, as kube-scheduler would;
 //! 2. new nodes already planned, first fit, within each node's reserved mix (see
-//!    [`crate::decide::provisioning::packer`]); a per-class cursor skips nodes that already refused the class
-//!    for lack of room, which keeps this step amortised O(nodes + pods);
+//!    [`crate::decide::provisioning::packer`]); a per-class cursor skips nodes that already
+//!    refused the class for good, which keeps this step amortised O(nodes + pods);
 //! 3. a new node from the heaviest NodePool that can take it: the zone and capacity type
 //!    that keep its spreads balanced at the lowest price (at equal price, those its
-//!    preferred node affinity favours), and the instance type that [`crate::decide::provisioning::packer`]
-//!    finds most cost-effective for the pods still waiting.
+//!    preferred node affinity favours), and the instance type that
+//!    [`crate::decide::provisioning::packer`] finds most cost-effective for the pods still
+//!    waiting.
 //!
 //! A planned node whose NodePool has `minValues` takes a pod only while enough of its
 //! candidate types still hold all its pods (Karpenter's `NodeClaim.Add`), and is packed
@@ -32,41 +34,83 @@
 //! Complexity: O(P log P) to sort, O(P·(E + C)) for existing nodes and cursors (E existing
 //! nodes, C classes), and O(T·C²) per node opened (T candidate types).
 //!
-//! One concept per file, after Karpenter's `scheduling` package: this file holds the run
-//! and its main loop; [`class`] the pod classes, [`relaxation`] the relaxation levels,
-//! [`labels`] the label views, [`topology_check`] the topology checks, [`existing_node`]
-//! placement on existing nodes and [`new_node`] planned and new nodes (each node type with
-//! its own `can_add` and `add`, as Karpenter's `ExistingNode` and `NodeClaim`), [`offer_key`] the
-//! zones and capacity types a NodePool offers, [`target`] the choice of a new node's type,
-//! [`finish`] the final types and alternatives, and [`index`] the typed indices.
+//! One concept per file, after Karpenter's `scheduling` package. The [`Scheduler`] only
+//! orchestrates, as Karpenter's `scheduler.go` does: this file holds its state, the queue
+//! and its passes (`Scheduler.Solve`), each pod's relaxation levels (`trySchedule`) and
+//! the order of the nodes it tries (`add`: existing nodes, then planned ones);
+//! [`open_node`] opens a new node (`addToNewNodeClaim`) and [`finish`] finishes the plan.
+//! The nodes decide for themselves, each with its own `can_add` and `add`:
+//! [`existing_node`] (Karpenter's `ExistingNode`) and [`new_node`] (`NodeClaim`), with
+//! what they are handed and return: [`pod_at`] the pod at a level, [`topology_check`] the
+//! plan's topology, [`narrowed`] what a placement narrows, [`refusal`] why a node refuses.
+//! The rest:
+//! - pods: [`class`] a class, [`classes`] the pods sorted into classes, [`class_state`]
+//!   where a class stands, [`spread_owner`] a hard spread's owner, [`node_view`] a node as
+//!   a topology domain, [`demand`] the pods still waiting;
+//! - relaxation: [`level`] one level, [`relaxation`] their order, [`preference`] preferred
+//!   node affinity at equal price;
+//! - NodePools: [`pool`] a NodePool in the run, [`offer_key`] its zones and capacity types,
+//!   [`candidates`] its types that take a pod alone, [`planned`] what is planned under its
+//!   limits, [`memo`] what the run remembers of it, [`target`] a new node's type,
+//!   [`min_values`] its `minValues`;
+//! - labels: [`split`] a node's labels in parts, [`with_host`] with the hostname of a node
+//!   being opened, [`custom_keys`] the NodePool's custom keys;
+//! - [`index`] the typed indices, [`why`] why a pod was not placed, [`outcome`] the run's
+//!   result.
 
+mod candidates;
 mod class;
+mod class_state;
+mod classes;
+mod custom_keys;
+mod demand;
 mod existing_node;
 mod finish;
 mod index;
-mod labels;
+mod level;
+mod memo;
+mod min_values;
+mod narrowed;
 mod new_node;
+mod node_view;
 mod offer_key;
+mod open_node;
+mod outcome;
+mod planned;
+mod pod_at;
+mod pool;
+mod preference;
+mod refusal;
 mod relaxation;
+mod split;
+mod spread_owner;
 mod target;
 mod topology_check;
+mod why;
+mod with_host;
+
+pub use outcome::SchedulerOutcome;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::rc::Rc;
 
 use crate::catalog::RegionCatalog;
 use crate::decide::provisioning::daemonsets::DaemonSetInfo;
 use crate::decide::provisioning::namespaces::Namespaces;
-use crate::decide::provisioning::packer::ResourcePrices;
 use crate::decide::provisioning::plan::{ProvisioningPlan, Unschedulable};
 use crate::decide::provisioning::pod::{PodInfo, Volumes, is_provisionable, pod_key};
-use crate::decide::provisioning::scheduler::class::{Class, ClassState, Classes};
+use crate::decide::provisioning::scheduler::class::Class;
+use crate::decide::provisioning::scheduler::class_state::ClassState;
+use crate::decide::provisioning::scheduler::classes::Classes;
 use crate::decide::provisioning::scheduler::existing_node::{ExistingNode, existing_nodes};
-use crate::decide::provisioning::scheduler::index::{ClassId, IdVec, NewNodeId, OfferKeyId, PodId, TemplateId};
-use crate::decide::provisioning::scheduler::new_node::{NewNode, Refusal};
-use crate::decide::provisioning::scheduler::offer_key::{Candidates, FitKey, OfferKey, offer_keys};
+use crate::decide::provisioning::scheduler::index::{ClassId, IdVec, NewNodeId, PodId, TemplateId, Types};
+use crate::decide::provisioning::scheduler::new_node::NewNode;
+use crate::decide::provisioning::scheduler::pod_at::PodAt;
+use crate::decide::provisioning::scheduler::pool::Pool;
+use crate::decide::provisioning::scheduler::refusal::Refusal;
 use crate::decide::provisioning::scheduler::relaxation::soft_only;
-use crate::decide::provisioning::scheduler::target::{MatchKey, Planned, Shortlist, ShortlistKey, resource_prices};
+use crate::decide::provisioning::scheduler::spread_owner::SpreadOwner;
+use crate::decide::provisioning::scheduler::topology_check::TopologyCheck;
+use crate::decide::provisioning::scheduler::why::Why;
 use crate::decide::provisioning::templates::{self, Template};
 use crate::decide::provisioning::topology::Topology;
 use crate::decide::provisioning::unschedulable::Reason;
@@ -74,30 +118,6 @@ use crate::model::Resources;
 use crate::model::pod::Pod;
 use crate::model::well_known as wk;
 use crate::snapshot::Snapshot;
-
-/// Why a pod could not be placed, the most relaxed level's reasons last.
-#[derive(Default)]
-struct Why {
-    reasons: Vec<Reason>,
-}
-
-impl Why {
-    /// Adds a reason, once.
-    fn add(&mut self, r: Reason) {
-        if !self.reasons.contains(&r) {
-            self.reasons.push(r);
-        }
-    }
-
-    /// The reasons; when no NodePool could be tried, that.
-    fn into_reasons(self) -> Vec<Reason> {
-        if self.reasons.is_empty() {
-            vec![Reason::NoNodePool]
-        } else {
-            self.reasons
-        }
-    }
-}
 
 /// The keys among `keys` whose value on a new node comes from its instance type's labels,
 /// not from its offering (zone, capacity type), its NodePool's labels or its hostname.
@@ -113,49 +133,31 @@ fn type_decided(keys: BTreeSet<String>, templates: &IdVec<TemplateId, Template>)
         .collect()
 }
 
-/// What a scheduler run decided, with what the lower bound needs.
-pub struct SchedulerOutcome {
-    /// The plan (without its lower bound).
-    pub plan: ProvisioningPlan,
-    bound: BoundInput,
-}
-
-struct BoundInput {
-    templates: Vec<Template>,
-    pods: Vec<PodInfo>,
-    existing_free: Resources,
-}
-
-impl SchedulerOutcome {
-    /// The lower bound on the cost of placing the same pods (see [`crate::decide::provisioning::lower_bound`]).
-    pub fn lower_bound(&self) -> f64 {
-        let pods: Vec<&PodInfo> = self.bound.pods.iter().collect();
-        crate::decide::provisioning::lower_bound::lower_bound(&self.bound.templates, &pods, &self.bound.existing_free)
-    }
-}
-
 /// The state of one planning run.
 pub struct Scheduler {
-    templates: IdVec<TemplateId, Template>,
-    /// Per template: its offer keys.
-    offer_keys: IdVec<TemplateId, IdVec<OfferKeyId, OfferKey>>,
-    /// Per template: resource prices for the packer (None: the cover LP failed).
-    prices: IdVec<TemplateId, Option<ResourcePrices>>,
-    /// Per template: what is planned under its limits.
-    planned: IdVec<TemplateId, Planned>,
+    /// The NodePools, heaviest first: each template with its offer keys, resource prices,
+    /// what is planned under its limits and what the run remembers of it.
+    pools: IdVec<TemplateId, Pool>,
+    /// The pods to place.
     pods: IdVec<PodId, PodInfo>,
+    /// Each pod's class.
     class_of: IdVec<PodId, ClassId>,
+    /// Each class.
     classes: IdVec<ClassId, Class>,
+    /// Where each class stands.
     progress: IdVec<ClassId, ClassState>,
+    /// The usable existing nodes.
     existing: Vec<ExistingNode>,
+    /// The planned nodes, in the order they were opened.
     new_nodes: IdVec<NewNodeId, NewNode>,
     /// Planned nodes per zone, in the order they were opened.
     zone_nodes: BTreeMap<String, Vec<NewNodeId>>,
     /// The hard zonal spreads, by topology group, with the classes that own them.
-    zonal_owners: Vec<(usize, Vec<class::SpreadOwner>)>,
+    zonal_owners: Vec<(usize, Vec<SpreadOwner>)>,
     /// Per hard zonal spread group that narrows its nodes by node affinity: the zones of
     /// the planned nodes it counts.
     counted_zones: HashMap<usize, BTreeSet<String>>,
+    /// The pods recorded on every node, existing or planned, by topology group.
     topology: Topology,
     /// The keys whose value on a new node its instance type decides (the architecture,
     /// the type, its family...) among the topology keys and the keys the spreads' node
@@ -166,13 +168,7 @@ pub struct Scheduler {
     /// The keys that the spreads' node inclusion reads ([`Topology::inclusion_keys`]): a
     /// new node opens with one value for each that its NodePool leaves open (a custom key).
     inclusion_keys: BTreeSet<String>,
-    /// Per class, level and template: the offer keys and types that take the pod alone;
-    /// `Err` holds why none does.
-    offer_cache: HashMap<FitKey, Rc<Result<Candidates, Reason>>>,
-    /// Per class, level, template and offer key: the types worth evaluating for the class.
-    pareto_cache: HashMap<ShortlistKey, Rc<Shortlist>>,
-    /// Per class, level, template, type and offer key: whether the class's branches match.
-    match_cache: HashMap<MatchKey, bool>,
+    /// The plan so far: what was skipped and the pods found unschedulable on the way.
     plan: ProvisioningPlan,
 }
 
@@ -229,7 +225,6 @@ impl Scheduler {
             templates::build(nodepools, &snapshot.nodeclasses, region, &daemonsets, &snapshot.nodes);
         plan.skipped.extend(skipped);
         let templates: IdVec<TemplateId, Template> = templates.into_iter().collect();
-        let offer_keys = templates.iter().map(|t| offer_keys(t, region.region())).collect();
 
         let volumes = Volumes::of(snapshot);
         let namespaces = Namespaces::new(snapshot);
@@ -282,17 +277,18 @@ impl Scheduler {
             progress,
             class_of,
             zonal_owners,
-        } = class::classes(&pods, &templates, &existing_zones, &node_views, &topology);
-        let prices = resource_prices(&templates, &pods);
+        } = classes::classes(&pods, &templates, &existing_zones, &node_views, &topology);
         let inclusion_keys = topology.inclusion_keys();
         let type_keys = type_decided(topology.keys().union(&inclusion_keys).cloned().collect(), &templates);
-        let planned = templates.iter().map(|_| Planned::default()).collect();
+        let demand = pods.iter().fold(Resources::default(), |acc, p| acc.plus(&p.requests));
+        let pools = templates
+            .into_vec()
+            .into_iter()
+            .map(|t| Pool::new(t, region.region(), &demand))
+            .collect();
 
         Scheduler {
-            templates,
-            offer_keys,
-            prices,
-            planned,
+            pools,
             pods,
             class_of,
             classes,
@@ -305,16 +301,14 @@ impl Scheduler {
             topology,
             type_keys,
             inclusion_keys,
-            offer_cache: HashMap::new(),
-            pareto_cache: HashMap::new(),
-            match_cache: HashMap::new(),
             plan,
         }
     }
 
-    /// Places one pod: at each relaxation level from the one its class has reached, on an
-    /// existing node, then in a slot reserved for its class, then on a planned node (first
-    /// fit, zone by zone), then on a new node. `Err` says why every level failed.
+    /// Places one pod: at each relaxation level from the one its class has reached
+    /// (Karpenter's `Scheduler.trySchedule`), on an existing node, then in a slot reserved
+    /// for its class, then on a planned node (first fit, zone by zone), then on a new node
+    /// (`Scheduler.add`). `Err` says why every level failed.
     fn schedule(&mut self, pod: PodId) -> Result<(), Vec<Reason>> {
         let class = self.class_of[pod];
         let mut why = Why::default();
@@ -341,7 +335,8 @@ impl Scheduler {
             // Then first fit, zone by zone, over the zones the pod's zonal constraints allow.
             let zones: Vec<String> = self.zone_nodes.keys().cloned().collect();
             for zone in zones {
-                if !self.zone_allows(pod, li, &zone) {
+                let at = PodAt::new(pod, li, &self.pods, &self.class_of, &self.classes);
+                if !self.topology_check().zone_allows(&at, &zone) {
                     continue;
                 }
                 let mut pos = self.progress[class].cursors.get(&zone).copied().unwrap_or(0);
@@ -353,7 +348,7 @@ impl Scheduler {
                             return Ok(());
                         }
                         Err(refusal) => {
-                            if advancing && refusal == Refusal::ForGood {
+                            if advancing && refusal.is_for_good() {
                                 self.progress[class].cursors.insert(zone.clone(), pos + 1);
                             } else {
                                 advancing = false;
@@ -374,13 +369,87 @@ impl Scheduler {
         Err(why.into_reasons())
     }
 
+    /// Places a pod on the first existing node that takes it at level `li` (Karpenter's
+    /// `Scheduler.addToExistingNode`).
+    fn try_existing(&mut self, pod: PodId, li: usize) -> bool {
+        let at = PodAt::new(pod, li, &self.pods, &self.class_of, &self.classes);
+        let check = self.topology_check();
+        let Some(i) = self.existing.iter().position(|n| n.can_add(&at, &check)) else {
+            return false;
+        };
+        let node = &mut self.existing[i];
+        node.add(at.id, at.pod, &mut self.topology);
+        let state = &mut self.progress[at.class_id];
+        state.remaining = state.remaining.saturating_sub(1);
+        state.placed_in(node.labels.get(wk::ZONE));
+        true
+    }
+
+    /// Places a pod on planned node `n` at level `li`, or says how the node refuses it
+    /// (Karpenter's `Scheduler.addToInflightNode`, for one node). A node without room for
+    /// a pod that must follow its pods there first moves to a larger type; a node that
+    /// would keep too few types for `minValues` gives up the slots it reserved for the
+    /// pod's class.
+    fn try_new_node(&mut self, pod: PodId, n: NewNodeId, li: usize) -> Result<(), Refusal> {
+        let at = PodAt::new(pod, li, &self.pods, &self.class_of, &self.classes);
+        let ti = self.new_nodes[n].template;
+        let t = &self.pools[ti].template;
+        let checked = self.new_nodes[n].can_add(&at, t, &self.topology_check(), &self.type_keys);
+        match checked {
+            Ok(narrowed) => {
+                let node = &mut self.new_nodes[n];
+                if node.add(at.id, at.pod, at.class_id, narrowed, t, &mut self.topology) {
+                    let state = &mut self.progress[at.class_id];
+                    state.reserved = state.reserved.saturating_sub(1);
+                }
+                let state = &mut self.progress[at.class_id];
+                state.remaining = state.remaining.saturating_sub(1);
+                state.placed_in(Some(&node.zone));
+                Ok(())
+            }
+            Err(Refusal::NoRoom) => {
+                let pool = &self.pools[ti];
+                let node = &self.new_nodes[n];
+                let Some(bigger) = node.larger_type_for(&at, &pool.template, &pool.planned, &self.topology_check())
+                else {
+                    return Err(Refusal::NoRoom);
+                };
+                let pool = &mut self.pools[ti];
+                let old = self.new_nodes[n].grow_to(bigger, &pool.template);
+                let (from, to) = (pool.template.ty(old), pool.template.ty(bigger));
+                pool.planned
+                    .regrow(&from.instance_type.capacity, &to.instance_type.capacity);
+                self.try_new_node(pod, n, li)
+            }
+            Err(Refusal::MinValues) => {
+                let left = self.new_nodes[n].release_quota(at.class_id, &at.class.requests);
+                let state = &mut self.progress[at.class_id];
+                state.reserved = state.reserved.saturating_sub(left);
+                Err(Refusal::MinValues)
+            }
+            Err(refusal) => Err(refusal),
+        }
+    }
+
+    /// The plan's topology, as the nodes check a pod against it.
+    fn topology_check(&self) -> TopologyCheck<'_> {
+        TopologyCheck {
+            topology: &self.topology,
+            zone_nodes: &self.zone_nodes,
+            counted_zones: &self.counted_zones,
+            zonal_owners: &self.zonal_owners,
+            progress: &self.progress,
+        }
+    }
+
     /// Whether a pod that failed may fit once other pods are placed: it has required pod
     /// affinity, which only more placed pods can satisfy.
     fn waits_for_others(&self, pod: PodId) -> bool {
         !self.pods[pod].affinity.is_empty()
     }
 
-    /// Runs the simulation.
+    /// Runs the simulation (Karpenter's `Scheduler.Solve`): every pod in queue order, then
+    /// again those that wait for others, while a pass places some; then finishes the plan.
     pub fn run(mut self) -> SchedulerOutcome {
         let mut order: Vec<PodId> = self.pods.ids().collect();
         order.sort_by(|&a, &b| {

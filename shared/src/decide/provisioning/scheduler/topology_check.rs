@@ -1,28 +1,47 @@
-//! A pod's topology constraints against a node, at a relaxation level (Karpenter's
-//! `topology.go`): spreads and pod (anti-)affinity, through [`crate::decide::provisioning::topology`],
-//! and the hard spreads of the classes that count the pod.
+//! The plan's topology as a node checks a pod against it (Karpenter's `topology.go`,
+//! `Topology.AddRequirements`, which `ExistingNode.CanAdd` and `NodeClaim.CanAdd` call):
+//! spreads and pod (anti-)affinity, through [`crate::decide::provisioning::topology`], with
+//! the zones of the planned nodes, and the hard spreads of the classes that count the pod.
+//! The scheduler lends it to each node it tries ([`TopologyCheck`]); the pods it places are
+//! recorded by the nodes' `add`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::decide::provisioning::scheduler::Scheduler;
-use crate::decide::provisioning::scheduler::class::SpreadOwner;
-use crate::decide::provisioning::scheduler::index::{ClassId, NewNodeId, PodId, Types};
-use crate::decide::provisioning::scheduler::labels::Split;
+use crate::decide::provisioning::pod::PodInfo;
+use crate::decide::provisioning::scheduler::class::Class;
+use crate::decide::provisioning::scheduler::class_state::ClassState;
+use crate::decide::provisioning::scheduler::index::{ClassId, IdVec, NewNodeId};
+use crate::decide::provisioning::scheduler::pod_at::PodAt;
+use crate::decide::provisioning::scheduler::spread_owner::SpreadOwner;
 use crate::decide::provisioning::topology::{Domains, Topology};
 use crate::decide::provisioning::unschedulable::Rejection;
 use crate::model::well_known as wk;
 
-impl Scheduler {
-    /// Whether the pod's topology constraints at level `li` accept `node`.
-    pub(super) fn check_topology(&self, pod: PodId, li: usize, node: &impl Domains) -> Result<(), Rejection> {
-        let class = self.class_of[pod];
-        let c = &self.classes[class];
-        let level = c.levels[li];
-        let with_planned = self.with_planned_zones(pod);
+/// What a topology check reads of the run: the pods recorded so far, the planned nodes'
+/// zones, and the hard zonal spreads with where their owners' pods went.
+pub(super) struct TopologyCheck<'a> {
+    /// The pods recorded on every node, existing or planned, by topology group.
+    pub(super) topology: &'a Topology,
+    /// Planned nodes per zone, in the order they were opened.
+    pub(super) zone_nodes: &'a BTreeMap<String, Vec<NewNodeId>>,
+    /// Per hard zonal spread group that narrows its nodes by node affinity: the zones of
+    /// the planned nodes it counts.
+    pub(super) counted_zones: &'a HashMap<usize, BTreeSet<String>>,
+    /// The hard zonal spreads, by topology group, with the classes that own them.
+    pub(super) zonal_owners: &'a [(usize, Vec<SpreadOwner>)],
+    /// Where each class stands (the zones its pods were placed in).
+    pub(super) progress: &'a IdVec<ClassId, ClassState>,
+}
+
+impl<'a> TopologyCheck<'a> {
+    /// Whether the pod's topology constraints at its level accept `node`.
+    pub(super) fn check(&self, at: &PodAt<'_>, node: &impl Domains) -> Result<(), Rejection> {
+        let c = at.class;
+        let level = at.level();
+        let with_planned = self.with_planned_zones(at.pod, c);
         let domains = with_planned.as_deref().unwrap_or(&c.spread_domains);
-        self.topology
-            .check(&self.pods[pod], &c.groups, node, level.strict, domains)?;
-        match self.unbalanced_owner(class, node) {
+        self.topology.check(at.pod, &c.groups, node, level.strict, domains)?;
+        match self.unbalanced_owner(c, node) {
             None => Ok(()),
             Some(key) => Err(Rejection::Spread(key.to_string())),
         }
@@ -33,50 +52,42 @@ impl Scheduler {
     /// nodes that exist, not only those the pod could use). Under `nodeTaintsPolicy:
     /// Honor` they are counted too, which can only lower the minimum: stricter, never
     /// wrong.
-    fn planned_zones(&self) -> impl Iterator<Item = &String> {
+    fn planned_zones(&self) -> impl Iterator<Item = &'a String> + use<'a> {
         self.zone_nodes.iter().filter(|(_, n)| !n.is_empty()).map(|(z, _)| z)
     }
 
     /// The zones of the planned nodes that spread group `g` counts: every planned node's
     /// when it counts every node, else those its node affinity admits (kube-scheduler's
     /// podtopologyspread `matchNodeInclusionPolicies`).
-    fn planned_zones_of(&self, g: Option<usize>, counts_every_node: bool) -> impl Iterator<Item = &String> {
+    fn planned_zones_of(
+        &self,
+        g: Option<usize>,
+        counts_every_node: bool,
+    ) -> impl Iterator<Item = &'a String> + use<'a> {
         let all = counts_every_node.then(|| self.planned_zones()).into_iter().flatten();
+        let counted_zones = self.counted_zones;
         let counted = g
             .filter(|_| !counts_every_node)
-            .and_then(|g| self.counted_zones.get(&g))
+            .and_then(move |g| counted_zones.get(&g))
             .into_iter()
             .flatten();
         all.chain(counted)
     }
 
-    /// Records the zone of planned node `n`, just opened, for the hard zonal spreads that
-    /// narrow their nodes by node affinity and count it.
-    pub(super) fn record_counted_zone(&mut self, n: NewNodeId) {
-        let node = &self.new_nodes[n];
-        let t = &self.templates[node.template];
-        let split = Split {
-            node: &node.labels,
-            instance: &t.ty(node.target).labels,
-            custom: &node.custom,
-        };
-        let counting: Vec<usize> = self
-            .zonal_owners
+    /// The hard zonal spread groups that narrow their nodes by node affinity and count a
+    /// planned node with these labels: the node's zone is to be recorded for them, once
+    /// it is opened.
+    pub(super) fn counting_zonal_groups(&self, node: &impl Domains) -> Vec<usize> {
+        self.zonal_owners
             .iter()
-            .filter(|(g, owners)| owners.iter().any(|o| !o.counts_every_node) && self.topology.counts_on(*g, &split))
+            .filter(|(g, owners)| owners.iter().any(|o| !o.counts_every_node) && self.topology.counts_on(*g, node))
             .map(|(g, _)| *g)
-            .collect();
-        let zone = node.zone.clone();
-        for g in counting {
-            self.counted_zones.entry(g).or_default().insert(zone.clone());
-        }
+            .collect()
     }
 
     /// The pod's spread domains with the zones of the planned nodes its zonal spreads
     /// count added, when that adds any; `None` when the class's own do.
-    fn with_planned_zones(&self, pod: PodId) -> Option<Vec<Option<Vec<String>>>> {
-        let c = &self.classes[self.class_of[pod]];
-        let p = &self.pods[pod];
+    fn with_planned_zones(&self, p: &PodInfo, c: &Class) -> Option<Vec<Option<Vec<String>>>> {
         let planned = |i: usize| {
             let s = &p.spreads[i];
             let g = Topology::spread_group(&c.groups, i).filter(|_| s.key == wk::ZONE);
@@ -107,7 +118,7 @@ impl Scheduler {
         )
     }
 
-    /// Whether opening a node in `node`'s zone for `pod` would take a hard zonal spread
+    /// Whether opening a node in `node`'s zone for the pod would take a hard zonal spread
     /// past maxSkew for a pod of it placed earlier. kube-scheduler's podtopologyspread
     /// `calPreFilterState` counts every node that passes the spread's inclusion policies,
     /// whoever it was launched for, with its matching pods (0 when none), and `Filter`
@@ -115,11 +126,11 @@ impl Scheduler {
     /// yet is a new domain holding only this pod if it matches, which can lower the
     /// minimum under which the owner's placed pods were admitted (their later pods see
     /// the zone through [`Self::with_planned_zones`]).
-    pub(super) fn lowers_a_placed_spread(&self, pod: PodId, node: &impl Domains) -> bool {
+    pub(super) fn lowers_a_placed_spread(&self, at: &PodAt<'_>, node: &impl Domains) -> bool {
         let Some(zone) = node.domain(wk::ZONE) else {
             return false;
         };
-        let class = &self.classes[self.class_of[pod]];
+        let class = at.class;
         self.zonal_owners.iter().any(|(g, owners)| {
             if !self.topology.counts_on(*g, node) {
                 return false;
@@ -164,42 +175,30 @@ impl Scheduler {
     }
 
     /// The zones of the nodes the plan has placed pods of `class` on.
-    fn placed_zones(&self, class: ClassId) -> impl Iterator<Item = &str> {
-        let planned = self
-            .new_nodes
-            .iter()
-            .filter(move |n| n.class_count.get(&class).is_some_and(|&c| c > 0))
-            .map(|n| n.zone.as_str());
-        let existing = self
-            .existing
-            .iter()
-            .filter(move |n| n.placed.iter().any(|&p| self.class_of[p] == class))
-            .filter_map(|n| n.labels.get(wk::ZONE).map(String::as_str));
-        planned.chain(existing)
+    fn placed_zones(&self, class: ClassId) -> impl Iterator<Item = &'a str> + use<'a> {
+        self.progress[class].placed_zones.iter().map(String::as_str)
     }
 
-    /// Whether the pod's zonal constraints allow a node in `zone`.
-    pub(super) fn zone_allows(&self, pod: PodId, li: usize, zone: &str) -> bool {
-        let class = self.class_of[pod];
-        let c = &self.classes[class];
-        let level = c.levels[li];
+    /// Whether the pod's zonal constraints at its level allow a node in `zone`.
+    pub(super) fn zone_allows(&self, at: &PodAt<'_>, zone: &str) -> bool {
+        let c = at.class;
+        let level = at.level();
         let node = BTreeMap::from([(wk::ZONE.to_string(), zone.to_string())]);
-        let with_planned = self.with_planned_zones(pod);
+        let with_planned = self.with_planned_zones(at.pod, c);
         let domains = with_planned.as_deref().unwrap_or(&c.spread_domains);
         self.topology
-            .check_keys(&self.pods[pod], &c.groups, &node, level.strict, domains, |k| {
-                k == wk::ZONE
-            })
+            .check_keys(at.pod, &c.groups, &node, level.strict, domains, |k| k == wk::ZONE)
             .is_ok()
-            && self.unbalanced_owner(class, &node).is_none()
+            && self.unbalanced_owner(c, &node).is_none()
     }
 
     /// The key of a hard spread that counts `class` (on any key but the hostname) and that
     /// one more pod of it on `node` would take past maxSkew for a pod that owns it, over
-    /// that owner's own domains; `None` when every owner stays balanced. kube-scheduler checks a spread only when placing its owner, in an order
-    /// the plan cannot know; this keeps the final state valid for every owner, whatever
-    /// the order, even where owners differ in the domains they see.
-    fn unbalanced_owner<'a>(&'a self, class: ClassId, node: &impl Domains) -> Option<&'a str> {
+    /// that owner's own domains; `None` when every owner stays balanced. kube-scheduler
+    /// checks a spread only when placing its owner, in an order the plan cannot know; this
+    /// keeps the final state valid for every owner, whatever the order, even where owners
+    /// differ in the domains they see.
+    fn unbalanced_owner<'c>(&self, class: &'c Class, node: &impl Domains) -> Option<&'c str> {
         let balanced = |g: usize, key: &str, owners: &[SpreadOwner]| {
             let Some(domain) = node.domain(key) else {
                 return true;
@@ -230,7 +229,7 @@ impl Scheduler {
                 self.topology.count_of(g, domain) + 1 - min <= owner.max_skew
             })
         };
-        self.classes[class]
+        class
             .counted_in_spreads
             .iter()
             .find(|(g, key, owners)| !balanced(*g, key, owners))

@@ -1,0 +1,293 @@
+//! Opening a new node for a pod that no existing or planned node takes (Karpenter's
+//! `Scheduler.addToNewNodeClaim`): from the heaviest NodePool that can take it, in the zone
+//! and capacity type that keep its spreads balanced at the lowest price (at equal price,
+//! those its preferred node affinity favours), filled towards the type
+//! [`crate::decide::provisioning::scheduler::target`] chooses. The node, once opened, takes
+//! the pod as any planned node does ([`crate::decide::provisioning::scheduler::new_node`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::decide::provisioning::scheduler::Scheduler;
+use crate::decide::provisioning::scheduler::custom_keys::narrowed;
+use crate::decide::provisioning::scheduler::demand::Demand;
+use crate::decide::provisioning::scheduler::index::{NewNodeId, OfferKeyId, PodId, TemplateId, TypeId, Types};
+use crate::decide::provisioning::scheduler::new_node::NewNode;
+use crate::decide::provisioning::scheduler::pod_at::PodAt;
+use crate::decide::provisioning::scheduler::preference::preference_weight_at;
+use crate::decide::provisioning::scheduler::split::Split;
+use crate::decide::provisioning::scheduler::target::Target;
+use crate::decide::provisioning::scheduler::why::Why;
+use crate::decide::provisioning::scheduler::with_host::WithHost;
+use crate::decide::provisioning::topology::Domains;
+use crate::decide::provisioning::unschedulable::{Reason, Rejection, Shortfall};
+use crate::model::well_known as wk;
+use crate::model::{Requirement, Requirements, Resources};
+
+impl Scheduler {
+    /// Opens a node for a pod from the first template (heaviest NodePool first) that can
+    /// take it at level `li`; each template that cannot adds its reason to `why`.
+    pub(super) fn open_node(&mut self, pod: PodId, li: usize, why: &mut Why) -> bool {
+        let class = self.class_of[pod];
+        for ti in self.pools.ids() {
+            let c = &self.classes[class];
+            let cached = self.pools[ti].candidates_for(class, li, c, &self.pods[c.rep]);
+            let by_offer = match cached.as_ref() {
+                Ok(c) => c,
+                Err(reason) => {
+                    why.add(reason.clone());
+                    continue;
+                }
+            };
+            // Pick zone and capacity type: balanced spreads first, then price.
+            let hostname = format!("carpool-planned-{}", self.new_nodes.len());
+            let custom = self.custom_domains(pod, li, ti);
+            let at = PodAt::new(pod, li, &self.pods, &self.class_of, &self.classes);
+            let check = self.topology_check();
+            let pool = &self.pools[ti];
+            let mut choices: Vec<(i64, f64, i64, usize, OfferKeyId)> = Vec::new();
+            let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
+            let mut topo_err = None;
+            for (&k, all_types) in by_offer {
+                let key = &pool.offer_keys[k];
+                let t = &pool.template;
+                let by_topology = self.topology_types(&at, ti, k, all_types, &hostname, &custom);
+                let types = by_topology.as_deref().unwrap_or(all_types);
+                // When the topology accepts no type, the cheapest one's rejection says why.
+                let Some(&first) = types.first().or(all_types.first()) else {
+                    continue;
+                };
+                let split = WithHost {
+                    hostname: &hostname,
+                    labels: Split {
+                        node: &key.labels,
+                        instance: &t.ty(first).labels,
+                        custom: &custom,
+                    },
+                };
+                if let Err(e) = check.check(&at, &split) {
+                    topo_err = Some(e);
+                    continue;
+                }
+                // A zone that would take a spread placed earlier past its maxSkew breaks
+                // the final state for that spread's placed pods: never (kube-scheduler's
+                // podtopologyspread `Filter` counts the node once it exists).
+                if check.lowers_a_placed_spread(&at, &split) {
+                    topo_err = Some(Rejection::Spread(wk::ZONE.to_string()));
+                    continue;
+                }
+                let groups = &at.class.groups;
+                let spread_count: i64 = at
+                    .pod
+                    .spreads
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.key == wk::ZONE || s.key == wk::CAPACITY_TYPE)
+                    .map(|(i, s)| {
+                        i64::from(
+                            self.topology
+                                .spread_count_of(groups, i, split.domain(&s.key).unwrap_or_default()),
+                        )
+                    })
+                    .sum();
+                let price = types
+                    .iter()
+                    .filter_map(|&i| key.prices[i])
+                    .fold(f64::INFINITY, f64::min);
+                let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
+                // At the same price, the zone and capacity type the pod prefers.
+                let preferred = -preference_weight_at(key, t, at.pod, types, price);
+                choices.push((spread_count, price, preferred, in_zone, k));
+                if let Some(list) = by_topology {
+                    narrowed.insert(k, list);
+                }
+            }
+            choices.sort_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then(a.1.total_cmp(&b.1))
+                    .then(a.2.cmp(&b.2))
+                    .then(a.3.cmp(&b.3))
+                    .then(a.4.cmp(&b.4))
+            });
+            let Some(&(_, _, _, _, k)) = choices.first() else {
+                if let Some(rejection) = topo_err {
+                    why.add(Reason::Topology { rejection });
+                }
+                continue;
+            };
+            let (types, cacheable) = match narrowed.get(&k) {
+                Some(types) => (types.clone(), false),
+                None => (by_offer[&k].clone(), true),
+            };
+            let demand = Demand {
+                pods: &self.pods,
+                classes: &self.classes,
+                progress: &self.progress,
+            };
+            let Some(target) = Target::choose(&mut self.pools[ti], &demand, class, li, k, &types, cacheable) else {
+                why.add(self.pools[ti].no_target_reason(&types));
+                continue;
+            };
+            let pool = &self.pools[ti];
+            let key = &pool.offer_keys[k];
+            let capacity = pool.template.ty(target.ty).instance_type.capacity.clone();
+            let n = self.new_nodes.next_id();
+            for (&c, &q) in &target.quota {
+                if q > 0 {
+                    self.progress[c].reserved += q;
+                    self.progress[c].quota_nodes.push(n);
+                }
+            }
+            let reserved = target.quota.iter().fold(Resources::default(), |acc, (c, q)| {
+                let mut acc = acc;
+                for _ in 0..*q {
+                    acc = acc.plus(&self.classes[*c].requests);
+                }
+                acc
+            });
+            self.zone_nodes.entry(key.zone.clone()).or_default().push(n);
+            self.new_nodes
+                .push(NewNode::new(ti, key, hostname, custom, target, &reserved));
+            if self.try_new_node(pod, n, li).is_ok() {
+                self.pools[ti].planned.open(&capacity);
+                self.record_counted_zone(n);
+                return true;
+            }
+            if let Some(node) = self.new_nodes.pop() {
+                if let Some(list) = self.zone_nodes.get_mut(&node.zone) {
+                    list.retain(|&x| x != n);
+                }
+                for (c, q) in node.quota {
+                    let state = &mut self.progress[c];
+                    state.reserved = state.reserved.saturating_sub(q);
+                    state.quota_nodes.retain(|&x| x != n);
+                }
+            }
+            why.add(Reason::Resources {
+                nodepool: self.pools[ti].template.name.clone(),
+                shortfall: Shortfall::NotPlaced,
+            });
+        }
+        false
+    }
+
+    /// The custom-key requirements a new node of template `ti` opens with for `pod`: each
+    /// custom key the pod spreads on (at this level) is fixed to one value, the allowed one
+    /// with the fewest matching pods, so that the node is in one domain of the spread
+    /// (Karpenter's `TopologyGroup.nextDomainTopologySpread` narrows the NodeClaim to the
+    /// domain with the minimum count). Then each other custom key that a spread's node
+    /// inclusion reads is fixed to a value the pod allows (see [`pin_inclusion_keys`]).
+    fn custom_domains(&self, pod: PodId, li: usize, ti: TemplateId) -> Requirements {
+        let t = &self.pools[ti].template;
+        let mut custom = t.custom.clone();
+        let p = &self.pods[pod];
+        let class = &self.classes[self.class_of[pod]];
+        let strict = class.levels[li].strict;
+        for (i, s) in p.spreads.iter().enumerate() {
+            if !(s.hard || strict.soft_spreads) {
+                continue;
+            }
+            let Some(r) = custom.get(&s.key) else { continue };
+            if r.is_complement() || r.values().len() < 2 {
+                continue;
+            }
+            let best = r
+                .values()
+                .iter()
+                .filter(|v| {
+                    class.branches[li]
+                        .iter()
+                        .any(|b| b.get(&s.key).is_none_or(|q| q.has(v)))
+                })
+                .min_by_key(|v| self.topology.spread_count_of(&class.groups, i, v))
+                .cloned();
+            if let Some(v) = best {
+                custom.add(Requirement::in_values(&s.key, [v]));
+            }
+        }
+        pin_inclusion_keys(&mut custom, &self.inclusion_keys, &class.branches[li]);
+        custom
+    }
+
+    /// The types of offer key `k` of template `ti` whose labels the pod's topology
+    /// constraints accept on a new node, when some constraint, or a spread's node
+    /// inclusion, reads a key the instance type decides (kube-scheduler checks a node's own
+    /// labels; Karpenter narrows the NodeClaim's requirements to the domains its topology
+    /// allows): anti-affinity to pods on arm64 nodes opens an amd64 node, and a pod counted
+    /// by a spread of amd64 pods that one more there would unbalance opens an arm64 node.
+    /// `None` when no such key is in play (any type will do; the first is checked).
+    fn topology_types(
+        &self,
+        at: &PodAt<'_>,
+        ti: TemplateId,
+        k: OfferKeyId,
+        types: &[TypeId],
+        hostname: &str,
+        custom: &Requirements,
+    ) -> Option<Vec<TypeId>> {
+        if self.type_keys.is_empty() {
+            return None;
+        }
+        let pool = &self.pools[ti];
+        let key = &pool.offer_keys[k];
+        let t = &pool.template;
+        let check = self.topology_check();
+        Some(
+            types
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let split = WithHost {
+                        hostname,
+                        labels: Split {
+                            node: &key.labels,
+                            instance: &t.ty(i).labels,
+                            custom,
+                        },
+                    };
+                    check.check(at, &split).is_ok()
+                })
+                .collect(),
+        )
+    }
+
+    /// Records the zone of planned node `n`, just opened, for the hard zonal spreads that
+    /// narrow their nodes by node affinity and count it
+    /// ([`crate::decide::provisioning::scheduler::topology_check::TopologyCheck::counting_zonal_groups`]).
+    fn record_counted_zone(&mut self, n: NewNodeId) {
+        let node = &self.new_nodes[n];
+        let t = &self.pools[node.template].template;
+        let split = Split {
+            node: &node.labels,
+            instance: &t.ty(node.target).labels,
+            custom: &node.custom,
+        };
+        let counting = self.topology_check().counting_zonal_groups(&split);
+        let zone = node.zone.clone();
+        for g in counting {
+            self.counted_zones.entry(g).or_default().insert(zone.clone());
+        }
+    }
+}
+
+/// Fixes each custom key in `keys` that `custom` leaves open to one value, the first that
+/// one of the pod's requirement branches allows, as the node will be labelled
+/// ([`crate::decide::provisioning::scheduler::custom_keys::custom_labels`]). A spread's node
+/// inclusion (kube-scheduler's podtopologyspread `matchNodeInclusionPolicies`,
+/// `nodeAffinityPolicy: Honor`) reads the node's label: while the value is open, the
+/// planned node could be counted by a spread of pods selecting `b` and then be labelled
+/// `a`, which kube-scheduler would not count.
+fn pin_inclusion_keys(custom: &mut Requirements, keys: &BTreeSet<String>, branches: &[Requirements]) {
+    for key in keys {
+        let Some(r) = custom.get(key) else { continue };
+        if !r.is_complement() && r.values().len() < 2 {
+            continue;
+        }
+        let value = branches.iter().find_map(|b| match b.get(key) {
+            Some(p) => narrowed(r, p)?.any_value(),
+            None => r.any_value(),
+        });
+        if let Some(v) = value {
+            custom.add(Requirement::in_values(key, [v]));
+        }
+    }
+}
