@@ -15,6 +15,7 @@ pub(crate) mod ffd;
 mod interruption;
 mod provision;
 mod scenarios;
+mod vs_karpenter;
 
 use std::time::Instant;
 
@@ -102,6 +103,9 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Karpenter's instance-types file (its kwok provider) for the side-by-side benchmark,
+    /// and, from a scenario, the workload and both autoscalers' NodePools.
+    KarpenterWorld(vs_karpenter::WorldArgs),
     /// The packing suite: Carpool against a Karpenter-style FFD baseline and the lower bound.
     Packing {
         /// Print JSON.
@@ -333,6 +337,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 );
             }
         }
+        BenchCommand::KarpenterWorld(world) => vs_karpenter::run(world, &region)?,
         BenchCommand::Packing { json } => {
             let mut rows = Vec::new();
             for s in scenarios::packing_suite() {
