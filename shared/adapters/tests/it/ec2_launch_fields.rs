@@ -23,7 +23,9 @@
 //! interface on to the instance it runs (`moto/ec2/models/fleets.py` reads `ImageId`,
 //! `InstanceType`, `UserData`...), and ignores `Context`: the template moto stores is read
 //! back with DescribeLaunchTemplateVersions, and `Context` is read from the CreateFleet
-//! request's bytes as they leave the SDK for moto (an interceptor), not from moto.
+//! request's bytes as they leave the SDK for moto (an interceptor), not from moto. The
+//! interface's security groups are the exception: the stack's `infra/local/moto-server`
+//! makes CreateFleet apply them, as EC2 does, and the instances report them.
 //!
 //! `associatePublicIPAddress` is set on the typed spec here: the model's serde name for it
 //! is checked by the model's own tests.
@@ -238,6 +240,36 @@ async fn public_ip_and_detailed_monitoring_are_in_the_launch_template_moto_store
     // class name is not in the content): each gets its own template.
     let distinct: std::collections::BTreeSet<_> = names.iter().collect();
     ensure!(distinct.len() == names.len(), "{names:?}");
+    Ok(())
+}
+
+/// The security groups EC2 reports on an instance are the class's, spot or on-demand: what
+/// the subnet and security group drift compares (Karpenter's `isSecurityGroupDrifted`,
+/// aws/karpenter-provider-aws `pkg/cloudprovider/drift.go`). Plain moto gave a spot
+/// instance the VPC's default group instead, and every spot node looked drifted.
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn every_instance_reports_its_class_security_groups_spot_or_on_demand() -> Result<()> {
+    let _stack = shared().await;
+    let stack = Stack::load()?;
+    let (cloud, _, _) = recorded_cloud(&stack, &unique("groups")).await?;
+    let zone = format!("{}a", stack.region()?);
+    for capacity_type in [CapacityType::Spot, CapacityType::OnDemand] {
+        let mut request = launch_request(&zone, node_class("grouped", serde_json::json!({}))?);
+        request.capacity_type = capacity_type;
+        let launched = cloud.launch(&request).await?;
+        let mut expected = cloud.template_content(&request).await?.security_group_ids;
+        expected.sort();
+        let instance = cloud.get(&launched.id).await?;
+        cloud.terminate(&launched.id).await?;
+        ensure!(!expected.is_empty(), "the class selects groups");
+        ensure!(
+            instance.network.security_groups == expected,
+            "{capacity_type:?}: EC2 reports {:?}, the class selects {expected:?}",
+            instance.network.security_groups
+        );
+        ensure!(instance.network.subnet.is_some(), "{:?}", instance.network);
+    }
     Ok(())
 }
 
