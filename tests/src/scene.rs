@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use carpool::catalog::Catalog;
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder};
 use carpool::ports::Cloud;
@@ -24,7 +24,9 @@ use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_adapters::kube_cluster::KubeCluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 
 use crate::harness::Config as HarnessConfig;
@@ -147,6 +149,26 @@ impl Scene {
         let store = DynamoStore::new(self.stack.dynamodb().await?, &self.table, &self.name);
         store.create_table_if_missing().await?;
         Ok(store)
+    }
+
+    /// Creates a security group named after this scene and `suffix` in the stack's VPC,
+    /// and points this scene's EC2NodeClass at it alone; returns its id.
+    pub async fn move_class_to_new_security_group(&self, suffix: &str) -> Result<String> {
+        let ec2 = aws_sdk_ec2::Client::new(&self.stack.aws_config().await?);
+        let id = ec2
+            .create_security_group()
+            .group_name(format!("{}-{suffix}", self.name))
+            .description("a security group an EC2NodeClass moves to")
+            .vpc_id(self.stack.get("CARPOOL_VPC_ID")?)
+            .send()
+            .await?
+            .group_id
+            .context("CreateSecurityGroup returned no id")?;
+        let patch = json!({"spec": {"securityGroupSelectorTerms": [{"id": id}]}});
+        Api::<DynamicObject>::all_with(self.kube.clone(), &nodeclasses())
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(id)
     }
 
     /// A harness playing the kubelet for this scene's instances.

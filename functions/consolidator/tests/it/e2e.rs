@@ -664,6 +664,75 @@ async fn back_to_spot(scene: &Scene) -> Result<()> {
     Ok(())
 }
 
+// --- a class moved to another security group --------------------------------------------
+
+/// Issue 28: a node whose instance's security groups are no longer its EC2NodeClass's is
+/// drifted and replaced, on moto, whose instances report the launch template's groups
+/// (infra/local/moto-server). Karpenter's `isSecurityGroupDrifted`
+/// (aws/karpenter-provider-aws `pkg/cloudprovider/drift.go`): the instance's group ids,
+/// compared as a set with the class's resolved ones.
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_class_moved_to_another_security_group_replaces_its_nodes_with_nodes_in_that_group() -> Result<()> {
+    let _stack = exclusive().await;
+    let scene = Scene::build("e2e-cons-sg", "100%", &["on-demand"], Some(&["c6a"])).await?;
+    let harness = scene.harness().await?;
+    let result = moved_group(&scene).await;
+    scene.finish(harness, result).await
+}
+
+async fn moved_group(scene: &Scene) -> Result<()> {
+    scene.deployment("web", 3, "500m", json!({})).await?;
+    wait::unschedulable(&scene.kube, &scene.name, 3, WAIT).await?;
+    scene.provision(Duration::from_secs(20)).await?;
+    scene.wait_running(3).await?;
+    // Nothing drifts while the class is unchanged (the launch's own groups are the class's).
+    let report = scene.consolidate("unchanged").await?;
+    ensure!(report.command.is_none(), "{:?}", report.command);
+
+    let group = scene.move_class_to_new_security_group("moved").await?;
+    let mut methods = Vec::new();
+    let mut quiet = 0;
+    for run in 0..10 {
+        let report = scene.consolidate(&format!("sg-{run}")).await?;
+        ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
+        methods.extend(report.command.as_ref().map(|c| c.method));
+        quiet = if report.command.is_none() && report.steps.is_empty() {
+            quiet + 1
+        } else {
+            0
+        };
+        if quiet == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    ensure!(quiet == 2, "the consolidator did not settle: {methods:?}");
+    ensure!(
+        methods.contains(&carpool::decide::disruption::Method::Drift),
+        "no drift: {methods:?}"
+    );
+    scene.wait_running(3).await?;
+    let instances: Vec<_> = scene
+        .cloud()
+        .await?
+        .list()
+        .await?
+        .into_iter()
+        .filter(|i| i.nodepool == scene.name && !i.is_gone())
+        .collect();
+    ensure!(!instances.is_empty(), "no instance left");
+    for i in &instances {
+        ensure!(
+            i.network.security_groups == [group.clone()],
+            "{} is in {:?}, the class selects {group}",
+            i.id,
+            i.network.security_groups
+        );
+    }
+    Ok(())
+}
+
 // --- the instance goes once its pods have shut down ------------------------------------
 
 /// Issue 27: a node being consolidated is terminated only after its pods are gone, each
