@@ -753,11 +753,14 @@ async fn a_consolidated_node_is_terminated_only_after_its_pods_have_shut_down_an
 }
 
 /// When each pod was seen terminating and gone, and each instance terminated, by a
-/// watcher polling every 250 ms.
+/// watcher polling every 250 ms. Each observation is stamped so that the order it proves
+/// is safe: a pod's presence with the time its list was asked for (it existed at some
+/// time after that), an instance's termination with the time its list answered (it was
+/// terminated before that).
 #[derive(Default)]
 struct Seen {
-    /// Pod name → (node, first seen terminating, first seen gone).
-    pods: std::collections::BTreeMap<String, (String, Option<SystemTime>, Option<SystemTime>)>,
+    /// Pod name → (node, first seen terminating, first seen gone, last seen present).
+    pods: std::collections::BTreeMap<String, (String, Option<SystemTime>, Option<SystemTime>, Option<SystemTime>)>,
     /// Instance id → first seen no longer running.
     terminated: std::collections::BTreeMap<String, SystemTime>,
     /// The instances running at the last poll.
@@ -805,10 +808,11 @@ async fn shut_down_first(scene: &Scene) -> Result<()> {
                     for p in &list.items {
                         let name = p.metadata.name.clone().unwrap_or_default();
                         let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-                        let e = seen.pods.entry(name).or_insert((node, None, None));
+                        let e = seen.pods.entry(name).or_insert((node, None, None, None));
                         if p.metadata.deletion_timestamp.is_some() && e.1.is_none() {
                             e.1 = Some(now);
                         }
+                        e.3 = Some(now);
                     }
                     for (name, e) in seen.pods.iter_mut() {
                         if !present.contains(name) && e.2.is_none() {
@@ -818,7 +822,8 @@ async fn shut_down_first(scene: &Scene) -> Result<()> {
                 }
                 if let Ok(instances) = cloud.list().await {
                     // The cloud lists live instances: one that leaves the list, or stops
-                    // running, was terminated then.
+                    // running, was terminated by the time the list answered.
+                    let now = SystemTime::now();
                     let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     let running: Vec<String> = instances
                         .iter()
@@ -872,17 +877,21 @@ async fn shut_down_first(scene: &Scene) -> Result<()> {
         let Some(terminated) = seen.terminated.get(instance) else {
             continue;
         };
-        let evicted: Vec<(&String, SystemTime, Option<SystemTime>)> = seen
+        type Evicted<'a> = (&'a String, SystemTime, Option<SystemTime>, Option<SystemTime>);
+        let evicted: Vec<Evicted<'_>> = seen
             .pods
             .iter()
-            .filter(|(_, (n, terminating, _))| n == node && terminating.is_some_and(|t| t >= started))
-            .map(|(name, (_, terminating, gone))| (name, terminating.unwrap_or(started), *gone))
+            .filter(|(_, (n, terminating, _, _))| n == node && terminating.is_some_and(|t| t >= started))
+            .map(|(name, (_, terminating, gone, present))| (name, terminating.unwrap_or(started), *gone, *present))
             .collect();
-        eprintln!("node {node} ({instance}) terminated at {terminated:?}; its pods: {evicted:?}");
-        for (pod, terminating, gone) in &evicted {
+        eprintln!("node {node} ({instance}) terminated by {terminated:?}; its pods: {evicted:?}");
+        for (pod, terminating, gone, present) in &evicted {
             let gone = gone.with_context(|| format!("pod {pod} of {node} never went"))?;
+            // The pod existed at some time after `present`, the instance was terminated
+            // before `terminated`: the pod outlived its instance if the one is after the
+            // other.
             ensure!(
-                gone <= *terminated,
+                present.is_none_or(|p| p <= *terminated),
                 "{node}'s instance was terminated before its pod {pod} had shut down"
             );
             let grace = gone.duration_since(*terminating).unwrap_or_default();
