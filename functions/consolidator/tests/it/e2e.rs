@@ -752,6 +752,18 @@ async fn a_consolidated_node_is_terminated_only_after_its_pods_have_shut_down_an
     scene.finish(harness, result).await
 }
 
+/// What the watcher saw of one pod.
+#[derive(Debug, Default)]
+struct PodSeen {
+    node: String,
+    /// First seen terminating.
+    terminating: Option<SystemTime>,
+    /// First seen gone.
+    gone: Option<SystemTime>,
+    /// Last seen present.
+    present: Option<SystemTime>,
+}
+
 /// When each pod was seen terminating and gone, and each instance terminated, by a
 /// watcher polling every 250 ms. Each observation is stamped so that the order it proves
 /// is safe: a pod's presence with the time its list was asked for (it existed at some
@@ -759,8 +771,8 @@ async fn a_consolidated_node_is_terminated_only_after_its_pods_have_shut_down_an
 /// terminated before that).
 #[derive(Default)]
 struct Seen {
-    /// Pod name → (node, first seen terminating, first seen gone, last seen present).
-    pods: std::collections::BTreeMap<String, (String, Option<SystemTime>, Option<SystemTime>, Option<SystemTime>)>,
+    /// By pod name.
+    pods: std::collections::BTreeMap<String, PodSeen>,
     /// Instance id → first seen no longer running.
     terminated: std::collections::BTreeMap<String, SystemTime>,
     /// The instances running at the last poll.
@@ -808,15 +820,18 @@ async fn shut_down_first(scene: &Scene) -> Result<()> {
                     for p in &list.items {
                         let name = p.metadata.name.clone().unwrap_or_default();
                         let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-                        let e = seen.pods.entry(name).or_insert((node, None, None, None));
-                        if p.metadata.deletion_timestamp.is_some() && e.1.is_none() {
-                            e.1 = Some(now);
+                        let e = seen.pods.entry(name).or_insert(PodSeen {
+                            node,
+                            ..PodSeen::default()
+                        });
+                        if p.metadata.deletion_timestamp.is_some() && e.terminating.is_none() {
+                            e.terminating = Some(now);
                         }
-                        e.3 = Some(now);
+                        e.present = Some(now);
                     }
                     for (name, e) in seen.pods.iter_mut() {
-                        if !present.contains(name) && e.2.is_none() {
-                            e.2 = Some(now);
+                        if !present.contains(name) && e.gone.is_none() {
+                            e.gone = Some(now);
                         }
                     }
                 }
@@ -877,12 +892,11 @@ async fn shut_down_first(scene: &Scene) -> Result<()> {
         let Some(terminated) = seen.terminated.get(instance) else {
             continue;
         };
-        type Evicted<'a> = (&'a String, SystemTime, Option<SystemTime>, Option<SystemTime>);
-        let evicted: Vec<Evicted<'_>> = seen
+        let evicted: Vec<(&String, SystemTime, Option<SystemTime>, Option<SystemTime>)> = seen
             .pods
             .iter()
-            .filter(|(_, (n, terminating, _, _))| n == node && terminating.is_some_and(|t| t >= started))
-            .map(|(name, (_, terminating, gone, present))| (name, terminating.unwrap_or(started), *gone, *present))
+            .filter(|(_, p)| &p.node == node && p.terminating.is_some_and(|t| t >= started))
+            .map(|(name, p)| (name, p.terminating.unwrap_or(started), p.gone, p.present))
             .collect();
         eprintln!("node {node} ({instance}) terminated by {terminated:?}; its pods: {evicted:?}");
         for (pod, terminating, gone, present) in &evicted {
