@@ -187,6 +187,33 @@ impl Scene {
         self.consolidate_on(&store, owner).await
     }
 
+    /// Consolidator runs, `pause` apart, until two in a row neither command nor step (at
+    /// most `runs`), none rolling back: the methods of the commands made.
+    async fn settle(
+        &self,
+        prefix: &str,
+        runs: usize,
+        pause: Duration,
+    ) -> Result<Vec<carpool::decide::disruption::Method>> {
+        let mut methods = Vec::new();
+        let mut quiet = 0;
+        for run in 0..runs {
+            let report = self.consolidate(&format!("{prefix}-{run}")).await?;
+            ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
+            quiet = if report.command.is_none() && report.steps.is_empty() {
+                quiet + 1
+            } else {
+                0
+            };
+            methods.extend(report.command.map(|c| c.method));
+            if quiet == 2 {
+                return Ok(methods);
+            }
+            tokio::time::sleep(pause).await;
+        }
+        bail!("the consolidator did not settle: {methods:?}")
+    }
+
     /// One consolidator run in dry run.
     async fn consolidate_dry(&self, owner: &str) -> Result<carpool::run::consolidate::ConsolidationReport> {
         let store = self.store().await?;
@@ -634,23 +661,7 @@ async fn back_to_spot(scene: &Scene) -> Result<()> {
 
     // Four minutes later the records have lapsed.
     *scene.ahead.lock().map_err(|_| anyhow::anyhow!("poisoned"))? += Duration::from_secs(240);
-    let mut methods = Vec::new();
-    let mut quiet = 0;
-    for run in 0..12 {
-        let report = scene.consolidate(&format!("spot-{run}")).await?;
-        ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
-        methods.extend(report.command.as_ref().map(|c| c.method));
-        quiet = if report.command.is_none() && report.steps.is_empty() {
-            quiet + 1
-        } else {
-            0
-        };
-        if quiet == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    ensure!(quiet == 2, "the consolidator did not settle: {methods:?}");
+    let methods = scene.settle("spot", 12, Duration::from_secs(2)).await?;
     scene.wait_running(6).await?;
     let after = scene.nodes().await?;
     eprintln!("after: {after:?}; methods {methods:?}");
@@ -691,23 +702,7 @@ async fn moved_group(scene: &Scene) -> Result<()> {
     ensure!(report.command.is_none(), "{:?}", report.command);
 
     let group = scene.move_class_to_new_security_group("moved").await?;
-    let mut methods = Vec::new();
-    let mut quiet = 0;
-    for run in 0..10 {
-        let report = scene.consolidate(&format!("sg-{run}")).await?;
-        ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
-        methods.extend(report.command.as_ref().map(|c| c.method));
-        quiet = if report.command.is_none() && report.steps.is_empty() {
-            quiet + 1
-        } else {
-            0
-        };
-        if quiet == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    ensure!(quiet == 2, "the consolidator did not settle: {methods:?}");
+    let methods = scene.settle("sg", 10, Duration::from_secs(2)).await?;
     ensure!(
         methods.contains(&carpool::decide::disruption::Method::Drift),
         "no drift: {methods:?}"
@@ -951,31 +946,15 @@ async fn a_balanced_nodepool_is_accepted_and_consolidates_after_a_scale_down() -
         ensure!(before.len() >= 2, "{before:?}");
         scene.scale("web", 2).await?;
         scene.wait_running(2).await?;
-        let mut commands = Vec::new();
-        let mut quiet = 0;
-        for run in 0..12 {
-            let report = scene.consolidate(&format!("bal-{run}")).await?;
-            ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
-            commands.extend(report.command.clone());
-            quiet = if report.command.is_none() && report.steps.is_empty() {
-                quiet + 1
-            } else {
-                0
-            };
-            if quiet == 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_secs(3)).await;
-        }
-        ensure!(quiet == 2, "the consolidator did not settle: {commands:?}");
+        let methods = scene.settle("bal", 12, Duration::from_secs(3)).await?;
         scene.wait_running(2).await?;
         let after = scene.nodes().await?;
         eprintln!(
-            "Balanced: {} nodes before, {} after; {commands:?}",
+            "Balanced: {} nodes before, {} after; {methods:?}",
             before.len(),
             after.len()
         );
-        ensure!(!commands.is_empty(), "nothing was consolidated");
+        ensure!(!methods.is_empty(), "nothing was consolidated");
         ensure!(
             after.len() < before.len(),
             "{} nodes before, {} after",
