@@ -74,9 +74,14 @@ fn newest_timestamp(s: &Snapshot) -> Option<SystemTime> {
 pub fn run(args: &DisruptArgs) -> Result<()> {
     let mut snapshot = read_snapshots(&args.snapshots)?;
     let catalog = Catalog::embedded()?;
-    let region = catalog
+    let mut region = catalog
         .region(&args.region)
         .map_err(|e| UsageError(format!("--region: {e}")))?;
+    // Savings at the prices the user pays: the dump's NodeOverlays.
+    let overlays = region.apply_overlays(&snapshot.nodeoverlays);
+    for (object, reason) in overlays.skipped_objects() {
+        eprintln!("carpool: {object} skipped: {reason}");
+    }
     let images = images_by_class_from_status(&snapshot.nodeclasses);
     narrow_to_images(&mut snapshot.nodepools, &images, region.types());
     let now = match &args.at {

@@ -88,11 +88,14 @@ pub fn read_snapshots(paths: &[PathBuf]) -> Result<Snapshot> {
 
 /// Runs `carpool plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let snapshot = read_snapshots(&args.snapshots)?;
+    let mut snapshot = read_snapshots(&args.snapshots)?;
     let catalog = Catalog::embedded()?;
-    let region = catalog
+    let mut region = catalog
         .region(&args.region)
         .map_err(|e| UsageError(format!("--region: {e}")))?;
+    // The prices the user pays: the dump's NodeOverlays over the listed prices.
+    let overlays = region.apply_overlays(&snapshot.nodeoverlays);
+    snapshot.skipped.extend(overlays.skipped_objects());
     let selector =
         Selector::parse(&args.nodepool_selector).map_err(|e| UsageError(format!("--nodepool-selector: {e}")))?;
     // The dump cannot ask the cloud, but a Karpenter cluster's EC2NodeClasses record

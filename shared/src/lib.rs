@@ -14,8 +14,9 @@
 //!   through [`model::manifest`] with errors that name the field path.
 //! - [`catalog`]: the embedded EC2 catalog: instance-type facts, allocatable resources as
 //!   EKS AL2023 nodes report them ([`catalog::allocatable`]), offerings by region and zone,
-//!   on-demand prices with a spot model and live overrides ([`catalog::prices`]), and the
-//!   cheapest-types [query](catalog::query).
+//!   on-demand prices with a spot model and live overrides ([`catalog::prices`]), the
+//!   cluster's NodeOverlays applied to them ([`catalog::overlay`]), and the cheapest-types
+//!   [query](catalog::query).
 //!
 //! - [`snapshot`]: a cluster dump (`kubectl get ... -o json|yaml`) read into typed objects.
 //! - [`decide`]: pure decisions, one folder per job, depending on [`model`] and

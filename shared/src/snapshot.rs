@@ -4,13 +4,14 @@
 //! Accepted: a `List` (or any `*List`) of items, a single object, a JSON array of objects,
 //! and several YAML documents separated by `---`. Kinds read: Pod, Node, DaemonSet,
 //! PodDisruptionBudget, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode,
-//! Namespace, NodePool and EC2NodeClass; other kinds are ignored.
+//! Namespace, NodePool, EC2NodeClass and NodeOverlay; other kinds are ignored.
 //!
 //! A text that does not parse, or an object of a read kind that does not deserialize, is
 //! an error naming the source and the JSON path, except:
 //! - a pod that does not deserialize is kept as a bad pod, with the reason, so that one
 //!   bad pod does not spoil the rest (the planner reports it as unschedulable);
-//! - an invalid NodePool or EC2NodeClass is skipped with the reason, and the others work.
+//! - an invalid NodePool, EC2NodeClass or NodeOverlay is skipped with the reason, and the
+//!   others work.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
@@ -21,7 +22,7 @@ use serde_json::Value;
 
 use crate::model::manifest::from_value;
 use crate::model::pod::Pod;
-use crate::model::{EC2NodeClass, NodePool};
+use crate::model::{EC2NodeClass, NodeOverlay, NodePool};
 
 /// Everything read from the input.
 #[derive(Clone, Debug, Default)]
@@ -51,7 +52,9 @@ pub struct Snapshot {
     pub nodepools: Vec<NodePool>,
     /// Valid EC2NodeClasses.
     pub nodeclasses: Vec<EC2NodeClass>,
-    /// NodePools and EC2NodeClasses skipped: `Kind/name` and why.
+    /// Valid NodeOverlays (`karpenter.sh/v1alpha1`): the prices the user pays.
+    pub nodeoverlays: Vec<NodeOverlay>,
+    /// NodePools, EC2NodeClasses and NodeOverlays skipped: `Kind/name` and why.
     pub skipped: Vec<(String, String)>,
 }
 
@@ -187,6 +190,12 @@ impl Snapshot {
                 Err(e) => self
                     .skipped
                     .push((format!("EC2NodeClass/{}", object_name(v)), e.to_string())),
+            },
+            "NodeOverlay" => match from_value::<NodeOverlay>(v) {
+                Ok(o) => self.nodeoverlays.push(o),
+                Err(e) => self
+                    .skipped
+                    .push((format!("NodeOverlay/{}", object_name(v)), e.to_string())),
             },
             "" => {
                 return Err(SnapshotError {

@@ -15,7 +15,7 @@
 use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
 use carpool::model::well_known::TERMINATION_FINALIZER;
-use carpool::model::{EC2NodeClass, NodePool};
+use carpool::model::{EC2NodeClass, NodeOverlay, NodePool};
 use carpool::ports::{
     Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, StatusOf, Validated,
 };
@@ -107,6 +107,14 @@ fn ec2nodeclasses_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("karpenter.k8s.aws", "v1", "EC2NodeClass"),
         "ec2nodeclasses",
+    )
+}
+
+/// `karpenter.sh/v1alpha1` NodeOverlays (cluster-scoped; alpha, so often not installed).
+fn nodeoverlays_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("karpenter.sh", "v1alpha1", "NodeOverlay"),
+        "nodeoverlays",
     )
 }
 
@@ -457,6 +465,15 @@ impl Cluster for KubeCluster {
 
     async fn ec2nodeclasses(&self) -> Result<Validated<EC2NodeClass>, ClusterError> {
         self.validated(&ec2nodeclasses_resource()).await
+    }
+
+    async fn nodeoverlays(&self) -> Result<Validated<NodeOverlay>, ClusterError> {
+        match self.validated(&nodeoverlays_resource()).await {
+            // The apiserver answers 404 for a kind it does not serve: the cluster has no
+            // NodeOverlay CRD, so no overlays.
+            Err(ClusterError::NotFound { .. }) => Ok(Validated::default()),
+            other => other,
+        }
     }
 
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {

@@ -177,7 +177,22 @@ pub fn capacity(it: &InstanceType, settings: &NodeSettings) -> Resources {
     if it.efa > 0 {
         c.set(res::EFA, i64::from(it.efa));
     }
+    // A NodeOverlay's extended resources, added or replacing (Karpenter's
+    // `ApplyCapacityOverlay`).
+    for (name, amount) in &it.overlay_capacity {
+        c.set(name, *amount);
+    }
     c
+}
+
+/// The hugepages a capacity holds, in bytes: reserved from memory, so not allocatable as
+/// memory (Karpenter's `InstanceType.precompute`).
+fn hugepages(capacity: &Resources) -> i64 {
+    capacity
+        .names()
+        .filter(|n| n.starts_with("hugepages-"))
+        .map(|n| capacity.get(n))
+        .sum()
 }
 
 fn threshold(k: &KubeletConfiguration, signal: &str, default: Threshold, capacity: i64) -> i64 {
@@ -232,7 +247,7 @@ pub fn allocatable(it: &InstanceType, capacity: &Resources, settings: &NodeSetti
 
     let mut a = capacity.clone();
     a.cpu_millis -= kube_cpu + sys(res::CPU);
-    a.memory -= kube_mem + sys(res::MEMORY) + evict_mem + arm_extra;
+    a.memory -= kube_mem + sys(res::MEMORY) + evict_mem + arm_extra + hugepages(capacity);
     a.ephemeral_storage -= kube_eph + sys(res::EPHEMERAL_STORAGE) + evict_eph;
     a.cpu_millis = a.cpu_millis.max(0);
     a.memory = a.memory.max(0);

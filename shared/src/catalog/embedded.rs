@@ -254,6 +254,7 @@ fn to_instance_type(r: Row) -> Result<InstanceType, String> {
         capacity: Resources::default(),
         allocatable: Resources::default(),
         label_facts: LabelFacts::default(),
+        overlay_capacity: Default::default(),
     };
     it = allocatable::with_settings(&it, &NodeSettings::default());
     Ok(it)

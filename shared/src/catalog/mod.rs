@@ -2,10 +2,12 @@
 //!
 //! [`Catalog::embedded`] loads the data compiled into the binary once per process.
 //! [`Catalog::region`] gives a [`RegionCatalog`]: the types offered in one region, their
-//! zones, and a [`PriceBook`] that live prices can update without changing callers.
+//! zones, and a [`PriceBook`] that live prices can update without changing callers;
+//! [`overlay::apply`] prices it as the cluster's NodeOverlays say.
 
 pub mod allocatable;
 mod embedded;
+pub mod overlay;
 pub mod prices;
 pub mod query;
 pub mod zones;
@@ -126,6 +128,7 @@ impl Catalog {
             prices: PriceBook::new(prices, estimated),
             unavailable: HashSet::new(),
             offered: None,
+            listed_types: None,
         })
     }
 }
@@ -141,6 +144,9 @@ pub struct RegionCatalog<'a> {
     unavailable: HashSet<(String, String, CapacityType)>,
     /// When set, the only (type, zone) pairs EC2 offers, as read live.
     offered: Option<HashSet<(String, String)>>,
+    /// The types as listed, before NodeOverlays gave some extended resources (set while
+    /// some have them).
+    listed_types: Option<Vec<&'a InstanceType>>,
 }
 
 impl<'a> RegionCatalog<'a> {
@@ -184,6 +190,9 @@ impl<'a> RegionCatalog<'a> {
     /// NodePool of its scenario allows, which no decision could choose).
     pub fn retain_types(&mut self, keep: impl Fn(&InstanceType) -> bool) {
         self.types.retain(|t| keep(t));
+        if let Some(listed) = &mut self.listed_types {
+            listed.retain(|t| keep(t));
+        }
     }
 
     /// The offerings of one type: every zone × capacity type with a known price, less the

@@ -8,10 +8,14 @@
 //! Live prices (the Pricing API for on-demand, `DescribeSpotPriceHistory` for spot, per
 //! zone) are set with [`PriceBook::set_on_demand`] and [`PriceBook::set_spot`]; they take
 //! precedence over the table and the model, and callers that read offerings do not change.
+//!
+//! NodeOverlays change prices last ([`PriceBook::set_change`], set by
+//! [`super::overlay::apply`]): an offering's price is its live or listed price with its
+//! overlay's change applied, so a live price read later is still adjusted.
 
 use std::collections::HashMap;
 
-use crate::model::{CapacityType, InstanceType};
+use crate::model::{CapacityType, InstanceType, PriceChange};
 
 /// Spot price as a share of on-demand, by instance category.
 ///
@@ -69,6 +73,8 @@ pub struct PriceBook {
     spot: HashMap<(String, String), f64>,
     estimated_on_demand: bool,
     spot_model: SpotModel,
+    /// NodeOverlays' price changes, by instance type: per zone and capacity type.
+    changes: HashMap<String, Vec<(String, CapacityType, PriceChange)>>,
 }
 
 impl PriceBook {
@@ -80,6 +86,7 @@ impl PriceBook {
             spot: HashMap::new(),
             estimated_on_demand: estimated,
             spot_model: SpotModel::default(),
+            changes: HashMap::new(),
         }
     }
 
@@ -104,14 +111,50 @@ impl PriceBook {
             .insert((instance_type.to_string(), zone.to_string()), usd_per_hour);
     }
 
-    /// The on-demand price of a type, if known.
+    /// The listed (or live) on-demand price of a type, if known, before any NodeOverlay.
     pub fn on_demand(&self, instance_type: &str) -> Option<f64> {
         self.on_demand.get(instance_type).copied()
     }
 
-    /// The price of an offering: live if known, else the table or the model. None when
-    /// the type has no known price (it is then not offered).
+    /// Sets a NodeOverlay's change of the price of one offering, replacing the one set
+    /// before.
+    pub fn set_change(&mut self, instance_type: &str, zone: &str, capacity_type: CapacityType, change: PriceChange) {
+        let changes = self.changes.entry(instance_type.to_string()).or_default();
+        changes.retain(|(z, ct, _)| !(z == zone && *ct == capacity_type));
+        changes.push((zone.to_string(), capacity_type, change));
+    }
+
+    /// Removes every NodeOverlay's change: prices are listed (or live) again.
+    pub fn clear_changes(&mut self) {
+        self.changes.clear();
+    }
+
+    /// The NodeOverlay change of an offering's price, if one applies.
+    pub fn change(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) -> Option<PriceChange> {
+        self.changes
+            .get(instance_type)?
+            .iter()
+            .find(|(z, ct, _)| z == zone && *ct == capacity_type)
+            .map(|(_, _, c)| *c)
+    }
+
+    /// The price of an offering as the user pays it: [`PriceBook::list_price`] with its
+    /// NodeOverlay's change, if any. None when the type has no known price (it is then
+    /// not offered).
     pub fn price(&self, it: &InstanceType, zone: &str, capacity_type: CapacityType) -> Option<f64> {
+        let listed = self.list_price(it, zone, capacity_type)?;
+        if self.changes.is_empty() {
+            return Some(listed);
+        }
+        Some(match self.change(&it.name, zone, capacity_type) {
+            Some(c) => c.apply(listed),
+            None => listed,
+        })
+    }
+
+    /// The price of an offering before NodeOverlays: live if known, else the table or
+    /// the model. None when the type has no known price.
+    pub fn list_price(&self, it: &InstanceType, zone: &str, capacity_type: CapacityType) -> Option<f64> {
         match capacity_type {
             CapacityType::OnDemand => self.on_demand(&it.name),
             CapacityType::Spot => {

@@ -18,7 +18,7 @@ use crate::decide::disruption::pdb::covers;
 use crate::model::manifest::{Validate, from_value};
 use crate::model::pod::Pod;
 use crate::model::well_known::TERMINATION_FINALIZER;
-use crate::model::{EC2NodeClass, NodePool};
+use crate::model::{EC2NodeClass, NodeOverlay, NodePool};
 use crate::ports::{
     Clock, Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, StatusOf, Validated,
 };
@@ -62,6 +62,7 @@ struct State {
     namespaces: BTreeMap<String, Namespace>,
     nodepools: BTreeMap<String, serde_json::Value>,
     ec2nodeclasses: BTreeMap<String, serde_json::Value>,
+    nodeoverlays: BTreeMap<String, serde_json::Value>,
     /// Events published, in order.
     events: Vec<PodEvent>,
     /// The PersistentVolumes attached to each node (its VolumeAttachments).
@@ -371,6 +372,11 @@ impl FakeCluster {
         lock(&self.state).ec2nodeclasses.insert(object_name(&object), object);
     }
 
+    /// Adds or replaces a NodeOverlay as the API holds it (JSON), valid or not.
+    pub fn add_nodeoverlay(&self, object: serde_json::Value) {
+        lock(&self.state).nodeoverlays.insert(object_name(&object), object);
+    }
+
     /// Removes a pod, as its controller or the kubelet would (a scale-down, a Job's pod
     /// done, a pod whose node is gone); no PDB is consulted.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
@@ -594,6 +600,11 @@ impl Cluster for FakeCluster {
     async fn ec2nodeclasses(&self) -> Result<Validated<EC2NodeClass>, ClusterError> {
         let state = self.enter("ec2nodeclasses".into())?;
         Ok(validated(&state.ec2nodeclasses))
+    }
+
+    async fn nodeoverlays(&self) -> Result<Validated<NodeOverlay>, ClusterError> {
+        let state = self.enter("nodeoverlays".into())?;
+        Ok(validated(&state.nodeoverlays))
     }
 
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {

@@ -83,6 +83,10 @@ pub struct ClusterScene {
     pub nodepools: Vec<serde_json::Value>,
     /// The EC2NodeClasses, as JSON.
     pub ec2nodeclasses: Vec<serde_json::Value>,
+    /// The NodeOverlays, as JSON: `<u>-valid`, which selects no real instance type (so that
+    /// it changes no price other tests on the stack see), and `<u>-invalid`, which the
+    /// CRD accepts and Karpenter's runtime validation refuses.
+    pub nodeoverlays: Vec<serde_json::Value>,
     /// The namespace.
     pub namespace: Namespace,
     /// The StorageClass.
@@ -251,6 +255,16 @@ fn nodepool(name: &str, cpu_limit: &str) -> serde_json::Value {
         .build()
 }
 
+/// A NodeOverlay with one requirement, at $0.01/h.
+fn nodeoverlay(name: &str, requirement: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": name},
+        "spec": {"requirements": [requirement], "price": "0.01", "weight": 1},
+    })
+}
+
 impl ClusterScene {
     /// The scene named after `unique` (a DNS label of at most 40 characters).
     pub fn new(unique: &str) -> Self {
@@ -360,6 +374,16 @@ impl ClusterScene {
                 nodepool(&format!("{unique}-invalid"), "-1"),
             ],
             ec2nodeclasses: vec![ec2nodeclass],
+            nodeoverlays: vec![
+                nodeoverlay(
+                    &format!("{unique}-valid"),
+                    serde_json::json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [unique]}),
+                ),
+                nodeoverlay(
+                    &format!("{unique}-invalid"),
+                    serde_json::json!({"key": "node.kubernetes.io/instance-type", "operator": "Exists", "values": [unique]}),
+                ),
+            ],
         }
     }
 
@@ -378,6 +402,7 @@ impl ClusterScene {
         self.ec2nodeclasses
             .iter()
             .for_each(|n| fake.add_ec2nodeclass(n.clone()));
+        self.nodeoverlays.iter().for_each(|n| fake.add_nodeoverlay(n.clone()));
         fake.add_namespace(self.namespace.clone());
         fake.add_storage_class(self.storage_class.clone());
         fake.add_pvc(self.pvc.clone());
@@ -646,6 +671,13 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
     assert!(
         matches!(&classes, Ok(v) if v.valid.iter().any(|n| n.metadata.name.as_deref() == Some(valid_name.as_str()))),
         "ec2nodeclasses reads the valid one: {classes:?}"
+    );
+    let overlays = cluster.nodeoverlays().await;
+    assert!(
+        matches!(&overlays, Ok(v) if v.valid.iter().any(|o| o.name() == valid_name)
+            && !v.valid.iter().any(|o| o.name() == invalid_name)
+            && v.invalid.iter().any(|i| i.name == invalid_name && i.reason.contains("spec.requirements[0]"))),
+        "nodeoverlays reads the valid one and names the invalid one's field: {overlays:?}"
     );
 
     statuses(cluster, &valid_name).await;

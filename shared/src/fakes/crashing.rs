@@ -11,7 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
-use crate::model::{EC2NodeClass, NodePool};
+use crate::model::{EC2NodeClass, NodeOverlay, NodePool};
 use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, StatusOf, Validated};
 
 /// `inner`, until `after` evictions were accepted; then every call hangs.
@@ -95,6 +95,10 @@ impl<K: Cluster> Cluster for Crashing<'_, K> {
     async fn ec2nodeclasses(&self) -> Result<Validated<EC2NodeClass>, ClusterError> {
         self.gate().await;
         self.inner.ec2nodeclasses().await
+    }
+    async fn nodeoverlays(&self) -> Result<Validated<NodeOverlay>, ClusterError> {
+        self.gate().await;
+        self.inner.nodeoverlays().await
     }
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         self.gate().await;

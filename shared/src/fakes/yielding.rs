@@ -14,7 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
-use crate::model::{EC2NodeClass, NodePool};
+use crate::model::{EC2NodeClass, NodeOverlay, NodePool};
 use crate::ports::{Cluster, ClusterError, Eviction, MetadataPatch, PodEvent, PodRef, StatusOf, Validated};
 
 /// `inner`, each call answering after one turn.
@@ -101,6 +101,10 @@ impl<K: Cluster> Cluster for Yielding<'_, K> {
     async fn ec2nodeclasses(&self) -> Result<Validated<EC2NodeClass>, ClusterError> {
         yield_once().await;
         self.inner.ec2nodeclasses().await
+    }
+    async fn nodeoverlays(&self) -> Result<Validated<NodeOverlay>, ClusterError> {
+        yield_once().await;
+        self.inner.nodeoverlays().await
     }
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {
         yield_once().await;

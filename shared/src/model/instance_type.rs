@@ -98,6 +98,10 @@ pub struct InstanceType {
     /// Facts only labels need (see `shared/data/ec2/SOURCES.md`).
     #[serde(default)]
     pub label_facts: LabelFacts,
+    /// Extended resources a NodeOverlay adds to the type's capacity (and allocatable),
+    /// by resource name: see [`crate::catalog::overlay`]. Empty in the catalog.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overlay_capacity: BTreeMap<String, i64>,
 }
 
 /// Facts of an instance type that only its well-known labels use, as Karpenter's AWS

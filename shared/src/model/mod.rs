@@ -1,5 +1,5 @@
 //! Plain types: quantities, resources, pods' requests and node requirements, nodes,
-//! instance types, offerings, and the NodePool and EC2NodeClass manifests; what the cloud
+//! instance types, offerings, and the NodePool, EC2NodeClass and NodeOverlay manifests; what the cloud
 //! reports (instances, images, prices, why a class cannot launch) and what a launch asks
 //! for; the records kept in DynamoDB and time as they hold it; Events on pods; the
 //! well-known labels, annotations and taints. Everything else in the crate builds on
@@ -19,6 +19,7 @@ pub mod market;
 pub mod metadata_patch;
 pub mod node;
 pub mod node_class_reason;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod offering;
 pub mod pod;
@@ -40,6 +41,7 @@ pub use instance::{Instance, InstanceState};
 pub use instance_type::{Arch, InstanceType};
 pub use metadata_patch::MetadataPatch;
 pub use node::Node;
+pub use nodeoverlay::{NodeOverlay, PriceChange};
 pub use nodepool::{Budget, BudgetNodes, ConsolidationPolicy, DisruptionReason, NodePool};
 pub use offering::{CapacityType, Offering};
 pub use pod_event::{EventReason, EventType, PodEvent, PodRef};

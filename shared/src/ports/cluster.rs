@@ -9,7 +9,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
 use crate::model::pod_event::{PodEvent, PodRef};
-use crate::model::{EC2NodeClass, NodePool};
+use crate::model::{EC2NodeClass, NodeOverlay, NodePool};
 
 /// What became of an eviction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,7 +122,7 @@ pub enum ClusterError {
 ///   `persistent_volume_claims`, `storage_classes`, `csinodes` and `namespaces` return
 ///   every object of the kind as the apiserver holds it (what the planner needs to read
 ///   volume zones, claims' binding, attach limits and namespace labels).
-/// - `nodepools` and `ec2nodeclasses` read each object through
+/// - `nodepools`, `ec2nodeclasses` and `nodeoverlays` read each object through
 ///   [`crate::model::manifest::from_value`]; one that does not read or validate is
 ///   returned in [`Validated::invalid`] with its name and the field path at fault.
 /// - `cordon` sets `spec.unschedulable` and touches nothing else.
@@ -191,6 +191,11 @@ pub trait Cluster: Send + Sync {
     fn nodepools(&self) -> impl Future<Output = Result<Validated<NodePool>, ClusterError>> + Send;
     /// Every `karpenter.k8s.aws/v1` EC2NodeClass, the invalid ones apart.
     fn ec2nodeclasses(&self) -> impl Future<Output = Result<Validated<EC2NodeClass>, ClusterError>> + Send;
+    /// Every `karpenter.sh/v1alpha1` NodeOverlay, the invalid ones apart. A cluster
+    /// without the NodeOverlay CRD has none: that is not an error. By default, none.
+    fn nodeoverlays(&self) -> impl Future<Output = Result<Validated<NodeOverlay>, ClusterError>> + Send {
+        async { Ok(Validated::default()) }
+    }
 
     /// Marks a node unschedulable.
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;

@@ -12,9 +12,10 @@ fn skipped<T>(kind: &str, v: &Validated<T>) -> Vec<(String, String)> {
 }
 
 /// Pods, nodes, DaemonSets, PDBs, PersistentVolumes and their claims, StorageClasses,
-/// CSINodes, Namespaces, NodePools and EC2NodeClasses as the cluster holds them now. The pending pods kept are the ones to provision for (see
-/// [`is_provisionable`]); invalid NodePools and EC2NodeClasses are skipped with their
-/// reason, and the others work.
+/// CSINodes, Namespaces, NodePools, EC2NodeClasses and NodeOverlays as the cluster holds
+/// them now. The pending pods kept are the ones to provision for (see
+/// [`is_provisionable`]); invalid NodePools, EC2NodeClasses and NodeOverlays are skipped
+/// with their reason, and the others work.
 pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterError> {
     let pending = cluster.pending_pods().await?;
     let scheduled = cluster.scheduled_pods().await?;
@@ -28,8 +29,10 @@ pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterE
     let namespaces = cluster.namespaces().await?;
     let nodepools = cluster.nodepools().await?;
     let nodeclasses = cluster.ec2nodeclasses().await?;
+    let nodeoverlays = cluster.nodeoverlays().await?;
     let mut skipped_objects = skipped("NodePool", &nodepools);
     skipped_objects.extend(skipped("EC2NodeClass", &nodeclasses));
+    skipped_objects.extend(skipped("NodeOverlay", &nodeoverlays));
     let mut pods: Vec<_> = pending.into_iter().filter(is_provisionable).collect();
     pods.extend(scheduled);
     Ok(Snapshot {
@@ -44,6 +47,7 @@ pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterE
         namespaces,
         nodepools: nodepools.valid,
         nodeclasses: nodeclasses.valid,
+        nodeoverlays: nodeoverlays.valid,
         skipped: skipped_objects,
         ..Snapshot::default()
     })

@@ -81,6 +81,7 @@ mod label_injection;
 mod launch_reconcile;
 mod launch_templates;
 mod manifests;
+mod node_overlay;
 mod nodepool_selector;
 mod one_planning_path;
 mod ownership;

@@ -954,3 +954,105 @@ async fn expect_terminated(cloud: &impl Cloud, report: &RunReport, id: &str, bec
     );
     Ok(why)
 }
+
+/// Karpenter's alpha NodeOverlay (cluster-scoped).
+fn nodeoverlays() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("karpenter.sh", "v1alpha1", "NodeOverlay"),
+        "nodeoverlays",
+    )
+}
+
+// Issue 30: a NodeOverlay that makes m6i 30% cheaper turns the provisioner's launches to
+// m6i where list prices choose m6a, and the launches are recorded at the adjusted price.
+// The overlay is cluster-scoped, so the test holds the stack alone and deletes it after.
+#[tokio::test]
+#[ignore = "needs local stack (infra/local/up)"]
+async fn a_nodeoverlay_making_m6i_30_percent_cheaper_turns_the_launches_to_m6i() -> Result<()> {
+    let _stack = exclusive().await;
+    let base = Base::with_pool("e2e-overlay", |pool| {
+        pool.requirement("karpenter.sh/capacity-type", "In", &["on-demand"])
+            .requirement("karpenter.k8s.aws/instance-family", "In", &["m5", "m6a", "m6i"])
+            .build()
+    })
+    .await?;
+    // No harness: its nodes never come up, so no wave to wait for.
+    let scene = Scene { base, waves: false };
+    let overlay_name = format!("{}-m6i", scene.name);
+    let overlays: Api<DynamicObject> = Api::all_with(scene.kube.clone(), &nodeoverlays());
+    let result = async {
+        scene.deployment_with("web", 8, "1", "3Gi", false).await?;
+        scene.wait_unschedulable(8).await?;
+        // At list prices, the same cluster is planned on m6a.
+        let kube = KubeCluster::new(scene.kube.clone());
+        let snapshot = carpool::run::observe::read_snapshot(&kube).await?;
+        let region = Catalog::embedded()?.region("us-east-1")?;
+        let listed = carpool::decide::provisioning_plan(&snapshot, &region);
+        let listed_families: HashSet<String> = listed
+            .nodes
+            .iter()
+            .filter(|n| n.nodepool == scene.name)
+            .map(|n| n.instance_type.split('.').next().unwrap_or_default().to_string())
+            .collect();
+        ensure!(
+            listed_families == HashSet::from(["m6a".to_string()]),
+            "list prices plan {listed_families:?}"
+        );
+
+        let overlay = json!({
+            "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": overlay_name},
+            "spec": {
+                "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m6i"]}],
+                "priceAdjustment": "-30%",
+            },
+        });
+        overlays
+            .create(&kube::api::PostParams::default(), &serde_json::from_value(overlay)?)
+            .await?;
+        let cloud = scene.cloud().await?;
+        let app = scene.app(cloud, TokioClock, Duration::from_secs(3)).await?;
+        let report = app.handle("run-1", deadline(Duration::from_secs(60))).await?;
+        let batch = report.batches.first().context("a batch")?;
+        ensure!(batch.pods_on_new_nodes == 8, "{batch:?}");
+        ensure!(
+            !batch.skipped.iter().any(|s| s.object.starts_with("NodeOverlay/")),
+            "{:?}",
+            batch.skipped
+        );
+        let catalog = Catalog::embedded()?;
+        for l in report.launched() {
+            ensure!(l.instance_type.starts_with("m6i."), "launched {l:?}");
+            let it = catalog.get(&l.instance_type).context("a known type")?;
+            let list = region
+                .prices()
+                .list_price(it, &l.zone, l.capacity_type)
+                .context("a list price")?;
+            ensure!(
+                (l.price_per_hour - 0.7 * list).abs() < 1e-9,
+                "{l:?} is recorded at {} against a list price of {list}",
+                l.price_per_hour
+            );
+            // What moto launched.
+            let instance = app.cloud.get(&l.instance_id).await?;
+            ensure!(instance.instance_type == l.instance_type, "{instance:?}");
+        }
+        eprintln!(
+            "with the overlay: {:?}",
+            report
+                .launched()
+                .map(|l| (&l.instance_type, l.price_per_hour))
+                .collect::<Vec<_>>()
+        );
+        Ok(())
+    }
+    .await;
+    let deleted = overlays.delete(&overlay_name, &DeleteParams::default()).await;
+    let result = scene.finish(None, result).await;
+    if let Err(e) = deleted
+        && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+    {
+        eprintln!("could not delete NodeOverlay {overlay_name}: {e}");
+    }
+    result
+}

@@ -206,6 +206,13 @@ async fn contract(s: &mut Scene) -> Result<()> {
         s.create_cluster_object(resource("karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses"), class)
             .await?;
     }
+    for overlay in &scene.nodeoverlays {
+        let alpha = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("karpenter.sh", "v1alpha1", "NodeOverlay"),
+            "nodeoverlays",
+        );
+        s.create_cluster_object(alpha, overlay).await?;
+    }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(s.kube.clone(), &ns);
     claims.create(&PostParams::default(), &scene.pvc).await?;
     s.create_cluster_object(

@@ -171,3 +171,44 @@ async fn an_eviction_a_pdb_refuses_with_429_is_answered_at_once_not_retried() ->
     ensure!(script.seen().len() == 1, "{:?}", script.seen());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_cluster_without_the_nodeoverlay_crd_has_no_overlays() -> Result<()> {
+    // The apiserver answers 404 for a kind it does not serve.
+    let script = Script::new(vec![(
+        404,
+        status(404, "NotFound", "the server could not find the requested resource"),
+    )]);
+    let overlays = script.cluster().nodeoverlays().await?;
+    ensure!(overlays.valid.is_empty() && overlays.invalid.is_empty(), "{overlays:?}");
+    ensure!(
+        script.seen() == ["GET /apis/karpenter.sh/v1alpha1/nodeoverlays"],
+        "{:?}",
+        script.seen()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn nodeoverlays_are_read_and_an_invalid_one_is_named_with_its_reason() -> Result<()> {
+    let overlay = |name: &str, spec: serde_json::Value| json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name}, "spec": spec});
+    let list = json!({"kind": "NodeOverlayList", "apiVersion": "karpenter.sh/v1alpha1", "metadata": {"resourceVersion": "3"},
+    "items": [
+        overlay("m6i", json!({"requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m6i"]}],
+                              "priceAdjustment": "-30%"})),
+        overlay("bad", json!({"priceAdjustment": "cheaper"})),
+    ]});
+    let script = Script::new(vec![(200, list)]);
+    let overlays = script.cluster().nodeoverlays().await?;
+    ensure!(
+        overlays.valid.len() == 1 && overlays.valid[0].name() == "m6i",
+        "{overlays:?}"
+    );
+    ensure!(
+        overlays.invalid.len() == 1
+            && overlays.invalid[0].name == "bad"
+            && overlays.invalid[0].reason.starts_with("spec.priceAdjustment"),
+        "{overlays:?}"
+    );
+    Ok(())
+}

@@ -308,6 +308,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
             .await;
         let images = resolved.images;
         let mut region = region.clone();
+        // Savings at the prices the user pays: the cluster's NodeOverlays.
+        let overlays = region.apply_overlays(&snapshot.nodeoverlays);
+        for (object, reason) in overlays.skipped_objects() {
+            tracing::warn!(object = %object, reason = %reason, "NodeOverlay skipped");
+        }
         for o in self.ports.store.unavailable_offerings(self.ports.clock.now()).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }

@@ -106,6 +106,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let now = self.ports.clock.now();
         let backoffs = self.ports.store.list_backoffs().await?;
         let mut region = base.clone();
+        // The prices the user pays: the cluster's NodeOverlays over the listed prices.
+        let overlays = region.apply_overlays(&read.nodeoverlays);
+        for (object, reason) in overlays.skipped_objects() {
+            tracing::warn!(object = %object, reason = %reason, "NodeOverlay skipped");
+        }
         for o in self.ports.store.unavailable_offerings(now).await? {
             region.mark_unavailable(&o.instance_type, &o.zone, o.capacity_type);
         }

@@ -150,6 +150,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         }
         let mut launches = self.ports.store.list_launches().await?;
         let mut region = base.clone();
+        // The prices the user pays: the cluster's NodeOverlays over the listed prices.
+        let overlays = region.apply_overlays(&snapshot.nodeoverlays);
+        snapshot.skipped.extend(overlays.skipped_objects());
         // A reclaimed offering holds back moves, not the launches of new pods.
         for o in self
             .ports

@@ -90,6 +90,29 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             now,
             registration_ttl: self.settings.registration_ttl,
         };
+        // A node that registers is recorded at the price the user pays: the cluster's
+        // NodeOverlays, read only when a launch is in flight (one may register now).
+        let priced;
+        let region = if launches
+            .iter()
+            .any(|l| matches!(l.state, crate::ports::LaunchState::InFlight))
+        {
+            match self.ports.cluster.nodeoverlays().await {
+                Ok(overlays) if !overlays.valid.is_empty() => {
+                    let mut r = region.clone();
+                    r.apply_overlays(&overlays.valid);
+                    priced = r;
+                    &priced
+                }
+                Ok(_) => region,
+                Err(e) => {
+                    tracing::warn!(error = %Chain(&e), "could not read NodeOverlays; recording list prices");
+                    region
+                }
+            }
+        } else {
+            region
+        };
         let plan = housekeeping::plan(&observed, region);
         report.not_registered = not_registered(&plan);
         let backoff_plan = (!plan.register.is_empty() || !report.not_registered.is_empty()).then(|| plan.clone());
