@@ -55,7 +55,7 @@ pub struct InterruptionResult {
 }
 
 /// The calls of the cluster port that list a whole kind.
-const LISTS: [&str; 12] = [
+const LISTS: [&str; 13] = [
     "pending_pods",
     "scheduled_pods",
     "nodes",
@@ -68,6 +68,7 @@ const LISTS: [&str; 12] = [
     "namespaces",
     "nodepools",
     "ec2nodeclasses",
+    "nodeoverlays",
 ];
 
 /// Runs one batch of `warnings` spot warnings over `nodes` nodes running `pods` pods.
