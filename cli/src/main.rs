@@ -46,7 +46,7 @@ enum Command {
     /// Measure the planner: Karpenter's scheduling benchmark, and the packing suite.
     Bench(bench::BenchArgs),
     /// Run Carpool's three functions on a scenario in simulated time, against node groups
-    /// (Cluster Autoscaler) and Karpenter's rules on the same workload.
+    /// (Cluster Autoscaler) and a model of Karpenter on the same workload.
     Simulate(simulate::SimulateArgs),
 }
 

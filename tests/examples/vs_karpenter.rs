@@ -10,18 +10,32 @@
 //!
 //! It prints `ready` on stdout once the harness runs; the caller then applies the
 //! workload. The NodePools and EC2NodeClasses are applied by the caller beforehand.
+//! Once every pod runs (or the timeout passed) it writes `OUT_DIR/launches.json` and
+//! prints `provisioned`, and waits for a line on stdin:
+//!
+//! - `consolidate`: the consolidation phase (the caller has scaled the workload down).
+//!   The consolidator's run, as its Lambda makes it (`Consolidator::run` with the
+//!   configuration's settings and the function's 300 s timeout less its margin), is
+//!   repeated back to back with [`CONSOLIDATE_PAUSE`] between runs (Karpenter's disruption
+//!   loop polls every 10 s; the function's default schedule is every 5 minutes), with a
+//!   provisioner run whenever a workload pod is pending (the provisioner is always on in
+//!   a deployment), until `stop` comes on stdin; then it exits. The runs' reports go to
+//!   stderr, their total evictions to `OUT_DIR/consolidator.json`.
+//! - `stop` (or the end of stdin): it exits.
+//!
 //! Environment: `VSK_TIMEOUT` (seconds, default 300), `VSK_BOOT_SECONDS` (the harness's
 //! registration delay, default 5), `VSK_CLUSTER` (the cluster name in the EC2 tags,
 //! default `vsk`).
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use carpool::catalog::Catalog;
 use carpool::ports::Cloud;
 use carpool::run::config::Config;
+use carpool::run::consolidate::{ConsolidationSettings, Consolidator};
 use carpool::run::provision::{Provisioner, Settings};
 use carpool_adapters::clock::TokioClock;
 use carpool_adapters::cluster_info::ClusterInfo;
@@ -33,6 +47,11 @@ use carpool_tests::{Harness, Stack};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::json;
+
+/// The pause between two consolidator runs in the consolidation phase.
+const CONSOLIDATE_PAUSE: Duration = Duration::from_secs(10);
+/// The consolidator function's timeout less the handler's margin: a run's deadline.
+const CONSOLIDATE_RUN: Duration = Duration::from_secs(300 - 20);
 
 fn env_secs(key: &str, default: u64) -> Duration {
     Duration::from_secs(std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
@@ -88,6 +107,11 @@ async fn main() -> Result<()> {
 
     let start = Instant::now();
     let watch = Duration::from_secs(20);
+    let provision = Settings {
+        watch,
+        release_limit: watch + Duration::from_secs(30),
+        ..Settings::from_config(&config, watch)
+    };
     let mut runs = 0;
     loop {
         let (running, total) = all_running(&kube).await?;
@@ -105,12 +129,14 @@ async fn main() -> Result<()> {
             );
             break;
         }
-        let settings = Settings {
-            watch,
-            release_limit: watch + Duration::from_secs(30),
-            ..Settings::from_config(&config, watch)
-        };
-        let mut p = Provisioner::new(&cloud, &cluster, &store, &TokioClock, settings, &format!("vsk-{runs}"));
+        let mut p = Provisioner::new(
+            &cloud,
+            &cluster,
+            &store,
+            &TokioClock,
+            provision.clone(),
+            &format!("vsk-{runs}"),
+        );
         match p.run(&region).await {
             Ok(report) => eprintln!(
                 "carpool: run {runs}: {}",
@@ -122,7 +148,82 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    // The launches: every instance of this cluster, with the Node it registered as.
+    write_launches(&kube, &cloud, &out).await?;
+    println!("provisioned");
+    std::io::stdout().flush()?;
+
+    // Commands on stdin, read on their own thread.
+    let (tx, mut commands) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line.trim().to_string()).is_err() {
+                break;
+            }
+        }
+    });
+    if commands.recv().await.as_deref() == Some("consolidate") {
+        let settings = ConsolidationSettings::from_config(&config);
+        let (mut evicted, mut runs) = (0, 0);
+        let mut terminated = 0;
+        loop {
+            match commands.try_recv() {
+                Ok(c) if c == "stop" => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => break,
+                _ => {}
+            }
+            let until = SystemTime::now() + CONSOLIDATE_RUN;
+            let c = Consolidator::new(
+                &cloud,
+                &cluster,
+                &store,
+                &TokioClock,
+                settings.clone(),
+                &format!("vsk-cons-{runs}"),
+            );
+            match c.run(&region, until).await {
+                Ok(report) => {
+                    evicted += report.evicted;
+                    terminated += report.nodes_consolidated;
+                    eprintln!(
+                        "carpool: consolidator run {runs}: {}",
+                        serde_json::to_string(&report).unwrap_or_default()
+                    );
+                }
+                Err(e) => eprintln!("carpool: consolidator run {runs} failed: {e}"),
+            }
+            runs += 1;
+            let (running, total) = all_running(&kube).await?;
+            if running < total {
+                let mut p = Provisioner::new(
+                    &cloud,
+                    &cluster,
+                    &store,
+                    &TokioClock,
+                    provision.clone(),
+                    &format!("vsk-p{runs}"),
+                );
+                match p.run(&region).await {
+                    Ok(report) => eprintln!(
+                        "carpool: provisioner run during consolidation: {}",
+                        serde_json::to_string(&report).unwrap_or_default()
+                    ),
+                    Err(e) => eprintln!("carpool: provisioner run during consolidation failed: {e}"),
+                }
+            }
+            tokio::time::sleep(CONSOLIDATE_PAUSE).await;
+        }
+        std::fs::write(
+            format!("{out}/consolidator.json"),
+            serde_json::to_string_pretty(&json!({"runs": runs, "evicted": evicted, "nodes_consolidated": terminated}))?,
+        )?;
+    }
+    let _ = harness.stop().await;
+    Ok(())
+}
+
+/// The launches: every instance of this cluster, with the Node it registered as.
+async fn write_launches(kube: &kube::Client, cloud: &Ec2Cloud, out: &str) -> Result<()> {
     let nodes: HashMap<String, String> = Api::<Node>::all(kube.clone())
         .list(&ListParams::default())
         .await?
@@ -143,8 +244,7 @@ async fn main() -> Result<()> {
                 "instance_type": i.instance_type, "zone": i.zone, "capacity_type": i.capacity_type.label()})
         })
         .collect();
-    std::fs::create_dir_all(&out)?;
+    std::fs::create_dir_all(out)?;
     std::fs::write(format!("{out}/launches.json"), serde_json::to_string_pretty(&launches)?)?;
-    let _ = harness.stop().await;
     Ok(())
 }

@@ -16,8 +16,11 @@
 //!   room on every type.
 //! - **The manifests** (`--scenario` and `--manifests`): from a `carpool simulate`
 //!   scenario, the workload at its peak (`workload.yaml`: namespaces, one Deployment per
-//!   Deployment of the scenario at its most replicas, one per Job at its parallelism, and
-//!   the PDBs), the scenario's NodePools for Karpenter (`karpenter.yaml`: each pool's
+//!   Deployment of the scenario at its most replicas, one per Job at its parallelism, each
+//!   annotated with its replicas after the consolidation phase's scale-down
+//!   ([`scale_down_to`]), and a PDB for each: the scenario's, or `maxUnavailable: 1`), the
+//!   scenario's NodePools, both with the same disruption settings
+//!   (`WhenEmptyOrUnderutilized` after [`CONSOLIDATE_AFTER`], the scenario's budgets), for Karpenter (`karpenter.yaml`: each pool's
 //!   `karpenter.k8s.aws/*` requirements, which kwok's types do not carry, replaced by
 //!   `node.kubernetes.io/instance-type In` the types they allow, and its `nodeClassRef` a
 //!   KWOKNodeClass) and for Carpool (`carpool.yaml`: the pools as written, each with an
@@ -51,6 +54,13 @@ pub const MAX_VCPU: u32 = 64;
 pub const KWOK_NODE_CLASS: &str = "default";
 /// The label every pod of the workload carries, so the measurement finds them.
 pub const BENCH_LABEL: &str = "carpool.sh/bench";
+/// The annotation on each Deployment of the workload: its replicas in the consolidation
+/// phase, after the scale-down ([`scale_down_to`]).
+pub const SCALE_DOWN_ANNOTATION: &str = "carpool.sh/bench-scale-down-to";
+/// Both autoscalers' NodePools consolidate `WhenEmptyOrUnderutilized` this long after a
+/// node's pods last changed (the scenario's own `consolidateAfter` is replaced: the
+/// benchmark's consolidation phase is bounded to minutes).
+pub const CONSOLIDATE_AFTER: &str = "10s";
 
 /// Arguments of `carpool bench karpenter-world`.
 #[derive(Args, Debug)]
@@ -254,6 +264,18 @@ pub struct Manifests {
     pub pods: u64,
 }
 
+/// The replicas of a Deployment of `peak` replicas after the benchmark's scale-down: a
+/// third, rounded up, at least 1; and, when its PDB's `minAvailable` is a number, at least
+/// one more than that (up to `peak`), so that the PDB still allows a disruption.
+pub fn scale_down_to(peak: u64, pdb: Option<&Value>) -> u64 {
+    let third = peak.div_ceil(3).max(1);
+    let min_available = pdb.and_then(|p| p.get("min_available")).and_then(Value::as_u64);
+    match min_available {
+        Some(m) => third.max(m + 1).min(peak.max(1)),
+        None => third,
+    }
+}
+
 /// A scenario's replica count at its peak.
 fn peak_replicas(replicas: &Value) -> u64 {
     if let Some(n) = replicas.get("constant").and_then(Value::as_u64) {
@@ -408,20 +430,22 @@ pub fn manifests(scenario: &Value, region: &RegionCatalog<'_>, world: &BTreeSet<
         let ns = w.get("namespace").and_then(Value::as_str).unwrap_or("default");
         namespaces.insert(ns.to_string());
         pods += replicas;
+        // Every workload gets a PDB: the scenario's, or at most one pod unavailable.
+        let default_pdb = json!({"max_unavailable": 1});
+        let pdb = w.get("pdb").unwrap_or(&default_pdb);
+        let down = scale_down_to(replicas, Some(pdb)).to_string();
         objects.push(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": ns},
+            "metadata": {"name": name, "namespace": ns, "annotations": {SCALE_DOWN_ANNOTATION: down}},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                 "template": pod_template(w, name).with_context(|| format!("workload {name}"))?}}));
-        if let Some(pdb) = w.get("pdb") {
-            let mut spec = json!({"selector": {"matchLabels": {"app": name}}});
-            for (from, to) in [("min_available", "minAvailable"), ("max_unavailable", "maxUnavailable")] {
-                if let Some(v) = pdb.get(from) {
-                    spec[to] = v.clone();
-                }
+        let mut spec = json!({"selector": {"matchLabels": {"app": name}}});
+        for (from, to) in [("min_available", "minAvailable"), ("max_unavailable", "maxUnavailable")] {
+            if let Some(v) = pdb.get(from) {
+                spec[to] = v.clone();
             }
-            objects.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                "metadata": {"name": name, "namespace": ns}, "spec": spec}));
         }
+        objects.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}));
     }
     for ns in namespaces.iter().filter(|n| *n != "default") {
         workload.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
@@ -442,6 +466,11 @@ pub fn manifests(scenario: &Value, region: &RegionCatalog<'_>, world: &BTreeSet<
     {
         let name = pool["metadata"]["name"].as_str().context("a NodePool without a name")?;
         let types = allowed_types(pool, region, world).with_context(|| format!("NodePool {name}"))?;
+        // The same disruption settings in both autoscalers' pools (the scenario's budgets kept).
+        let mut pool = pool.clone();
+        pool["spec"]["disruption"]["consolidationPolicy"] = json!("WhenEmptyOrUnderutilized");
+        pool["spec"]["disruption"]["consolidateAfter"] = json!(CONSOLIDATE_AFTER);
+        let pool = &pool;
         if types.is_empty() {
             bail!("NodePool {name} allows none of the world's instance types");
         }
@@ -585,5 +614,55 @@ mod tests {
             "KWOKNodeClass"
         );
         assert!(m.carpool.iter().any(|o| o["kind"] == "EC2NodeClass"));
+        // The same disruption settings in both autoscalers' pools.
+        let disruption = |objects: &[Value]| -> Vec<Value> {
+            objects
+                .iter()
+                .filter(|o| o["kind"] == "NodePool")
+                .map(|o| o["spec"]["disruption"].clone())
+                .collect()
+        };
+        let (k, c) = (disruption(&m.karpenter), disruption(&m.carpool));
+        assert!(!k.is_empty());
+        assert_eq!(k, c);
+        for d in &k {
+            assert_eq!(d["consolidationPolicy"], "WhenEmptyOrUnderutilized");
+            assert_eq!(d["consolidateAfter"], CONSOLIDATE_AFTER);
+        }
+        // Every Deployment has a PDB and its replicas after the scale-down.
+        let deployments: Vec<&Value> = m.workload.iter().filter(|o| o["kind"] == "Deployment").collect();
+        for d in &deployments {
+            let name = &d["metadata"]["name"];
+            assert!(
+                m.workload
+                    .iter()
+                    .any(|o| o["kind"] == "PodDisruptionBudget" && &o["metadata"]["name"] == name),
+                "{name} has no PDB"
+            );
+            let down: u64 = d["metadata"]["annotations"][SCALE_DOWN_ANNOTATION]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let peak = d["spec"]["replicas"].as_u64().unwrap();
+            assert!(down >= 1 && down <= peak.max(1), "{name}: {down} of {peak}");
+        }
+        let pricing = m
+            .workload
+            .iter()
+            .find(|o| o["metadata"]["name"] == "pricing" && o["kind"] == "PodDisruptionBudget");
+        assert_eq!(pricing.unwrap()["spec"]["maxUnavailable"], 1);
+    }
+
+    #[test]
+    fn the_scale_down_keeps_a_third_and_room_for_one_disruption() {
+        assert_eq!(scale_down_to(10, None), 4);
+        assert_eq!(scale_down_to(9, Some(&json!({"max_unavailable": 1}))), 3);
+        assert_eq!(scale_down_to(1, None), 1);
+        assert_eq!(scale_down_to(0, None), 1);
+        assert_eq!(scale_down_to(3, Some(&json!({"min_available": 2}))), 3);
+        assert_eq!(scale_down_to(6, Some(&json!({"min_available": 2}))), 3);
+        assert_eq!(scale_down_to(2, Some(&json!({"min_available": 1}))), 2);
+        assert_eq!(scale_down_to(6, Some(&json!({"min_available": "50%"}))), 2);
     }
 }

@@ -1,4 +1,5 @@
-//! Baseline (b): Karpenter's rules (a simplified model).
+//! Baseline (b): a model of Karpenter (its rules, simplified; not Karpenter's code, which
+//! `bench/vs-karpenter` runs and measures).
 //!
 //! Provisioning: every 10 s (Karpenter's batch window is 1-10 s), the pending pods no
 //! in-flight node was launched for are planned by first-fit decreasing

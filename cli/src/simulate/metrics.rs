@@ -69,6 +69,9 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
 pub struct StrategyReport {
     /// USD over the run.
     pub total_cost: f64,
+    /// The most USD per hour at any sample of the run (every 5 minutes): the fleet at
+    /// the peak, to compare with `bench/vs-karpenter`'s provisioning phase.
+    pub peak_cost_per_hour: f64,
     /// Instance-hours of spot.
     pub spot_node_hours: f64,
     /// Instance-hours of on-demand.
@@ -117,6 +120,7 @@ impl StrategyReport {
         let share = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         StrategyReport {
             total_cost: m.cost,
+            peak_cost_per_hour: m.series.iter().map(|p| p.2).fold(0.0, f64::max),
             spot_node_hours: m.spot_node_hours,
             on_demand_node_hours: m.on_demand_node_hours,
             avg_cpu_utilisation: share(m.cpu_requested, m.cpu_allocatable),

@@ -68,12 +68,12 @@ fn every_example_scenario_keeps_the_invariants_for_carpool_and_both_baselines() 
         assert_invariants(&name, "carpool", &r);
         assert_eq!(r["run_errors"], 0, "{name}: a run of Carpool failed");
         assert_invariants(&name, "node groups", &r["baselines"]["node_groups"]);
-        assert_invariants(&name, "karpenter", &r["baselines"]["karpenter_ffd"]);
+        assert_invariants(&name, "karpenter", &r["baselines"]["karpenter_model"]);
         for key in [
             "pending_p50_s",
             "pending_p99_s",
             "savings_vs_node_groups_pct",
-            "savings_vs_karpenter_ffd_pct",
+            "savings_vs_karpenter_model_pct",
         ] {
             assert!(r[key].is_number(), "{name}: {key}");
         }
@@ -98,7 +98,7 @@ fn the_same_seed_gives_the_same_report() {
         assert!(a.get(key).is_some(), "missing {key}");
     }
     assert!(a["baselines"]["node_groups"]["total_cost"].is_number());
-    assert!(a["baselines"]["karpenter_ffd"]["total_cost"].is_number());
+    assert!(a["baselines"]["karpenter_model"]["total_cost"].is_number());
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn the_plot_is_an_svg_with_one_line_per_strategy() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg"));
-    for name in ["carpool", "node groups", "karpenter"] {
+    for name in ["carpool", "node groups", "model of Karpenter"] {
         assert!(text.contains(name), "legend lacks {name}");
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
