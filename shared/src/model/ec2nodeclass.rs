@@ -316,21 +316,13 @@ fn one_of(value: Option<&String>, allowed: &[&str], path: &str) -> Result<(), Ma
 
 impl Validate for EC2NodeClass {
     fn validate(&self) -> Result<(), ManifestError> {
-        if !self.api_version.is_empty() && self.api_version != EC2NODECLASS_API_VERSION {
-            return Err(ManifestError::at(
-                "apiVersion",
-                format!(
-                    "{:?} is not supported; Carpool reads {EC2NODECLASS_API_VERSION}",
-                    self.api_version
-                ),
-            ));
-        }
-        if !self.kind.is_empty() && self.kind != "EC2NodeClass" {
-            return Err(ManifestError::at(
-                "kind",
-                format!("expected EC2NodeClass, found {:?}", self.kind),
-            ));
-        }
+        crate::model::manifest::check_type_meta(
+            &self.api_version,
+            &self.kind,
+            EC2NODECLASS_API_VERSION,
+            "EC2NodeClass",
+            "",
+        )?;
         if self.metadata.name.as_deref().unwrap_or_default().is_empty() {
             return Err(ManifestError::at("metadata.name", "an EC2NodeClass needs a name"));
         }

@@ -27,6 +27,31 @@ impl ManifestError {
     }
 }
 
+/// Checks an object's `apiVersion` and `kind` (either may be absent, as in a typed test
+/// object): `api_version` must be `want_api` and `kind` `want_kind`; `hint` follows the
+/// message of an unsupported version.
+pub fn check_type_meta(
+    api_version: &str,
+    kind: &str,
+    want_api: &str,
+    want_kind: &str,
+    hint: &str,
+) -> Result<(), ManifestError> {
+    if !api_version.is_empty() && api_version != want_api {
+        return Err(ManifestError::at(
+            "apiVersion",
+            format!("{api_version:?} is not supported; Carpool reads {want_api}{hint}"),
+        ));
+    }
+    if !kind.is_empty() && kind != want_kind {
+        return Err(ManifestError::at(
+            "kind",
+            format!("expected {want_kind}, found {kind:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Semantic checks beyond what deserialization enforces.
 pub trait Validate {
     /// The first invalid value, with its field path.

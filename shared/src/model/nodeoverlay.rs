@@ -189,21 +189,13 @@ impl NodeOverlay {
 
 impl Validate for NodeOverlay {
     fn validate(&self) -> Result<(), ManifestError> {
-        if !self.api_version.is_empty() && self.api_version != NODEOVERLAY_API_VERSION {
-            return Err(ManifestError::at(
-                "apiVersion",
-                format!(
-                    "{:?} is not supported; Carpool reads {NODEOVERLAY_API_VERSION}",
-                    self.api_version
-                ),
-            ));
-        }
-        if !self.kind.is_empty() && self.kind != "NodeOverlay" {
-            return Err(ManifestError::at(
-                "kind",
-                format!("expected NodeOverlay, found {:?}", self.kind),
-            ));
-        }
+        crate::model::manifest::check_type_meta(
+            &self.api_version,
+            &self.kind,
+            NODEOVERLAY_API_VERSION,
+            "NodeOverlay",
+            "",
+        )?;
         if self.name().is_empty() {
             return Err(ManifestError::at("metadata.name", "a NodeOverlay needs a name"));
         }

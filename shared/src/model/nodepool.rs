@@ -346,21 +346,13 @@ fn requirement_field(e: &RequirementError) -> &'static str {
 
 impl Validate for NodePool {
     fn validate(&self) -> Result<(), ManifestError> {
-        if !self.api_version.is_empty() && self.api_version != NODEPOOL_API_VERSION {
-            return Err(ManifestError::at(
-                "apiVersion",
-                format!(
-                    "{:?} is not supported; Carpool reads {NODEPOOL_API_VERSION} (convert v1beta1 NodePools as Karpenter's v1 migration guide says)",
-                    self.api_version
-                ),
-            ));
-        }
-        if !self.kind.is_empty() && self.kind != "NodePool" {
-            return Err(ManifestError::at(
-                "kind",
-                format!("expected NodePool, found {:?}", self.kind),
-            ));
-        }
+        crate::model::manifest::check_type_meta(
+            &self.api_version,
+            &self.kind,
+            NODEPOOL_API_VERSION,
+            "NodePool",
+            " (convert v1beta1 NodePools as Karpenter's v1 migration guide says)",
+        )?;
         if self.metadata.name.as_deref().unwrap_or_default().is_empty() {
             return Err(ManifestError::at("metadata.name", "a NodePool needs a name"));
         }
