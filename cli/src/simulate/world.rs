@@ -362,7 +362,8 @@ impl<'a> World<'a> {
         for i in self.instances.values() {
             match i.capacity_type {
                 CapacityType::Spot => spot += 1.0,
-                CapacityType::OnDemand => od += 1.0,
+                // A reservation's capacity is on-demand capacity paid for ahead.
+                CapacityType::OnDemand | CapacityType::Reserved => od += 1.0,
             }
         }
         let ready: BTreeSet<&str> = self.nodes.iter().filter(|n| n.ready).map(|n| n.name.as_str()).collect();

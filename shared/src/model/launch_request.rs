@@ -45,6 +45,12 @@ pub struct LaunchRequest {
 }
 
 impl LaunchRequest {
+    /// The capacity reservation a `reserved` launch targets: the one its labels
+    /// `karpenter.k8s.aws/capacity-reservation-id` and `-type` name, as the plan set them.
+    pub fn capacity_reservation(&self) -> Option<crate::model::ReservationTarget> {
+        crate::model::ReservationTarget::from_labels(&self.labels)
+    }
+
     /// Checks that every label and taint the node would register with has the syntax the
     /// apiserver accepts on a Node ([`super::label_syntax`]): they are written into the
     /// node's user data, and nothing else may be. NodePools and pods are checked when they

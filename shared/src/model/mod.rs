@@ -5,6 +5,7 @@
 //! well-known labels, annotations and taints. Everything else in the crate builds on
 //! these, and they build on nothing else in it.
 
+pub mod capacity_reservation;
 pub mod content_hash;
 pub mod duration;
 pub mod ec2nodeclass;
@@ -34,6 +35,7 @@ pub mod resources;
 pub mod time;
 pub mod well_known;
 
+pub use capacity_reservation::{CapacityReservation, CapacityReservationSelectorTerm, ReservationTarget, ReservationType};
 pub use duration::NillableDuration;
 pub use ec2nodeclass::EC2NodeClass;
 pub use image::{ImageVariant, ResolvedImage};

@@ -61,6 +61,12 @@ pub enum NodeClassReason {
         /// The request's types, comma-separated.
         instance_types: String,
     },
+    /// A `capacityReservationSelectorTerms` entry is malformed.
+    #[error("has a capacity reservation selector term that cannot be used: {detail}")]
+    CapacityReservationSelector {
+        /// Which term, and why.
+        detail: String,
+    },
     /// Its `spec.userData` cannot be merged into the node's user data (the error's source
     /// says why).
     #[error("has a userData that cannot be used")]

@@ -17,6 +17,10 @@ pub enum CapacityType {
     Spot,
     /// On-demand.
     OnDemand,
+    /// A capacity reservation's (an ODCR or a Capacity Block for ML) that the node's
+    /// EC2NodeClass selects (Karpenter v1.3+'s `reserved`): used first, never past the
+    /// reservation's available count (see [`crate::model::capacity_reservation`]).
+    Reserved,
 }
 
 impl CapacityType {
@@ -25,10 +29,12 @@ impl CapacityType {
         match self {
             CapacityType::Spot => "spot",
             CapacityType::OnDemand => "on-demand",
+            CapacityType::Reserved => "reserved",
         }
     }
 
-    /// Both, spot first (the preferred one).
+    /// The two the market sells at a listed price, spot first (the preferred one); a
+    /// `reserved` offering exists only where a selected reservation has room.
     pub const ALL: [CapacityType; 2] = [CapacityType::Spot, CapacityType::OnDemand];
 }
 
@@ -44,7 +50,8 @@ impl FromStr for CapacityType {
         match s {
             "spot" => Ok(CapacityType::Spot),
             "on-demand" => Ok(CapacityType::OnDemand),
-            other => Err(format!("unknown capacity type {other:?}; use spot or on-demand")),
+            "reserved" => Ok(CapacityType::Reserved),
+            other => Err(format!("unknown capacity type {other:?}; use spot, on-demand or reserved")),
         }
     }
 }

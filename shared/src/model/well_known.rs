@@ -68,10 +68,11 @@ pub const INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-acceler
 pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// `node.kubernetes.io/windows-build`: never on Carpool's (Linux) nodes.
 pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
-/// `karpenter.k8s.aws/capacity-reservation-id`: never on Carpool's nodes (it launches
-/// into no capacity reservation).
+/// `karpenter.k8s.aws/capacity-reservation-id`: the reservation a `reserved` node was
+/// launched into.
 pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
-/// `karpenter.k8s.aws/capacity-reservation-type`: likewise never set.
+/// `karpenter.k8s.aws/capacity-reservation-type`: `default` (an ODCR) or
+/// `capacity-block`, on a `reserved` node.
 pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
 
 /// The label keys an offering may define (Karpenter's AWS `WellKnownLabels`,

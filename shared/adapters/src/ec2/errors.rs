@@ -23,7 +23,14 @@ pub const CAPACITY_ERROR_CODES: &[&str] = &[
     "SpotMaxPriceTooLow",
     "VcpuLimitExceeded",
     "InstanceLimitExceeded",
+    // The targeted capacity reservation is full (aws/karpenter-provider-aws
+    // `pkg/errors` `reservationCapacityExceededErrorCode`, one of its unfulfillable
+    // capacity codes): the reserved offering is unavailable, and the plan falls back.
+    RESERVATION_CAPACITY_EXCEEDED,
 ];
+
+/// The fleet error code of a launch into a capacity reservation with no room left.
+pub const RESERVATION_CAPACITY_EXCEEDED: &str = "ReservationCapacityExceeded";
 
 /// Codes that mean the caller was throttled.
 const THROTTLE_CODES: &[&str] = &["RequestLimitExceeded", "Throttling", "ThrottlingException"];
@@ -135,6 +142,9 @@ pub fn fleet_failure(errors: &[CreateFleetError], zone: &str, capacity_type: Cap
             continue;
         };
         let capacity_type = match error.lifecycle() {
+            // A reserved launch's errors say on-demand: the offering that failed is the
+            // reservation's.
+            _ if capacity_type == CapacityType::Reserved => CapacityType::Reserved,
             Some(InstanceLifecycle::Spot) => CapacityType::Spot,
             Some(InstanceLifecycle::OnDemand) => CapacityType::OnDemand,
             _ => capacity_type,
@@ -267,6 +277,25 @@ mod tests {
                     key("m5.large", "us-east-1a", CapacityType::Spot),
                 ]
             ),
+            other => panic!("expected InsufficientCapacity, got {other:?}"),
+        }
+    }
+
+    /// aws/karpenter-provider-aws `pkg/errors` `IsReservationCapacityExceeded` and
+    /// `pkg/providers/instance` `updateUnavailableOfferingsCache`: a full reservation is a
+    /// capacity error, and the reserved offering is the one marked unavailable.
+    #[test]
+    fn a_full_reservation_marks_the_reserved_offering_unavailable() {
+        let errors = vec![error(
+            RESERVATION_CAPACITY_EXCEEDED,
+            "m5.xlarge",
+            Some("us-east-1a"),
+            Some(InstanceLifecycle::OnDemand),
+        )];
+        match fleet_failure(&errors, "us-east-1a", CapacityType::Reserved) {
+            CloudError::InsufficientCapacity { offerings } => {
+                assert_eq!(offerings, vec![key("m5.xlarge", "us-east-1a", CapacityType::Reserved)]);
+            }
             other => panic!("expected InsufficientCapacity, got {other:?}"),
         }
     }

@@ -15,7 +15,8 @@
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
 use aws_sdk_ec2::types::{
-    CreateFleetInstance, DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
+    CapacityReservationPreference, CapacityReservationTarget, LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, MarketType, CreateFleetInstance, DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy,
     FleetType, InstanceLifecycle, InstanceType, LaunchTemplateHttpTokensState,
     LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
@@ -25,7 +26,7 @@ use aws_sdk_ec2::types::{
 };
 use std::collections::BTreeMap;
 
-use carpool::model::{CapacityType, EC2NodeClass};
+use carpool::model::{CapacityType, EC2NodeClass, ReservationTarget, ReservationType};
 use carpool::ports::{EpochMillis, Instance, InstanceState, LaunchRequest};
 use serde::Serialize;
 
@@ -71,6 +72,10 @@ pub struct TemplateContent {
     pub block_devices: Vec<BlockDeviceContent>,
     /// The tags of the launch template: the class's, and the cluster tag.
     pub tags: BTreeMap<String, String>,
+    /// The capacity reservation a `reserved` launch targets (absent from the hash of any
+    /// other launch's template, so those keep their names).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<ReservationTarget>,
 }
 
 impl TemplateContent {
@@ -105,7 +110,18 @@ impl TemplateContent {
             user_data,
             block_devices: block_devices(node_class),
             tags: merged_tags(&node_class.spec.tags, [(CLUSTER_TAG, cluster)]),
+            capacity_reservation: None,
         }
+    }
+
+    /// The content targeting the reservation a `reserved` request names (its
+    /// `karpenter.k8s.aws/capacity-reservation-id` and `-type` labels); any other request's
+    /// content as it is.
+    pub fn for_request(mut self, request: &LaunchRequest) -> Self {
+        if request.capacity_type == CapacityType::Reserved {
+            self.capacity_reservation = request.capacity_reservation();
+        }
+        self
     }
 
     /// `carpool-<16 hex digits>`: FNV-1a 64 of the content's JSON, stable across builds.
@@ -146,6 +162,31 @@ impl TemplateContent {
                     ))
                     .build(),
             );
+        // A reserved launch goes into its reservation and nowhere else (Karpenter's
+        // `CreateLaunchTemplateInputBuilder.Build` in targeted mode,
+        // `pkg/providers/launchtemplate/types.go`: `capacity-reservations-only` with the
+        // reservation as the target, and the `capacity-block` market for a Capacity Block).
+        // Carpool leaves other launches' templates without a reservation specification
+        // (EC2's default, `open`), where Karpenter sets `none` in targeted mode.
+        if let Some(r) = &self.capacity_reservation {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_preference(CapacityReservationPreference::CapacityReservationsOnly)
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(&r.id)
+                            .build(),
+                    )
+                    .build(),
+            );
+            if r.reservation_type == ReservationType::CapacityBlock {
+                data = data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(MarketType::CapacityBlock)
+                        .build(),
+                );
+            }
+        }
         if let Some(profile) = &self.instance_profile {
             data = data.iam_instance_profile(
                 LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
@@ -251,7 +292,7 @@ pub fn overrides(request: &LaunchRequest, subnets: &[String]) -> Vec<FleetLaunch
             let mut o = FleetLaunchTemplateOverridesRequest::builder()
                 .instance_type(InstanceType::from(instance_type.as_str()))
                 .subnet_id(subnet);
-            if request.capacity_type == CapacityType::OnDemand {
+            if request.capacity_type != CapacityType::Spot {
                 o = o.priority(i as f64);
             }
             out.push(o.build());
@@ -270,10 +311,24 @@ pub fn create_fleet(
     template_name: &str,
     subnets: &[String],
 ) -> aws_sdk_ec2::operation::create_fleet::builders::CreateFleetFluentBuilder {
+    // A reserved launch is on-demand capacity taken from the reservation its template
+    // targets, or `capacity-block` for a Capacity Block, which takes no on-demand options
+    // (Karpenter's `CreateFleetInputBuilder.defaultTargetCapacityType` and `Build`).
+    let block = request.capacity_type == CapacityType::Reserved
+        && request
+            .capacity_reservation()
+            .is_some_and(|r| r.reservation_type == ReservationType::CapacityBlock);
     let capacity = match request.capacity_type {
         CapacityType::Spot => DefaultTargetCapacityType::Spot,
         CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
+        CapacityType::Reserved if block => DefaultTargetCapacityType::CapacityBlock,
+        CapacityType::Reserved => DefaultTargetCapacityType::OnDemand,
     };
+    let on_demand_options = (!block).then(|| {
+        OnDemandOptionsRequest::builder()
+            .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+            .build()
+    });
     ec2.create_fleet()
         .client_token(client_token(&request.launch_id))
         .r#type(FleetType::Instant)
@@ -290,11 +345,7 @@ pub fn create_fleet(
         )
         // lowest-price with each type's priority its rank, as Karpenter does: the plan orders
         // the types cheapest first anyway.
-        .on_demand_options(
-            OnDemandOptionsRequest::builder()
-                .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
-                .build(),
-        )
+        .set_on_demand_options(on_demand_options)
         .launch_template_configs(
             FleetLaunchTemplateConfigRequest::builder()
                 .launch_template_specification(
@@ -354,6 +405,8 @@ impl Answered {
             .unwrap_or(&request.zone)
             .to_string();
         let capacity_type = match instance.lifecycle() {
+            // A reserved launch answers on-demand: it is the reservation's.
+            _ if request.capacity_type == CapacityType::Reserved => CapacityType::Reserved,
             Some(InstanceLifecycle::Spot) => CapacityType::Spot,
             Some(InstanceLifecycle::OnDemand) => CapacityType::OnDemand,
             _ => request.capacity_type,

@@ -385,7 +385,8 @@ impl Ec2Cloud {
             security_groups,
             profile,
             user_data,
-        ))
+        )
+        .for_request(request))
     }
 
     /// The instance profile of a class ([`instance_profile::choice`]): the class's
@@ -505,8 +506,17 @@ pub fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
             .and_then(|p| p.availability_zone())
             .unwrap_or_default()
             .to_string(),
+        // Launched into a reservation it was targeted at only (Karpenter's `NewInstance`,
+        // `pkg/providers/instance/types.go`): reserved capacity.
         capacity_type: match i.instance_lifecycle() {
             Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+            _ if i.capacity_reservation_id().is_some()
+                && i.capacity_reservation_specification()
+                    .and_then(|s| s.capacity_reservation_preference())
+                    == Some(&aws_sdk_ec2::types::CapacityReservationPreference::CapacityReservationsOnly) =>
+            {
+                CapacityType::Reserved
+            }
             _ => CapacityType::OnDemand,
         },
         nodepool: tags.get(NODEPOOL_TAG).copied().unwrap_or_default().to_string(),

@@ -51,6 +51,9 @@ impl ClassFailure {
                 | NodeClassReason::NoImage { .. }
                 | NodeClassReason::NoImageForTypes { .. },
             ) => ("AMIsReady", "AMINotFound"),
+            Some(NodeClassReason::CapacityReservationSelector { .. }) => {
+                ("CapacityReservationsReady", "CapacityReservationsNotResolved")
+            }
             Some(_) => ("ValidationSucceeded", "ValidationFailed"),
             // Not the class's error (EC2 throttled, access denied): it could not be
             // resolved this time.
