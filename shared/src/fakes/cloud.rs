@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::Injected;
-use crate::model::{Arch, EC2NodeClass};
+use crate::model::{Arch, CapacityReservation, CapacityType, EC2NodeClass};
 use crate::ports::{
     Cloud, CloudError, ImageVariant, Instance, InstanceNetwork, InstanceState, LaunchRequest, NodeClassReason,
     OfferingKey, OnDemandPrice, ResolvedImage, ResolvedNetwork, ResolvedSubnet, SpotPrice, ZonalOffering,
@@ -85,6 +85,10 @@ struct State {
     calls: Vec<String>,
     next_id: u64,
     now: i64,
+    /// Capacity reservations, with their tags: `available` is what is left.
+    reservations: Vec<(CapacityReservation, BTreeMap<String, String>)>,
+    /// The reservation each instance launched into.
+    in_reservation: HashMap<String, String>,
 }
 
 /// A stateful in-memory [`Cloud`]. It launches the first requested type whose offering
@@ -252,13 +256,36 @@ impl FakeCloud {
 
     /// Marks an instance terminated, as EC2 does when it reclaims one.
     pub fn reclaim(&self, id: &str) {
-        if let Some(i) = self.lock().instances.get_mut(id) {
+        let mut state = self.lock();
+        if let Some(i) = state.instances.get_mut(id) {
             i.state = InstanceState::Terminated;
         }
+        state.release_reservation(id);
+    }
+
+    /// Adds a capacity reservation (as CreateCapacityReservation, or a Capacity Block
+    /// bought) with its tags; its `available` is what it can take.
+    pub fn add_capacity_reservation(&self, reservation: CapacityReservation, tags: &[(&str, &str)]) {
+        let tags = tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.lock().reservations.push((reservation, tags));
+    }
+
+    /// The reservation an instance was launched into.
+    pub fn reservation_of(&self, id: &str) -> Option<String> {
+        self.lock().in_reservation.get(id).cloned()
     }
 }
 
 impl State {
+    /// Gives a terminated instance's place in its reservation back, as EC2 does.
+    fn release_reservation(&mut self, id: &str) {
+        if let Some(r) = self.in_reservation.remove(id)
+            && let Some((res, _)) = self.reservations.iter_mut().find(|(x, _)| x.id == r)
+        {
+            res.available += 1;
+        }
+    }
+
     /// The subnets (one per zone) and security groups `node_class` selects.
     fn network_of(&self, node_class: &EC2NodeClass) -> Result<ResolvedNetwork, CloudError> {
         let name = node_class.name();
@@ -337,6 +364,18 @@ impl Cloud for FakeCloud {
                 .map(|s| s.id.clone()),
             security_groups: network.security_groups,
         };
+        // A reserved launch goes into the reservation its labels name, and nowhere else.
+        let target = match request.capacity_type {
+            CapacityType::Reserved => match request.capacity_reservation() {
+                Some(t) => Some(t.id),
+                None => {
+                    return Err(CloudError::Api(
+                        format!("{call}: a reserved launch names no capacity reservation").into(),
+                    ));
+                }
+            },
+            _ => None,
+        };
         let mut failed = Vec::new();
         for instance_type in &request.instance_types {
             let key = OfferingKey {
@@ -345,9 +384,19 @@ impl Cloud for FakeCloud {
                 capacity_type: request.capacity_type,
             };
             let pool_empty = state.pools.get(&key).is_some_and(|n| *n == 0);
-            if state.out_of_capacity.contains(&key) || pool_empty {
+            let reservation_full = target.as_ref().is_some_and(|id| {
+                !state.reservations.iter().any(|(r, _)| {
+                    &r.id == id && r.instance_type == key.instance_type && r.zone == key.zone && r.available > 0
+                })
+            });
+            if state.out_of_capacity.contains(&key) || pool_empty || reservation_full {
                 failed.push(key);
                 continue;
+            }
+            if let Some(id) = &target
+                && let Some((r, _)) = state.reservations.iter_mut().find(|(r, _)| &r.id == id)
+            {
+                r.available -= 1;
             }
             if let Some(n) = state.pools.get_mut(&key) {
                 *n -= 1;
@@ -367,6 +416,9 @@ impl Cloud for FakeCloud {
             };
             state.instances.insert(instance.id.clone(), instance.clone());
             state.requests.insert(instance.id.clone(), request.clone());
+            if let Some(id) = &target {
+                state.in_reservation.insert(instance.id.clone(), id.clone());
+            }
             if then_unknown {
                 return Err(CloudError::OutcomeUnknown(format!("injected timeout on {call}").into()));
             }
@@ -453,6 +505,7 @@ impl Cloud for FakeCloud {
         if let Some(i) = state.instances.get_mut(id) {
             i.state = InstanceState::Terminated;
         }
+        state.release_reservation(id);
         Ok(())
     }
 
@@ -479,5 +532,31 @@ impl Cloud for FakeCloud {
     async fn offerings(&self) -> Result<Vec<ZonalOffering>, CloudError> {
         let state = self.enter("offerings".into())?;
         Ok(state.offerings.clone())
+    }
+
+    /// The active reservations the class's terms select, as DescribeCapacityReservations
+    /// filters them (ended ones left out), dated by [`FakeCloud::set_now`].
+    async fn capacity_reservations(&self, node_class: &EC2NodeClass) -> Result<Vec<CapacityReservation>, CloudError> {
+        let terms = node_class
+            .capacity_reservation_terms()
+            .map_err(|reason| CloudError::NodeClass {
+                node_class: node_class.name().to_string(),
+                reason,
+                source: None,
+            })?;
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let state = self.enter(format!("capacity_reservations {}", node_class.name()))?;
+        let now = state.now;
+        Ok(state
+            .reservations
+            .iter()
+            .filter(|(r, tags)| r.end_time.is_none_or(|e| e > now) && terms.iter().any(|t| t.selects(r, tags)))
+            .map(|(r, _)| CapacityReservation {
+                synced_at: now,
+                ..r.clone()
+            })
+            .collect())
     }
 }

@@ -163,4 +163,5 @@ impl<C: Cloud> Cloud for Crashable<'_, C> {
     through!(on_demand_prices(instance_types: &[String]) -> Result<Vec<OnDemandPrice>, CloudError>);
     through!(images(node_class: &EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError>);
     through!(offerings() -> Result<Vec<ZonalOffering>, CloudError>);
+    through!(capacity_reservations(node_class: &EC2NodeClass) -> Result<Vec<crate::ports::CapacityReservation>, CloudError>);
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::kubelet::KubeletConfiguration;
 use super::manifest::{ManifestError, Validate};
+use super::node_class_reason::NodeClassReason;
 use super::quantity::Quantity;
 
 /// The API version Carpool reads.
@@ -43,7 +44,9 @@ pub struct EC2NodeClassSpec {
     /// Which security groups to attach.
     #[serde(default)]
     pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
-    /// Which capacity reservations may be used; kept, not yet used.
+    /// Which capacity reservations its `reserved` capacity comes from (see
+    /// [`super::capacity_reservation`]); kept as JSON so that a malformed term makes this
+    /// class alone invalid ([`EC2NodeClass::capacity_reservation_terms`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_reservation_selector_terms: Vec<serde_json::Value>,
     /// Whether to give instances a public IPv4 address (`associatePublicIPAddress`, as
@@ -255,6 +258,15 @@ pub enum UserDataFormat {
 }
 
 impl EC2NodeClass {
+    /// Its `capacityReservationSelectorTerms`, checked; a malformed one is the class's
+    /// reason not to launch.
+    pub fn capacity_reservation_terms(
+        &self,
+    ) -> Result<Vec<super::capacity_reservation::CapacityReservationSelectorTerm>, NodeClassReason> {
+        super::capacity_reservation::CapacityReservationSelectorTerm::parse_all(&self.spec.capacity_reservation_selector_terms)
+            .map_err(|e| NodeClassReason::CapacityReservationSelector { detail: e.to_string() })
+    }
+
     /// The user-data format its nodes boot with (see [`UserDataFormat`]).
     pub fn user_data_format(&self) -> UserDataFormat {
         let family = self.spec.ami_family.as_deref();

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 
+pub use crate::model::capacity_reservation::{CapacityReservation, ReservationTarget, ReservationType};
 use crate::model::EC2NodeClass;
 pub use crate::model::image::{ImageVariant, ResolvedImage};
 pub use crate::model::instance::{Instance, InstanceState};
@@ -157,4 +158,26 @@ pub trait Cloud: Send + Sync {
     fn images(&self, node_class: &EC2NodeClass) -> impl Future<Output = Result<Vec<ResolvedImage>, CloudError>> + Send;
     /// Every instance type offered in each zone of the region.
     fn offerings(&self) -> impl Future<Output = Result<Vec<ZonalOffering>, CloudError>> + Send;
+    /// The active capacity reservations an EC2NodeClass's `capacityReservationSelectorTerms`
+    /// select (terms ORed; none for a class with no term), each with the instances it can
+    /// still take and when it was asked (Karpenter's `capacityreservation.Provider.List`). A
+    /// malformed term is [`NodeClassReason::CapacityReservationSelector`]. A `launch` into
+    /// one (a `reserved` request naming it in its labels) targets it alone; when it is full
+    /// the launch is `InsufficientCapacity` naming the reserved offering. A cloud that
+    /// knows no reservation selects none.
+    fn capacity_reservations(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> impl Future<Output = Result<Vec<CapacityReservation>, CloudError>> + Send {
+        std::future::ready(
+            node_class
+                .capacity_reservation_terms()
+                .map(|_| Vec::new())
+                .map_err(|reason| CloudError::NodeClass {
+                    node_class: node_class.name().to_string(),
+                    reason,
+                    source: None,
+                }),
+        )
+    }
 }

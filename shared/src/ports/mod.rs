@@ -17,7 +17,7 @@ mod store;
 
 pub use crate::model::pod_event::{EventReason, EventType, MAX_MESSAGE_BYTES, PodEvent, PodRef};
 pub use clock::{Clock, EpochMillis, Timer, epoch_millis};
-pub use cloud::{BoxError, NodeClassReason};
+pub use cloud::{BoxError, CapacityReservation, NodeClassReason, ReservationTarget, ReservationType};
 pub use cloud::{
     Cloud, CloudError, ImageVariant, Instance, InstanceNetwork, InstanceState, LaunchRequest, OfferingKey,
     OnDemandPrice, ResolvedImage, ResolvedNetwork, ResolvedSubnet, SpotPrice, ZonalOffering,

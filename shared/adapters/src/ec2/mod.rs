@@ -2,6 +2,7 @@
 //! reused by content hash, reads Carpool's instances by the `carpool.sh/cluster` tag.
 //!
 //! - [`resolve`]: subnets and security groups of an EC2NodeClass.
+//! - [`capacity_reservations`]: the capacity reservations its terms select.
 //! - [`lookups`]: subnets, security groups and launch templates looked up lately, kept
 //!   for 5 minutes so that repeated launches do not repeat the Describe calls.
 //! - [`ami`]: its AMIs, as Karpenter resolves them (aliases through the public SSM
@@ -21,6 +22,7 @@ pub mod al2_bootstrap;
 pub mod ami;
 pub mod block_devices;
 pub mod bottlerocket;
+pub mod capacity_reservations;
 pub mod errors;
 pub mod fleet;
 pub mod instance_profile;
@@ -636,6 +638,13 @@ impl Cloud for Ec2Cloud {
 
     async fn images(&self, node_class: &carpool::model::EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError> {
         self.resolved_images(node_class).await
+    }
+
+    async fn capacity_reservations(
+        &self,
+        node_class: &carpool::model::EC2NodeClass,
+    ) -> Result<Vec<carpool::model::CapacityReservation>, CloudError> {
+        capacity_reservations::list(&self.ec2, node_class).await
     }
 
     async fn get(&self, id: &str) -> Result<Instance, CloudError> {
