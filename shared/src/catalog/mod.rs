@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 pub use prices::{PriceBook, SpotModel};
 
-use crate::model::{CapacityType, InstanceType, Offering};
+use crate::model::{CapacityReservation, CapacityType, InstanceType, Offering};
 
 /// The region whose price table stands in where a region has none.
 pub const PRICE_FALLBACK_REGION: &str = "us-east-1";
@@ -129,6 +129,7 @@ impl Catalog {
             unavailable: HashSet::new(),
             offered: None,
             listed_types: None,
+            reservations: BTreeMap::new(),
         })
     }
 }
@@ -147,6 +148,9 @@ pub struct RegionCatalog<'a> {
     /// The types as listed, before NodeOverlays gave some extended resources (set while
     /// some have them).
     listed_types: Option<Vec<&'a InstanceType>>,
+    /// The capacity reservations each EC2NodeClass selects, with the room each has left
+    /// (set per run: [`RegionCatalog::set_capacity_reservations`]).
+    reservations: BTreeMap<String, Vec<CapacityReservation>>,
 }
 
 impl<'a> RegionCatalog<'a> {
@@ -179,6 +183,62 @@ impl<'a> RegionCatalog<'a> {
     pub fn mark_unavailable(&mut self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
         self.unavailable
             .insert((instance_type.to_string(), zone.to_string(), capacity_type));
+    }
+
+    /// Whether an offering was marked unavailable ([`RegionCatalog::mark_unavailable`]).
+    pub fn is_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) -> bool {
+        !self.unavailable.is_empty()
+            && self
+                .unavailable
+                .contains(&(instance_type.to_string(), zone.to_string(), capacity_type))
+    }
+
+    /// Sets the capacity reservations an EC2NodeClass selects, each with the instances it
+    /// can still take: its `reserved` offerings.
+    pub fn set_capacity_reservations(&mut self, node_class: &str, reservations: Vec<CapacityReservation>) {
+        self.reservations.insert(node_class.to_string(), reservations);
+    }
+
+    /// The capacity reservations an EC2NodeClass selects (none unless set).
+    pub fn capacity_reservations(&self, node_class: &str) -> &[CapacityReservation] {
+        self.reservations.get(node_class).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every class's capacity reservations, by class.
+    pub fn all_capacity_reservations(&self) -> &BTreeMap<String, Vec<CapacityReservation>> {
+        &self.reservations
+    }
+
+    /// The `reserved` offerings of a type for an EC2NodeClass, one per reservation with
+    /// room (Karpenter's `ReservedCapacityResolver.ResolveOfferings`), each with the
+    /// reservation; none in a zone where the reserved offering was marked unavailable (a
+    /// launch found it full) or where the type is not offered.
+    pub fn reserved_offerings_of(&self, it: &InstanceType, node_class: &str) -> Vec<(Offering, &CapacityReservation)> {
+        let Some(price) = self.prices.price(it, "", CapacityType::Reserved) else {
+            return Vec::new();
+        };
+        self.capacity_reservations(node_class)
+            .iter()
+            .filter(|r| r.instance_type == it.name && r.available > 0 && self.zones.contains(&r.zone))
+            .filter(|r| !self.is_unavailable(&it.name, &r.zone, CapacityType::Reserved))
+            .filter(|r| {
+                self.offered
+                    .as_ref()
+                    .is_none_or(|o| o.contains(&(it.name.clone(), r.zone.clone())))
+            })
+            .map(|r| {
+                (
+                    Offering {
+                        instance_type: it.name.clone(),
+                        zone: r.zone.clone(),
+                        capacity_type: CapacityType::Reserved,
+                        price,
+                        available: true,
+                    },
+                    r,
+                )
+            })
+            .collect()
     }
 
     /// Keeps only the (type, zone) pairs EC2 says it offers (DescribeInstanceTypeOfferings).

@@ -19,6 +19,8 @@
 //! - [`templates`]: what a NodePool and its EC2NodeClass would launch; [`daemonsets`]:
 //!   the DaemonSets that land on a node; [`in_flight`]: launches not yet registered, as
 //!   capacity; [`reservation`]: room kept for a disrupted node's replacement;
+//!   [`reserved_capacity`]: the room left in the capacity reservations (the `reserved`
+//!   capacity type), never planned past;
 //! - [`nodepools`]: the NodePools that can launch; [`backoff`]: those held back after
 //!   failed launches; [`subnet_zones`] and [`ami_requirements`]: each NodePool narrowed to
 //!   the zones its subnets are in and the types its AMIs boot;
@@ -39,6 +41,7 @@ pub mod plan;
 pub mod pod;
 pub mod pod_events;
 pub mod reservation;
+pub mod reserved_capacity;
 pub mod scheduler;
 pub mod scheduler_fit;
 pub mod selector;

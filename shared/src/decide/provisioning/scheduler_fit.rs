@@ -21,6 +21,7 @@ use crate::catalog::RegionCatalog;
 use crate::decide::kube_scheduler::{Order, Stranded, Upgrade, replay, stranded_pods};
 use crate::decide::provisioning::plan::{PlannedNode, ProvisioningPlan};
 use crate::decide::provisioning::pod::{is_provisionable, pod_key};
+use crate::model::CapacityType;
 use crate::snapshot::Snapshot;
 
 /// Rounds per plan at most: each fixes one stranded pod.
@@ -130,8 +131,10 @@ fn fixes(
             continue;
         }
         for u in &s.upgrades {
+            // A reserved node is of its reservation's type: it does not grow.
             if let Some(old) = plan.nodes.get(u.node)
                 && unlimited(snapshot, &old.nodepool)
+                && old.capacity_type != CapacityType::Reserved
             {
                 out.push((
                     s.pod.clone(),
@@ -140,7 +143,9 @@ fn fixes(
                 ));
             }
         }
-        if let Some(n) = own(&s.pod) {
+        // A node planned for the pod alone knows nothing of the reservations' room the
+        // plan took already: only unreserved capacity is added.
+        if let Some(n) = own(&s.pod).filter(|n| n.capacity_type != CapacityType::Reserved) {
             let price = n.price_per_hour;
             out.push((s.pod.clone(), Fix::Add(Box::new(n)), price));
         }

@@ -12,7 +12,7 @@ use crate::decide::provisioning::daemonsets::{DaemonSetInfo, landing};
 use crate::decide::provisioning::pod::HostPort;
 use crate::model::manifest::from_yaml;
 use crate::model::well_known as wk;
-use crate::model::{CapacityType, EC2NodeClass, InstanceType, NodePool, Requirements, Resources};
+use crate::model::{CapacityReservation, CapacityType, EC2NodeClass, InstanceType, NodePool, Requirements, Resources};
 
 /// The NodePool used when the input has none: on-demand and spot, amd64 and arm64, Linux,
 /// categories c, m and r, generation above 2.
@@ -109,6 +109,10 @@ pub struct Template {
     pub used: BTreeMap<String, i64>,
     /// The EC2NodeClass settings that shape allocatable.
     pub settings: NodeSettings,
+    /// The capacity reservations behind its `reserved` offers, by (type, zone), ODCRs
+    /// first: how many nodes each can still take is counted across templates by the
+    /// planner ([`crate::decide::provisioning::reserved_capacity`]).
+    pub reservations: BTreeMap<(String, String), Vec<CapacityReservation>>,
 }
 
 /// A NodePool or EC2NodeClass left out, and why.
@@ -250,32 +254,60 @@ pub fn build(
         let taints = pool.spec.template.spec.taints.clone();
         let startup_taints = pool.spec.template.spec.startup_taints.clone();
         let mut types = Vec::new();
+        let mut reserved: BTreeMap<(String, String), Vec<CapacityReservation>> = BTreeMap::new();
         for &it in region.types() {
             let mut node_labels = it.labels();
             node_labels.extend(labels.clone());
             let region_name = region.region();
+            let allowed = |o: &crate::model::Offering, reservation: Option<&CapacityReservation>| {
+                requirements.iter().all(|r| {
+                    let value = match r.key() {
+                        wk::ZONE => Some(o.zone.as_str()),
+                        wk::ZONE_ID => zone_ids.get(&o.zone).map(String::as_str),
+                        wk::REGION => Some(region_name),
+                        wk::CAPACITY_TYPE => Some(o.capacity_type.label()),
+                        wk::CAPACITY_RESERVATION_ID => reservation.map(|c| c.id.as_str()),
+                        wk::CAPACITY_RESERVATION_TYPE => reservation.map(|c| c.reservation_type.label()),
+                        key => node_labels.get(key).map(String::as_str),
+                    };
+                    // A custom key is the NodePool's to label: it excludes no type.
+                    value.map_or_else(|| r.allows_absent() || custom.has_key(r.key()), |v| r.has(v))
+                })
+            };
             let mut offers: Vec<Offer> = region
                 .offerings_of(it)
                 .into_iter()
-                .filter(|o| {
-                    requirements.iter().all(|r| {
-                        let value = match r.key() {
-                            wk::ZONE => Some(o.zone.as_str()),
-                            wk::ZONE_ID => zone_ids.get(&o.zone).map(String::as_str),
-                            wk::REGION => Some(region_name),
-                            wk::CAPACITY_TYPE => Some(o.capacity_type.label()),
-                            key => node_labels.get(key).map(String::as_str),
-                        };
-                        // A custom key is the NodePool's to label: it excludes no type.
-                        value.map_or_else(|| r.allows_absent() || custom.has_key(r.key()), |v| r.has(v))
-                    })
-                })
+                .filter(|o| allowed(o, None))
                 .map(|o| Offer {
                     zone: o.zone,
                     capacity_type: o.capacity_type,
                     price: o.price,
                 })
                 .collect();
+            // Reserved offerings of the class's reservations, where the NodePool allows
+            // `reserved` (Karpenter: a NodePool that does not list it in its
+            // `karpenter.sh/capacity-type` requirement never uses a reservation).
+            if let Some(class) = class {
+                for (o, r) in region.reserved_offerings_of(it, class.name()) {
+                    if !allowed(&o, Some(r)) {
+                        continue;
+                    }
+                    reserved
+                        .entry((it.name.clone(), o.zone.clone()))
+                        .or_insert_with(Vec::new)
+                        .push(r.clone());
+                    if !offers
+                        .iter()
+                        .any(|x| x.zone == o.zone && x.capacity_type == CapacityType::Reserved)
+                    {
+                        offers.push(Offer {
+                            zone: o.zone,
+                            capacity_type: o.capacity_type,
+                            price: o.price,
+                        });
+                    }
+                }
+            }
             if offers.is_empty() {
                 continue;
             }
@@ -302,6 +334,9 @@ pub fn build(
                 offers,
             });
         }
+        for list in reserved.values_mut() {
+            list.sort_by(|a, b| a.reservation_type.cmp(&b.reservation_type).then_with(|| a.id.cmp(&b.id)));
+        }
         types.sort_by(|a, b| {
             a.min_price()
                 .total_cmp(&b.min_price())
@@ -326,6 +361,7 @@ pub fn build(
             limits,
             used: existing_usage(pool.name(), nodes),
             settings,
+            reservations: reserved,
         });
     }
     templates.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));

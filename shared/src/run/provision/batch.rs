@@ -17,6 +17,7 @@ use crate::decide::provisioning::batch_plan::{
 use crate::decide::provisioning::in_flight::capacity_view;
 use crate::decide::provisioning::nodepools;
 use crate::decide::provisioning::reservation::keep_reserved;
+use crate::decide::provisioning::reserved_capacity::usable;
 use crate::decide::provisioning::templates::Skipped;
 use crate::decide::provisioning::unschedulable::Reason;
 use crate::decide::waves::wave::wave_id;
@@ -37,6 +38,9 @@ pub(crate) struct Resolved {
     pub networks: BTreeMap<String, crate::ports::ResolvedNetwork>,
     /// The instance profile of each class resolved, by class.
     pub profiles: BTreeMap<String, Option<String>>,
+    /// The capacity reservations each class selects, by class (classes selecting none
+    /// absent).
+    pub reservations: BTreeMap<String, Vec<crate::ports::CapacityReservation>>,
     /// Why each class that did not resolve did not, by class.
     pub failures: BTreeMap<String, crate::decide::status::ClassFailure>,
     /// The NodePools dropped because their class could not be resolved, each with the
@@ -184,6 +188,11 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             let pods = std::mem::take(&mut snapshot.pods);
             let mut view = snapshot.clone();
             view.pods = pods;
+            // The room left in each reservation: EC2's count less the launches since
+            // (this batch's earlier rounds' included).
+            for (class, found) in &resolved.reservations {
+                region.set_capacity_reservations(class, usable(found, &launches, epoch_millis(plan_start)));
+            }
             view.nodes = capacity_view(&view, &launches, &region, epoch_millis(plan_start), ttl_ms);
             keep_reserved(&mut view, &launches, epoch_millis(plan_start), ttl_ms);
             // Grown where kube-scheduler's own placement would strand a pod: waves are
@@ -344,26 +353,40 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         let mut networks = BTreeMap::new();
         let mut failures = BTreeMap::new();
         let mut profiles = BTreeMap::new();
+        let mut reservations = BTreeMap::new();
         let mut failed: BTreeMap<String, String> = BTreeMap::new();
         for class in classes_in_use(snapshot) {
             let resolved = match self.ports.cloud.network(class).await {
                 Ok(network) => match self.ports.cloud.images(class).await {
-                    Ok(images) => self
+                    Ok(images) => match self
                         .ports
                         .cloud
                         .instance_profile(class, &self.settings.deployment)
                         .await
-                        .map(|profile| (network, images, profile)),
+                    {
+                        // A malformed capacity reservation term is the class's error, as a
+                        // bad subnet term is: its NodePools launch nothing, the others go on.
+                        Ok(profile) => self
+                            .ports
+                            .cloud
+                            .capacity_reservations(class)
+                            .await
+                            .map(|found| (network, images, profile, found)),
+                        Err(e) => Err(e),
+                    },
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e),
             };
             match resolved {
-                Ok((network, images, profile)) => {
+                Ok((network, images, profile, found)) => {
                     zones_by_class.insert(class.name().to_string(), network.zones());
                     images_by_class.insert(class.name().to_string(), images);
                     networks.insert(class.name().to_string(), network);
                     profiles.insert(class.name().to_string(), profile);
+                    if !found.is_empty() {
+                        reservations.insert(class.name().to_string(), found);
+                    }
                 }
                 Err(e) => {
                     let error = Chain(&e).to_string();
@@ -391,6 +414,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             networks,
             failures,
             profiles,
+            reservations,
             unresolved: dropped
                 .into_iter()
                 .map(|pool| {

@@ -86,6 +86,8 @@ impl Scheduler {
                             .get(&node.zone)
                             .map(|id| (wk::ZONE_ID.to_string(), id.clone())),
                     )
+                    // The reservation a reserved node is launched into, as Karpenter labels it.
+                    .chain(node.reservation.iter().flat_map(|r| r.labels()))
                     .collect(),
             });
         }

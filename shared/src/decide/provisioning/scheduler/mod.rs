@@ -52,7 +52,8 @@
 //! - NodePools: [`pool`] a NodePool in the run, [`offer_key`] its zones and capacity types,
 //!   [`candidates`] its types that take a pod alone, [`planned`] what is planned under its
 //!   limits, [`memo`] what the run remembers of it, [`target`] a new node's type,
-//!   [`min_values`] its `minValues`;
+//!   [`min_values`] its `minValues`, [`reserved`] the room its reserved offer keys take
+//!   in capacity reservations;
 //! - labels: [`split`] a node's labels in parts, [`with_host`] with the hostname of a node
 //!   being opened, [`custom_keys`] the NodePool's custom keys;
 //! - [`index`] the typed indices, [`why`] why a pod was not placed, [`outcome`] the run's
@@ -82,6 +83,7 @@ mod pool;
 mod preference;
 mod refusal;
 mod relaxation;
+mod reserved;
 mod split;
 mod spread_owner;
 mod target;
@@ -111,6 +113,7 @@ use crate::decide::provisioning::scheduler::relaxation::soft_only;
 use crate::decide::provisioning::scheduler::spread_owner::SpreadOwner;
 use crate::decide::provisioning::scheduler::topology_check::TopologyCheck;
 use crate::decide::provisioning::scheduler::why::Why;
+use crate::decide::provisioning::reserved_capacity::Ledger;
 use crate::decide::provisioning::templates::{self, Template};
 use crate::decide::provisioning::topology::Topology;
 use crate::decide::provisioning::unschedulable::Reason;
@@ -170,6 +173,8 @@ pub struct Scheduler {
     inclusion_keys: BTreeSet<String>,
     /// The plan so far: what was skipped and the pods found unschedulable on the way.
     plan: ProvisioningPlan,
+    /// The room left in the capacity reservations behind the reserved offer keys.
+    reserved_room: Ledger,
 }
 
 impl Scheduler {
@@ -281,6 +286,7 @@ impl Scheduler {
         let inclusion_keys = topology.inclusion_keys();
         let type_keys = type_decided(topology.keys().union(&inclusion_keys).cloned().collect(), &templates);
         let demand = pods.iter().fold(Resources::default(), |acc, p| acc.plus(&p.requests));
+        let reserved_room = Ledger::of(templates.iter());
         let pools = templates
             .into_vec()
             .into_iter()
@@ -302,6 +308,7 @@ impl Scheduler {
             type_keys,
             inclusion_keys,
             plan,
+            reserved_room,
         }
     }
 

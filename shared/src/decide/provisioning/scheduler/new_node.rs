@@ -28,7 +28,7 @@ use crate::decide::provisioning::templates::Template;
 use crate::decide::provisioning::topology::{PlacedPod, Topology};
 use crate::decide::provisioning::volumes::{EBS_CSI_DRIVER, VolumeUsage};
 use crate::model::well_known as wk;
-use crate::model::{CapacityType, Requirements, Resources};
+use crate::model::{CapacityType, Requirements, ReservationTarget, Resources};
 
 /// A node the plan launches.
 pub(super) struct NewNode {
@@ -62,6 +62,9 @@ pub(super) struct NewNode {
     pub(super) quota: HashMap<ClassId, u32>,
     /// Pods per class on the node.
     pub(super) class_count: HashMap<ClassId, u32>,
+    /// The capacity reservation a reserved node is launched into
+    /// ([`crate::decide::provisioning::scheduler::reserved`]).
+    pub(super) reservation: Option<ReservationTarget>,
 }
 
 impl NewNode {
@@ -99,6 +102,7 @@ impl NewNode {
             pods: Vec::new(),
             quota,
             class_count: HashMap::new(),
+            reservation: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! [`crate::decide::provisioning::scheduler::target`] chooses. The node, once opened, takes
 //! the pod as any planned node does ([`crate::decide::provisioning::scheduler::new_node`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::decide::provisioning::scheduler::Scheduler;
@@ -48,6 +49,11 @@ impl Scheduler {
             let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             let mut topo_err = None;
             for (&k, all_types) in by_offer {
+                // A reserved key only while its reservations have room, for the types that do.
+                let Some(room) = self.with_reserved_room(ti, k, all_types) else {
+                    continue;
+                };
+                let all_types: &[TypeId] = &room;
                 let key = &pool.offer_keys[k];
                 let t = &pool.template;
                 let by_topology = self.topology_types(&at, ti, k, all_types, &hostname, &custom);
@@ -99,6 +105,8 @@ impl Scheduler {
                 choices.push((spread_count, price, preferred, in_zone, k));
                 if let Some(list) = by_topology {
                     narrowed.insert(k, list);
+                } else if let Cow::Owned(list) = room {
+                    narrowed.insert(k, list);
                 }
             }
             choices.sort_by(|a, b| {
@@ -147,12 +155,16 @@ impl Scheduler {
             self.zone_nodes.entry(key.zone.clone()).or_default().push(n);
             self.new_nodes
                 .push(NewNode::new(ti, key, hostname, custom, target, &reserved));
+            self.take_reservation(n);
             if self.try_new_node(pod, n, li).is_ok() {
                 self.pools[ti].planned.open(&capacity);
                 self.record_counted_zone(n);
                 return true;
             }
             if let Some(node) = self.new_nodes.pop() {
+                if let Some(r) = &node.reservation {
+                    self.reserved_room.give_back(r);
+                }
                 if let Some(list) = self.zone_nodes.get_mut(&node.zone) {
                     list.retain(|&x| x != n);
                 }
