@@ -28,7 +28,8 @@
 //!   and capacity type, meets its NodePool's requirements with the node's labels, takes
 //!   each of its pods' node requirements and volumes, and holds its pods plus the DaemonSets
 //!   that land on it; the price is the offering's; `minValues` holds over the alternatives;
-//!   the NodePool's limits hold;
+//!   the NodePool's limits hold; a `reserved` node names a capacity reservation holding its
+//!   type in its zone ([`reservations`]), and no reservation is planned past its room;
 //! - every pod tolerates its node's `NoSchedule` and `NoExecute` taints, passes its node
 //!   selector and required node affinity, gets host ports no other pod (or DaemonSet, on a
 //!   new node) binds, and its volumes allow the node and stay within the node's attach
@@ -52,6 +53,7 @@ pub(crate) mod nodepools;
 pub(crate) mod pending;
 mod ports;
 mod refusal;
+mod reservations;
 pub(crate) mod requests;
 pub(crate) mod selector;
 pub(crate) mod spread;
@@ -72,7 +74,7 @@ use self::state::{FinalState, new_node_labels};
 use self::volumes::{EBS_DRIVER, EBS_ZONE, PodVolumes};
 use crate::catalog::RegionCatalog;
 use crate::decide::provisioning::plan::{MAX_ALTERNATIVES, PlannedNode, ProvisioningPlan};
-use crate::model::Resources;
+use crate::model::{CapacityType, Resources};
 use crate::model::pod::Pod;
 use crate::snapshot::Snapshot;
 
@@ -146,6 +148,7 @@ pub fn check(snapshot: &Snapshot, region: &RegionCatalog<'_>, plan: &Provisionin
     }
     new_nodes(plan, region, &pools, &daemons, &pending, &volumes, &state, &mut v);
     limits(plan, region, &pools, &mut v);
+    reservations::check(plan, region, &mut v);
     pods_on_nodes(snapshot, &state, &preempting, &volumes, &mut v);
     affinity::check(&state, snapshot, &mut v);
     spread::check(&state, &pools, region, &volumes, &mut v);
@@ -293,11 +296,26 @@ fn check_type(
         .iter()
         .find(|t| t.name == name)
         .ok_or(TypeProblem::NotInRegion)?;
-    let offering = region
-        .offerings_of(it)
-        .into_iter()
-        .find(|o| o.zone == pn.zone && o.capacity_type == pn.capacity_type)
-        .ok_or(TypeProblem::NoOffering)?;
+    let offering = if pn.capacity_type == CapacityType::Reserved {
+        // A reserved node's offering is the reservation its labels name.
+        reservations::named(region, &pn.labels, name, &pn.zone)
+            .and_then(|_| {
+                Some(crate::model::Offering {
+                    instance_type: name.to_string(),
+                    zone: pn.zone.clone(),
+                    capacity_type: CapacityType::Reserved,
+                    price: region.prices().price(it, &pn.zone, CapacityType::Reserved)?,
+                    available: true,
+                })
+            })
+            .ok_or(TypeProblem::NoOffering)?
+    } else {
+        region
+            .offerings_of(it)
+            .into_iter()
+            .find(|o| o.zone == pn.zone && o.capacity_type == pn.capacity_type)
+            .ok_or(TypeProblem::NoOffering)?
+    };
     if name == pn.instance_type && (offering.price - pn.price_per_hour).abs() > 1e-9 {
         return Err(TypeProblem::PriceDiffers {
             planned: pn.price_per_hour,

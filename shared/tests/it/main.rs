@@ -34,6 +34,8 @@
 //! - [`backoff`]: a NodePool that keeps failing is backed off, then tried again.
 //! - [`burst`]: twenty spot warnings in one batch are replaced together.
 //! - [`class_failure`]: a class that cannot be resolved backs off its NodePools alone.
+//! - [`capacity_reservations`]: reserved capacity first, never past a reservation's room,
+//!   launches that target it, a full one falls back, a malformed term.
 //! - [`label_injection`]: a label or taint that would break out of the user data never
 //!   reaches a launch.
 //! - [`waves`]: launch waves held by a startup taint and released together.
@@ -64,6 +66,7 @@ mod allocatable;
 mod ami_requirements;
 mod backoff;
 mod burst;
+mod capacity_reservations;
 mod catalog;
 mod checker;
 mod class_failure;

@@ -78,6 +78,16 @@ pub enum TypeProblem {
 /// One rule a plan breaks.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Violation {
+    /// More reserved nodes planned into a capacity reservation than it has room for.
+    #[error("capacity reservation {reservation} takes {planned} planned nodes with room for {available}")]
+    ReservationOverbooked {
+        /// The reservation's id.
+        reservation: String,
+        /// Reserved nodes planned into it.
+        planned: u32,
+        /// Instances it has left.
+        available: u32,
+    },
     /// A provisionable pod is neither placed nor reported unschedulable.
     #[error("pod {pod} is neither placed nor reported unschedulable")]
     Unplanned {

@@ -73,7 +73,8 @@ fn supplies(templates: &[Template]) -> Vec<TypeSupply> {
                     net: o.net.clone(),
                     offer_labels: Vec::new(),
                 });
-            e.price = e.price.min(o.min_price());
+            // The cheapest offer of all, a reservation's included: a bound below any plan.
+            e.price = e.price.min(o.offers.first().map_or(f64::INFINITY, |x| x.price));
             e.net = e.net.max(&o.net);
             e.offer_labels.extend(labels);
         }

@@ -70,9 +70,15 @@ impl TypeOption {
             .map(|o| o.price)
     }
 
-    /// The cheapest price of the type.
+    /// The cheapest price of the type that the market sets: a reserved offer's is near
+    /// zero and holds a few nodes at most, so it prices neither the packer's resources nor
+    /// the types' order (unless the type has no other offer).
     pub fn min_price(&self) -> f64 {
-        self.offers.first().map_or(f64::INFINITY, |o| o.price)
+        self.offers
+            .iter()
+            .find(|o| o.capacity_type != CapacityType::Reserved)
+            .or(self.offers.first())
+            .map_or(f64::INFINITY, |o| o.price)
     }
 }
 
