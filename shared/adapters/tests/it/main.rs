@@ -17,6 +17,8 @@
 //! - [`ec2`]: the Cloud port on moto's EC2: launch, list, get, terminate, the launch
 //!   template's content, zonal offerings.
 //! - [`ec2_amis`]: AMIs resolved as Karpenter resolves them, per architecture.
+//! - [`ec2_capacity_reservations`]: reservations selected by a class's terms, a reserved
+//!   launch that targets its reservation, a full one out of capacity.
 //! - [`ec2_fleet_errors`]: fleet capacity errors become `InsufficientCapacity` naming
 //!   the offerings.
 //! - [`ec2_launch_templates`]: 200 batches make one template per NodePool and capacity
@@ -34,6 +36,7 @@ mod dynamodb_contract;
 mod dynamodb_poison;
 mod ec2;
 mod ec2_amis;
+mod ec2_capacity_reservations;
 mod ec2_fleet_errors;
 mod ec2_kubelet;
 mod ec2_launch_fields;
