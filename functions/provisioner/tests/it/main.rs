@@ -11,9 +11,12 @@
 //!   kube-scheduler, with the harness playing the kubelet: pending pods run on the nodes
 //!   it launched, NodePool limits hold, capacity errors fall back, unregistered instances
 //!   are terminated.
+//! - [`capacity_reservation`]: on the stack, a reservation of 3 takes the first three
+//!   nodes and the launches target it; one found full falls back in the same run.
 //! - [`runtime_api`]: the fake Lambda Runtime API [`binary`] runs the binary against.
 
 mod binary;
+mod capacity_reservation;
 mod e2e;
 mod eks_auth;
 mod handler;
