@@ -279,3 +279,119 @@ fn a_malformed_selector_term_makes_its_class_invalid_and_the_others_launch() {
         "{reason}"
     );
 }
+
+const BLOCK_INSTANCE: &str = "i-0block00000000001";
+const BLOCK_NODE: &str = "ip-10-0-2-2.ec2.internal";
+
+/// A Carpool node in a Capacity Block (p-type work on an m5.xlarge, for the test) that
+/// ends `ends_in` from now, running two pods; the cloud knows the block.
+fn block_world(ends_in: Duration) -> World {
+    let w = world();
+    let end = START as i64 * 1000 + i64::try_from(ends_in.as_millis()).unwrap();
+    w.cloud.add_capacity_reservation(
+        CapacityReservation {
+            id: "cr-0block".into(),
+            reservation_type: ReservationType::CapacityBlock,
+            end_time: Some(end),
+            available: 0,
+            ..reservation(0)
+        },
+        &[],
+    );
+    w.cloud.add_instance(carpool::ports::Instance {
+        id: BLOCK_INSTANCE.into(),
+        instance_type: "m5.xlarge".into(),
+        zone: ZONE.into(),
+        capacity_type: CapacityType::Reserved,
+        nodepool: "default".into(),
+        launch_id: "run-0-0".into(),
+        deployment: Some("carpool-test".into()),
+        state: carpool::ports::InstanceState::Running,
+        launched_at: Some(START as i64 * 1000 - 3_600_000),
+        network: Default::default(),
+    });
+    w.cluster.add_node(
+        carpool::fixtures::NodeBuilder::new(BLOCK_NODE)
+            .label(wk::NODEPOOL, "default")
+            .label(wk::CARPOOL_MANAGED, "true")
+            .label(wk::CAPACITY_TYPE, "reserved")
+            .label(wk::CAPACITY_RESERVATION_ID, "cr-0block")
+            .label(wk::CAPACITY_RESERVATION_TYPE, "capacity-block")
+            .instance_type("m5.xlarge")
+            .zone(ZONE)
+            .provider_id(&format!("aws:///{ZONE}/{BLOCK_INSTANCE}"))
+            .allocatable("cpu", "3920m")
+            .allocatable("memory", "14Gi")
+            .allocatable("pods", "58")
+            .ready(true)
+            .node()
+            .unwrap(),
+    );
+    for i in 0..2 {
+        w.cluster.add_pod(
+            PodBuilder::new(&format!("train-{i}"))
+                .uid(&format!("train-{i}"))
+                .requests("1", "2Gi")
+                .owner("apps/v1", "ReplicaSet", "train-rs")
+                .spec("nodeName", json!(BLOCK_NODE))
+                .running()
+                .pod()
+                .unwrap(),
+        );
+    }
+    w
+}
+
+impl World {
+    fn sweep(&self) -> Vec<carpool::run::disruption::EventReport> {
+        let catalog = Catalog::embedded().unwrap();
+        let region = catalog.region("us-east-1").unwrap();
+        let settings = carpool::run::disruption::InterruptionSettings {
+            provision: Settings {
+                deployment: "carpool-test".into(),
+                ..Settings::default()
+            },
+            ..carpool::run::disruption::InterruptionSettings::default()
+        };
+        let d = carpool::run::disruption::Disrupter::new(&self.cloud, &self.cluster, &self.store, &self.clock, settings, "sweep-1");
+        let until = SystemTime::UNIX_EPOCH + Duration::from_secs(START + 120);
+        block_on(d.sweep(&region, until)).unwrap()
+    }
+}
+
+/// aws/karpenter-provider-aws `pkg/controllers/capacityreservation/expiration`: the nodes
+/// of a capacity block are disrupted once it is expiring (40 minutes before its end), as
+/// an interruption with a known deadline: replaced, drained, terminated before EC2
+/// reclaims the block (30 minutes before its end).
+#[test]
+fn a_capacity_block_ending_in_35_minutes_has_its_node_replaced_drained_and_terminated() {
+    let w = block_world(Duration::from_secs(35 * 60));
+    let reports = w.sweep();
+    let r = reports
+        .iter()
+        .find(|r| r.instance_id.as_deref() == Some(BLOCK_INSTANCE))
+        .unwrap_or_else(|| panic!("the block's node is disrupted: {reports:#?}"));
+    assert_eq!(r.outcome, carpool::run::disruption::Outcome::CleanedUp, "{r:#?}");
+    assert_eq!(r.evicted, 2, "{r:#?}");
+    let instances = w.cloud.instances();
+    let block = instances.iter().find(|i| i.id == BLOCK_INSTANCE).unwrap();
+    assert_eq!(block.state, carpool::ports::InstanceState::Terminated);
+    let replacements: Vec<_> = instances.iter().filter(|i| i.id != BLOCK_INSTANCE).collect();
+    assert!(!replacements.is_empty(), "{instances:#?}");
+    assert!(
+        replacements.iter().all(|i| i.capacity_type != CapacityType::Reserved
+            && i.launch_id.starts_with(&format!("disrupt-{BLOCK_INSTANCE}"))),
+        "replaced, not into the expiring block: {replacements:#?}"
+    );
+    let disruption = w.cluster.calls();
+    assert!(disruption.iter().any(|c| c.contains("taint")), "{disruption:?}");
+}
+
+/// A capacity block with more than 40 minutes to go keeps its nodes.
+#[test]
+fn a_capacity_block_ending_in_an_hour_keeps_its_node() {
+    let w = block_world(Duration::from_secs(3600));
+    let reports = w.sweep();
+    assert!(reports.iter().all(|r| r.instance_id.as_deref() != Some(BLOCK_INSTANCE)), "{reports:#?}");
+    assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
+}

@@ -15,6 +15,8 @@
 //! - [`input`]: a bare event, an SQS message or a Lambda SQS batch into records
 //!   ([`parse_input`]), one per message, each with its own result;
 //! - [`error`]: why an input cannot be read ([`EventError`]);
+//! - [`capacity_block`]: the nodes of a Capacity Block for ML that is expiring, disrupted
+//!   by the scheduled sweep with the block's reclaim as the hard deadline;
 //! - [`deadline`]: the terms of the disruption an event starts ([`drain_terms`]): a spot
 //!   warning is believed only about a spot instance, and its deadline counts from when it
 //!   arrived, never from the `time` it claims.
@@ -35,6 +37,7 @@
 //! order) and its capacity type are the run's to read; [`drain_terms`] decides from them.
 
 pub mod action;
+pub mod capacity_block;
 pub mod deadline;
 pub mod error;
 pub mod event;

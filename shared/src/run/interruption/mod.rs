@@ -33,13 +33,17 @@
 //! ignored with the reason. A rebalance recommendation and a scheduled change leave time:
 //! the drain retries blocked pods in later invocations, PDBs holding, and the instance is
 //! terminated only once drained.
+//!
+//! The scheduled sweep also starts the disruption of each node of a Capacity Block for ML
+//! that is expiring, as a spot warning's with the block's reclaim as the hard deadline
+//! ([`crate::decide::interruption::capacity_block`]).
 
 pub mod metrics;
 
 use std::time::SystemTime;
 
 use crate::catalog::RegionCatalog;
-use crate::decide::interruption::{Action, Cause, InstanceStateName, InterruptionEvent, drain_terms};
+use crate::decide::interruption::{Action, Cause, InstanceStateName, InterruptionEvent, capacity_block, drain_terms};
 use crate::model::node::instance_id_from_provider_id;
 use crate::model::well_known::REBALANCE_ANNOTATION;
 use crate::model::{CapacityType, NodePool};
@@ -175,6 +179,76 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         Ok(started)
     }
 
+    /// The disruptions to start for the Carpool nodes of a Capacity Block that is expiring
+    /// ([`crate::decide::interruption::capacity_block`]): each as a spot warning's
+    /// (taint, replacement, drain), with the block's reclaim as its hard deadline. The
+    /// blocks are looked up by id, as Karpenter's expiration controller lists them; when
+    /// EC2 cannot be asked, none is started and the next sweep asks again.
+    async fn expiring_capacity_blocks(
+        &self,
+        disrupting: &[DisruptionRecord],
+    ) -> Result<Vec<DisruptionRecord>, InterruptionError> {
+        let nodes = self.ports.cluster.nodes().await?;
+        let blocks = capacity_block::blocks_in_use(&nodes);
+        if blocks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut lookup = crate::model::EC2NodeClass::named("capacity-block-expiration");
+        lookup.spec.capacity_reservation_selector_terms = blocks.iter().map(|id| serde_json::json!({"id": id})).collect();
+        let reservations = match self.ports.cloud.capacity_reservations(&lookup).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain::Chain(&e), blocks = ?blocks,
+                    "Capacity Blocks not described: their expiry is checked again at the next sweep");
+                return Ok(Vec::new());
+            }
+        };
+        let now = self.ports.clock.now();
+        let mut started = Vec::new();
+        for e in capacity_block::expiring(&nodes, &reservations, epoch_millis(now)) {
+            if disrupting.iter().any(|d| d.node == e.node || d.instance_id == e.instance_id) {
+                continue;
+            }
+            let nodepool = nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(e.node.as_str()))
+                .and_then(|n| n.metadata.labels.as_ref()?.get(crate::model::well_known::NODEPOOL).cloned());
+            let record = DisruptionRecord {
+                instance_id: e.instance_id.clone(),
+                node: e.node.clone(),
+                reason: "capacity-block-expiring".into(),
+                step: DisruptionStep::Tainted,
+                replacements: Vec::new(),
+                started_at: epoch_millis(now),
+                updated_at: epoch_millis(now),
+                event_id: format!("capacity-block-expiring:{}:{}", e.reservation, e.instance_id),
+                nodepool,
+                drain_deadline: e.deadline,
+                terminate_by: None,
+                hard_deadline: true,
+                wait_for_replacement: false,
+                burst: None,
+                evicted: Vec::new(),
+                held_by: None,
+                held_until: 0,
+                version: 0,
+            };
+            if self.settings.provision.dry_run {
+                continue;
+            }
+            match self.ports.store.create_disruption(&record).await {
+                Ok(r) => {
+                    tracing::warn!(node = %e.node, instance_id = %e.instance_id, capacity_block = %e.reservation,
+                        deadline = e.deadline, "Capacity Block expiring: draining its node before EC2 reclaims it");
+                    started.push(r);
+                }
+                Err(StoreError::Conflict { .. }) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(started)
+    }
+
     /// Resumes every disruption in progress (the scheduled sweep), until `until`.
     pub async fn sweep(
         &self,
@@ -198,6 +272,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         // and the next sweep (a minute later) takes it up again.
         let mut records: Vec<DisruptionRecord> = records.into_iter().filter(|r| !is_consolidation(r)).collect();
         records.extend(self.deleted_nodes(&records).await?);
+        records.extend(self.expiring_capacity_blocks(&records).await?);
         records.sort_by_key(|r| (!r.hard_deadline, r.drain_deadline));
         let advanced = futures_util::future::join_all(records.into_iter().map(|record| {
             let instance_id = record.instance_id.clone();
