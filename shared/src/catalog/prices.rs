@@ -160,10 +160,9 @@ impl PriceBook {
             // Paid for whether used or not: next to free, but keeping the types' order
             // (Karpenter's `ReservedCapacityResolver`: on-demand / 10,000,000). Without an
             // on-demand price it is still offered, at zero.
-            CapacityType::Reserved => Some(
-                self.on_demand(&it.name)
-                    .map_or(0.0, |od| od / crate::model::capacity_reservation::RESERVED_PRICE_DIVISOR),
-            ),
+            CapacityType::Reserved => Some(self.on_demand(&it.name).map_or(0.0, |od| {
+                od / crate::model::capacity_reservation::RESERVED_PRICE_DIVISOR
+            })),
             CapacityType::Spot => {
                 if !it.spot {
                     return None;

@@ -53,8 +53,8 @@ pub(crate) mod nodepools;
 pub(crate) mod pending;
 mod ports;
 mod refusal;
-mod reservations;
 pub(crate) mod requests;
+mod reservations;
 pub(crate) mod selector;
 pub(crate) mod spread;
 pub(crate) mod state;
@@ -74,8 +74,8 @@ use self::state::{FinalState, new_node_labels};
 use self::volumes::{EBS_DRIVER, EBS_ZONE, PodVolumes};
 use crate::catalog::RegionCatalog;
 use crate::decide::provisioning::plan::{MAX_ALTERNATIVES, PlannedNode, ProvisioningPlan};
-use crate::model::{CapacityType, Resources};
 use crate::model::pod::Pod;
+use crate::model::{CapacityType, Resources};
 use crate::snapshot::Snapshot;
 
 /// More EBS volumes than any instance type attaches (the limit assumed for new nodes).

@@ -82,7 +82,9 @@ impl CapacityReservationSelectorTerm {
         if self.tags.is_empty() && self.id.is_none() && self.instance_match_criteria.is_none() {
             return Err("expected at least one of tags, id, instanceMatchCriteria".into());
         }
-        if self.id.is_some() && (!self.tags.is_empty() || self.owner_id.is_some() || self.instance_match_criteria.is_some()) {
+        if self.id.is_some()
+            && (!self.tags.is_empty() || self.owner_id.is_some() || self.instance_match_criteria.is_some())
+        {
             return Err("id cannot be set along with other fields".into());
         }
         if let Some(id) = &self.id
@@ -260,7 +262,10 @@ mod tests {
     /// instanceMatchCriteria, and id stands alone.
     #[test]
     fn a_malformed_term_is_refused_with_its_index_and_why() {
-        let ok = [json!({"id": "cr-0123abc"}), json!({"tags": {"team": "ml"}, "ownerID": "123456789012"})];
+        let ok = [
+            json!({"id": "cr-0123abc"}),
+            json!({"tags": {"team": "ml"}, "ownerID": "123456789012"}),
+        ];
         assert_eq!(CapacityReservationSelectorTerm::parse_all(&ok).map(|t| t.len()), Ok(2));
         for (bad, why) in [
             (json!({}), "expected at least one"),

@@ -263,8 +263,10 @@ impl EC2NodeClass {
     pub fn capacity_reservation_terms(
         &self,
     ) -> Result<Vec<super::capacity_reservation::CapacityReservationSelectorTerm>, NodeClassReason> {
-        super::capacity_reservation::CapacityReservationSelectorTerm::parse_all(&self.spec.capacity_reservation_selector_terms)
-            .map_err(|e| NodeClassReason::CapacityReservationSelector { detail: e.to_string() })
+        super::capacity_reservation::CapacityReservationSelectorTerm::parse_all(
+            &self.spec.capacity_reservation_selector_terms,
+        )
+        .map_err(|e| NodeClassReason::CapacityReservationSelector { detail: e.to_string() })
     }
 
     /// The user-data format its nodes boot with (see [`UserDataFormat`]).

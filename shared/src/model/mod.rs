@@ -35,7 +35,9 @@ pub mod resources;
 pub mod time;
 pub mod well_known;
 
-pub use capacity_reservation::{CapacityReservation, CapacityReservationSelectorTerm, ReservationTarget, ReservationType};
+pub use capacity_reservation::{
+    CapacityReservation, CapacityReservationSelectorTerm, ReservationTarget, ReservationType,
+};
 pub use duration::NillableDuration;
 pub use ec2nodeclass::EC2NodeClass;
 pub use image::{ImageVariant, ResolvedImage};

@@ -51,7 +51,9 @@ impl FromStr for CapacityType {
             "spot" => Ok(CapacityType::Spot),
             "on-demand" => Ok(CapacityType::OnDemand),
             "reserved" => Ok(CapacityType::Reserved),
-            other => Err(format!("unknown capacity type {other:?}; use spot, on-demand or reserved")),
+            other => Err(format!(
+                "unknown capacity type {other:?}; use spot, on-demand or reserved"
+            )),
         }
     }
 }

@@ -2,8 +2,8 @@
 
 use std::future::Future;
 
-pub use crate::model::capacity_reservation::{CapacityReservation, ReservationTarget, ReservationType};
 use crate::model::EC2NodeClass;
+pub use crate::model::capacity_reservation::{CapacityReservation, ReservationTarget, ReservationType};
 pub use crate::model::image::{ImageVariant, ResolvedImage};
 pub use crate::model::instance::{Instance, InstanceState};
 pub use crate::model::launch_request::{LaunchRequest, OfferingKey};

@@ -78,7 +78,11 @@ fn a_reservation_of_three_takes_the_first_three_nodes_and_the_fourth_is_not_rese
     let mut region = region();
     region.set_capacity_reservations("default", vec![reservation(3)]);
     let plan = provisioning_plan(&snap, &region);
-    assert!(check(&snap, &region, &plan).is_empty(), "{:#?}", check(&snap, &region, &plan));
+    assert!(
+        check(&snap, &region, &plan).is_empty(),
+        "{:#?}",
+        check(&snap, &region, &plan)
+    );
     assert_eq!(plan.nodes.len(), 4, "{plan:#?}");
     let reserved: Vec<_> = plan
         .nodes
@@ -88,10 +92,21 @@ fn a_reservation_of_three_takes_the_first_three_nodes_and_the_fourth_is_not_rese
     assert_eq!(reserved.len(), 3, "{plan:#?}");
     for n in &reserved {
         assert_eq!((n.instance_type.as_str(), n.zone.as_str()), ("m5.xlarge", ZONE));
-        assert_eq!(n.instance_types, ["m5.xlarge"], "a reserved node is of its reservation's type");
+        assert_eq!(
+            n.instance_types,
+            ["m5.xlarge"],
+            "a reserved node is of its reservation's type"
+        );
         assert_eq!(n.labels.get(wk::CAPACITY_RESERVATION_ID).map(String::as_str), Some(CR));
-        assert_eq!(n.labels.get(wk::CAPACITY_RESERVATION_TYPE).map(String::as_str), Some("default"));
-        assert!(n.price_per_hour < 0.001, "reserved is priced near zero: {}", n.price_per_hour);
+        assert_eq!(
+            n.labels.get(wk::CAPACITY_RESERVATION_TYPE).map(String::as_str),
+            Some("default")
+        );
+        assert!(
+            n.price_per_hour < 0.001,
+            "reserved is priced near zero: {}",
+            n.price_per_hour
+        );
     }
     let fourth = plan
         .nodes
@@ -116,7 +131,10 @@ fn a_nodepool_that_does_not_allow_reserved_never_uses_the_reservation() {
     region.set_capacity_reservations("default", vec![reservation(3)]);
     let plan = provisioning_plan(&snap, &region);
     assert!(check(&snap, &region, &plan).is_empty());
-    assert!(plan.nodes.iter().all(|n| n.capacity_type != CapacityType::Reserved), "{plan:#?}");
+    assert!(
+        plan.nodes.iter().all(|n| n.capacity_type != CapacityType::Reserved),
+        "{plan:#?}"
+    );
 }
 
 /// aws/karpenter-provider-aws `availabilityCache.MarkLaunched`: launches since EC2 was
@@ -146,7 +164,11 @@ fn launches_in_flight_into_the_reservation_leave_it_less_room() {
     region.set_capacity_reservations("default", usable(&[reservation(3)], &in_flight, now));
     let plan = provisioning_plan(&snap, &region);
     assert!(check(&snap, &region, &plan).is_empty());
-    let reserved = plan.nodes.iter().filter(|n| n.capacity_type == CapacityType::Reserved).count();
+    let reserved = plan
+        .nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::Reserved)
+        .count();
     assert_eq!(reserved, 1, "{plan:#?}");
 }
 
@@ -168,14 +190,13 @@ fn world() -> World {
     };
     w.cloud.set_now(START as i64 * 1000);
     w.cloud.add_capacity_reservation(reservation(3), &[("team", "ml")]);
-    w.cluster.add_nodepool(nodepool("default", &["reserved", "on-demand", "spot"]));
-    w.cluster.add_ec2nodeclass(class("default", json!([{"tags": {"team": "ml"}}])));
+    w.cluster
+        .add_nodepool(nodepool("default", &["reserved", "on-demand", "spot"]));
+    w.cluster
+        .add_ec2nodeclass(class("default", json!([{"tags": {"team": "ml"}}])));
     for i in 0..4 {
-        w.cluster.add_pod(
-            PodBuilder::pending_web(&format!("big-{i}"), "3", "4Gi")
-                .pod()
-                .unwrap(),
-        );
+        w.cluster
+            .add_pod(PodBuilder::pending_web(&format!("big-{i}"), "3", "4Gi").pod().unwrap());
     }
     w
 }
@@ -211,15 +232,22 @@ fn a_batch_launches_three_nodes_into_the_reservation_and_the_fourth_elsewhere() 
         assert_eq!(w.cloud.reservation_of(&l.instance_id).as_deref(), Some(CR));
         let request = w.cloud.launch_request(&l.instance_id).unwrap();
         assert_eq!(request.capacity_reservation().map(|t| t.id).as_deref(), Some(CR));
-        assert_eq!(request.labels.get(wk::CAPACITY_TYPE).map(String::as_str), Some("reserved"));
+        assert_eq!(
+            request.labels.get(wk::CAPACITY_TYPE).map(String::as_str),
+            Some("reserved")
+        );
     }
     assert_eq!(other.len(), 1);
     assert!(w.cloud.reservation_of(&other[0].instance_id).is_none());
 
     // The reservation is full now: more pods go elsewhere.
-    w.cluster.add_pod(PodBuilder::pending_web("big-4", "3", "4Gi").pod().unwrap());
+    w.cluster
+        .add_pod(PodBuilder::pending_web("big-4", "3", "4Gi").pod().unwrap());
     let b = w.batch("run-2");
-    assert!(b.launched.iter().all(|l| l.capacity_type != CapacityType::Reserved), "{b:#?}");
+    assert!(
+        b.launched.iter().all(|l| l.capacity_type != CapacityType::Reserved),
+        "{b:#?}"
+    );
 }
 
 /// aws/karpenter-provider-aws `pkg/errors` `IsReservationCapacityExceeded` and
@@ -260,7 +288,8 @@ fn a_malformed_selector_term_makes_its_class_invalid_and_the_others_launch() {
             .requirement(wk::CAPACITY_TYPE, "In", &["reserved", "on-demand"])
             .build(),
     );
-    w.cluster.add_ec2nodeclass(class("bad", json!([{"id": "cr-1", "tags": {"team": "ml"}}])));
+    w.cluster
+        .add_ec2nodeclass(class("bad", json!([{"id": "cr-1", "tags": {"team": "ml"}}])));
     w.cluster.add_pod(
         PodBuilder::pending_web("for-bad", "500m", "1Gi")
             .spec("nodeSelector", json!({ wk::NODEPOOL: "bad" }))
@@ -270,7 +299,11 @@ fn a_malformed_selector_term_makes_its_class_invalid_and_the_others_launch() {
     let b = w.batch("run-1");
     assert_eq!(b.launched.len(), 4, "{b:#?}");
     assert!(b.launched.iter().all(|l| l.nodepool == "default"));
-    let backoff = b.backoffs_set.iter().find(|x| x.nodepool == "bad").expect("bad is backed off");
+    let backoff = b
+        .backoffs_set
+        .iter()
+        .find(|x| x.nodepool == "bad")
+        .expect("bad is backed off");
     let reason = backoff.reason.to_string();
     assert!(
         matches!(backoff.reason, FailureReason::NodeClass { .. })
@@ -353,7 +386,14 @@ impl World {
             },
             ..carpool::run::disruption::InterruptionSettings::default()
         };
-        let d = carpool::run::disruption::Disrupter::new(&self.cloud, &self.cluster, &self.store, &self.clock, settings, "sweep-1");
+        let d = carpool::run::disruption::Disrupter::new(
+            &self.cloud,
+            &self.cluster,
+            &self.store,
+            &self.clock,
+            settings,
+            "sweep-1",
+        );
         let until = SystemTime::UNIX_EPOCH + Duration::from_secs(START + 120);
         block_on(d.sweep(&region, until)).unwrap()
     }
@@ -392,6 +432,9 @@ fn a_capacity_block_ending_in_35_minutes_has_its_node_replaced_drained_and_termi
 fn a_capacity_block_ending_in_an_hour_keeps_its_node() {
     let w = block_world(Duration::from_secs(3600));
     let reports = w.sweep();
-    assert!(reports.iter().all(|r| r.instance_id.as_deref() != Some(BLOCK_INSTANCE)), "{reports:#?}");
+    assert!(
+        reports.iter().all(|r| r.instance_id.as_deref() != Some(BLOCK_INSTANCE)),
+        "{reports:#?}"
+    );
     assert!(block_on(w.store.list_disruptions()).unwrap().is_empty());
 }

@@ -22,8 +22,8 @@ use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use carpool::catalog::Catalog;
 use carpool::model::{CapacityReservation, CapacityType, EC2NodeClass};
 use carpool::ports::{
-    Cloud, CloudError, Instance, LaunchRequest, OnDemandPrice, ResolvedImage, ResolvedNetwork, SpotPrice,
-    StateStore, ZonalOffering,
+    Cloud, CloudError, Instance, LaunchRequest, OnDemandPrice, ResolvedImage, ResolvedNetwork, SpotPrice, StateStore,
+    ZonalOffering,
 };
 use carpool::run::provision::{Provisioner, RunReport, Settings};
 use carpool_adapters::clock::TokioClock;
@@ -127,7 +127,10 @@ async fn a_reservation_of_three_takes_the_first_three_nodes_and_the_fourth_is_on
             .send()
             .await?;
         ensure!(
-            left.capacity_reservations().first().and_then(|r| r.available_instance_count()) == Some(0),
+            left.capacity_reservations()
+                .first()
+                .and_then(|r| r.available_instance_count())
+                == Some(0),
             "{left:?}"
         );
         eprintln!("reserved: launched {launched:?}");
@@ -150,7 +153,11 @@ impl<C: Cloud> Cloud for OneTooMany<C> {
     async fn network(&self, node_class: &EC2NodeClass) -> Result<ResolvedNetwork, CloudError> {
         self.inner.network(node_class).await
     }
-    async fn instance_profile(&self, node_class: &EC2NodeClass, deployment: &str) -> Result<Option<String>, CloudError> {
+    async fn instance_profile(
+        &self,
+        node_class: &EC2NodeClass,
+        deployment: &str,
+    ) -> Result<Option<String>, CloudError> {
         self.inner.instance_profile(node_class, deployment).await
     }
     async fn images(&self, node_class: &EC2NodeClass) -> Result<Vec<ResolvedImage>, CloudError> {
@@ -201,24 +208,28 @@ async fn a_reservation_found_full_at_launch_is_marked_unavailable_and_the_run_fa
             batch.marked_unavailable
         );
         ensure!(
-            batch
-                .launch_errors
-                .iter()
-                .any(|e| e.error.contains("reserved")),
+            batch.launch_errors.iter().any(|e| e.error.contains("reserved")),
             "{:?}",
             batch.launch_errors
         );
         let launched: Vec<_> = report.launched().collect();
         ensure!(launched.len() == 4, "every pod still gets a node: {:?}", report.batches);
-        let reserved = launched.iter().filter(|l| l.capacity_type == CapacityType::Reserved).count();
+        let reserved = launched
+            .iter()
+            .filter(|l| l.capacity_type == CapacityType::Reserved)
+            .count();
         ensure!(reserved == 3, "{launched:?}");
         let store = scene.store().await?;
         let ice = store.unavailable_offerings(SystemTime::now()).await?;
         ensure!(
-            ice.iter().any(|o| o.capacity_type == CapacityType::Reserved && o.zone == ZONE),
+            ice.iter()
+                .any(|o| o.capacity_type == CapacityType::Reserved && o.zone == ZONE),
             "{ice:?}"
         );
-        eprintln!("reservation {id} found full: {:?}; launched {launched:?}", batch.launch_errors);
+        eprintln!(
+            "reservation {id} found full: {:?}; launched {launched:?}",
+            batch.launch_errors
+        );
         Ok(())
     }
     .await;

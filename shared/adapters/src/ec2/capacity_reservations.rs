@@ -63,7 +63,10 @@ pub fn from_ec2(r: &aws_sdk_ec2::types::CapacityReservation, synced_at: i64) -> 
             _ => ReservationType::Default,
         },
         instance_match_criteria: criteria.to_string(),
-        available: r.available_instance_count().and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+        available: r
+            .available_instance_count()
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
         end_time: r.end_date().and_then(|d| d.to_millis().ok()),
         synced_at,
     })
@@ -71,7 +74,10 @@ pub fn from_ec2(r: &aws_sdk_ec2::types::CapacityReservation, synced_at: i64) -> 
 
 /// The active reservations `node_class` selects, sorted by id; a malformed term is the
 /// class's error.
-pub async fn list(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Result<Vec<CapacityReservation>, CloudError> {
+pub async fn list(
+    ec2: &aws_sdk_ec2::Client,
+    node_class: &EC2NodeClass,
+) -> Result<Vec<CapacityReservation>, CloudError> {
     let terms = node_class
         .capacity_reservation_terms()
         .map_err(|reason| CloudError::NodeClass {
@@ -93,7 +99,14 @@ pub async fn list(ec2: &aws_sdk_ec2::Client, node_class: &EC2NodeClass) -> Resul
             let page = match page {
                 Ok(p) => p,
                 // Asked by id, a reservation that does not exist (any more) selects nothing.
-                Err(e) if id.is_some() && e.as_service_error().and_then(|s| aws_sdk_ec2::error::ProvideErrorMetadata::code(s)) == Some("InvalidCapacityReservationId.NotFound") => break,
+                Err(e)
+                    if id.is_some()
+                        && e.as_service_error()
+                            .and_then(|s| aws_sdk_ec2::error::ProvideErrorMetadata::code(s))
+                            == Some("InvalidCapacityReservationId.NotFound") =>
+                {
+                    break;
+                }
                 Err(e) => return Err(map_sdk_err("DescribeCapacityReservations", e)),
             };
             for r in page.capacity_reservations() {

@@ -15,14 +15,15 @@
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
 use aws_sdk_ec2::types::{
-    CapacityReservationPreference, CapacityReservationTarget, LaunchTemplateCapacityReservationSpecificationRequest,
-    LaunchTemplateInstanceMarketOptionsRequest, MarketType, CreateFleetInstance, DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy,
-    FleetType, InstanceLifecycle, InstanceType, LaunchTemplateHttpTokensState,
-    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
-    LaunchTemplatesMonitoringRequest, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
-    SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
+    CapacityReservationPreference, CapacityReservationTarget, CreateFleetInstance, DefaultTargetCapacityType,
+    FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle, InstanceType,
+    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, LaunchTemplateInstanceMarketOptionsRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest, MarketType,
+    OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag,
+    TagSpecification, TargetCapacitySpecificationRequest,
 };
 use std::collections::BTreeMap;
 

@@ -83,7 +83,12 @@ async fn a_reserved_launch_targets_its_reservation_and_a_full_one_is_out_of_capa
     let config = stack.aws_config().await?;
     let cloud = Ec2Cloud::new(
         Ec2Clients::new(&config),
-        ClusterInfo::new(&unique("resv"), "https://apiserver.example:6443", "Y2E=", "172.20.0.0/16"),
+        ClusterInfo::new(
+            &unique("resv"),
+            "https://apiserver.example:6443",
+            "Y2E=",
+            "172.20.0.0/16",
+        ),
         stack.get("CARPOOL_AMI_SSM_PARAMETER")?,
     );
     let ec2 = cloud.ec2().clone();
@@ -97,7 +102,10 @@ async fn a_reserved_launch_targets_its_reservation_and_a_full_one_is_out_of_capa
         ensure!(found.len() == 1, "{found:?}");
         let r = &found[0];
         ensure!(r.id == id && r.instance_type == "m5.xlarge" && r.zone == zone, "{r:?}");
-        ensure!(r.available == 2 && r.reservation_type == ReservationType::Default, "{r:?}");
+        ensure!(
+            r.available == 2 && r.reservation_type == ReservationType::Default,
+            "{r:?}"
+        );
     }
     // A malformed term is the class's.
     match cloud
@@ -136,7 +144,10 @@ async fn a_reserved_launch_targets_its_reservation_and_a_full_one_is_out_of_capa
             .context("the template has a capacity reservation specification")?;
         ensure!(
             spec.capacity_reservation_preference().map(|p| p.as_str()) == Some("capacity-reservations-only")
-                && spec.capacity_reservation_target().and_then(|t| t.capacity_reservation_id()) == Some(id.as_str()),
+                && spec
+                    .capacity_reservation_target()
+                    .and_then(|t| t.capacity_reservation_id())
+                    == Some(id.as_str()),
             "{spec:?}"
         );
         // The instance is in the reservation, as DescribeInstances reports it, and reads

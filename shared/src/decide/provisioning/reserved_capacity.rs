@@ -25,7 +25,11 @@ use crate::model::{CapacityReservation, EpochMillis, LaunchRecord, LaunchState, 
 /// The reservations as the plan may use them at `now`: each with its available count less
 /// the launches `launches` recorded into it (by their `capacity-reservation-id` label)
 /// since EC2 was asked, and none that is expiring or full.
-pub fn usable(reservations: &[CapacityReservation], launches: &[LaunchRecord], now: EpochMillis) -> Vec<CapacityReservation> {
+pub fn usable(
+    reservations: &[CapacityReservation],
+    launches: &[LaunchRecord],
+    now: EpochMillis,
+) -> Vec<CapacityReservation> {
     reservations
         .iter()
         .filter(|r| !r.is_expiring(now))
@@ -142,7 +146,10 @@ mod tests {
             ),
         ];
         assert_eq!(usable(&r, &launches, 2_000)[0].available, 2);
-        let full = [launch("a", 1_500, LaunchState::InFlight), launch("b", 1_600, LaunchState::InFlight)];
+        let full = [
+            launch("a", 1_500, LaunchState::InFlight),
+            launch("b", 1_600, LaunchState::InFlight),
+        ];
         assert!(usable(&[reservation(2, 1_000)], &full, 2_000).is_empty());
     }
 

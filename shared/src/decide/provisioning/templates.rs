@@ -341,7 +341,11 @@ pub fn build(
             });
         }
         for list in reserved.values_mut() {
-            list.sort_by(|a, b| a.reservation_type.cmp(&b.reservation_type).then_with(|| a.id.cmp(&b.id)));
+            list.sort_by(|a, b| {
+                a.reservation_type
+                    .cmp(&b.reservation_type)
+                    .then_with(|| a.id.cmp(&b.id))
+            });
         }
         types.sort_by(|a, b| {
             a.min_price()

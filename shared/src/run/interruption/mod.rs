@@ -194,7 +194,8 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
             return Ok(Vec::new());
         }
         let mut lookup = crate::model::EC2NodeClass::named("capacity-block-expiration");
-        lookup.spec.capacity_reservation_selector_terms = blocks.iter().map(|id| serde_json::json!({"id": id})).collect();
+        lookup.spec.capacity_reservation_selector_terms =
+            blocks.iter().map(|id| serde_json::json!({"id": id})).collect();
         let reservations = match self.ports.cloud.capacity_reservations(&lookup).await {
             Ok(r) => r,
             Err(e) => {
@@ -206,13 +207,22 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
         let now = self.ports.clock.now();
         let mut started = Vec::new();
         for e in capacity_block::expiring(&nodes, &reservations, epoch_millis(now)) {
-            if disrupting.iter().any(|d| d.node == e.node || d.instance_id == e.instance_id) {
+            if disrupting
+                .iter()
+                .any(|d| d.node == e.node || d.instance_id == e.instance_id)
+            {
                 continue;
             }
             let nodepool = nodes
                 .iter()
                 .find(|n| n.metadata.name.as_deref() == Some(e.node.as_str()))
-                .and_then(|n| n.metadata.labels.as_ref()?.get(crate::model::well_known::NODEPOOL).cloned());
+                .and_then(|n| {
+                    n.metadata
+                        .labels
+                        .as_ref()?
+                        .get(crate::model::well_known::NODEPOOL)
+                        .cloned()
+                });
             let record = DisruptionRecord {
                 instance_id: e.instance_id.clone(),
                 node: e.node.clone(),
