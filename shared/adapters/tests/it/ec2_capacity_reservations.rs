@@ -84,7 +84,7 @@ async fn a_reserved_launch_targets_its_reservation_and_a_full_one_is_out_of_capa
     let cloud = Ec2Cloud::new(
         Ec2Clients::new(&config),
         ClusterInfo::new(
-            &unique("resv"),
+            unique("resv"),
             "https://apiserver.example:6443",
             "Y2E=",
             "172.20.0.0/16",

@@ -300,7 +300,7 @@ pub fn build(
                     }
                     reserved
                         .entry((it.name.clone(), o.zone.clone()))
-                        .or_insert_with(Vec::new)
+                        .or_default()
                         .push(r.clone());
                     if !offers
                         .iter()

@@ -80,6 +80,11 @@ pub fn nodeclass_status(
         "ValidationSucceeded",
     ];
     let mut wanted: Vec<Condition> = order.iter().map(|k| Condition::ok(k)).collect();
+    // Karpenter adds this condition with its reserved-capacity support; Carpool, for a
+    // class that selects capacity reservations.
+    if !class.spec.capacity_reservation_selector_terms.is_empty() {
+        wanted.push(Condition::ok("CapacityReservationsReady"));
+    }
     let mut status = serde_json::Map::new();
     match resolved {
         Ok(r) => {
@@ -207,5 +212,35 @@ mod tests {
         assert_eq!(ready["message"], "EC2NodeClass default selects no security group");
         // What it resolved last is kept.
         assert_eq!(s["subnets"], json!([{"id": "subnet-a", "zone": "us-east-1a"}]));
+    }
+
+    /// aws/karpenter-provider-aws `ConditionTypeCapacityReservationsReady`: a class with a
+    /// malformed capacity reservation selector term is not Ready, with the term and why.
+    #[test]
+    fn a_malformed_capacity_reservation_term_is_not_ready_with_why() {
+        let mut class = EC2NodeClassBuilder::standard().typed().unwrap();
+        class.spec.capacity_reservation_selector_terms = vec![json!({"id": "sg-1"})];
+        let reason = class.capacity_reservation_terms().unwrap_err();
+        let failure = ClassFailure {
+            message: format!("EC2NodeClass default {reason}"),
+            reason: Some(reason),
+        };
+        let s = nodeclass_status(&class, &Err(failure), SystemTime::UNIX_EPOCH);
+        let conditions = s["conditions"].as_array().unwrap();
+        let cr = conditions
+            .iter()
+            .find(|c| c["type"] == "CapacityReservationsReady")
+            .unwrap();
+        assert_eq!(cr["status"], "False");
+        let ready = conditions.last().unwrap();
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], "CapacityReservationsNotResolved");
+        assert!(
+            ready["message"]
+                .as_str()
+                .unwrap()
+                .contains("spec.capacityReservationSelectorTerms[0]: id \"sg-1\" is not a capacity reservation id"),
+            "{ready}"
+        );
     }
 }
