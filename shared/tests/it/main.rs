@@ -101,3 +101,4 @@ mod status;
 mod store_contract;
 mod support;
 mod waves;
+mod zone_balance;

@@ -26,7 +26,8 @@
 //! pending pod that can be placed now could not be, or would need a new node for want of
 //! the room it has now (the flapping Karpenter's simulation of pending pods prevents),
 //! touches only nodes past `consolidateAfter`, honours the NodePools' [`budgets`], and
-//! must save at least the pool's threshold ([`savings`]); a spot replacement of spot needs
+//! must save at least the pool's threshold ([`savings`]), keeps the zone balance a pool
+//! asks for ([`zone_balance`]); a spot replacement of spot needs
 //! `spot_to_spot_min_types` cheaper types, and carries only the cheapest of them. No
 //! method touches a node that is not managed, is being disrupted, or is blocked by
 //! `do-not-disrupt`, a PodDisruptionBudget or a bare pod ([`candidate`]); repair alone acts
@@ -52,6 +53,7 @@ pub mod simulate;
 pub mod single_node;
 pub mod split;
 pub mod spot;
+pub mod zone_balance;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -369,6 +371,14 @@ impl<'a> Ctx<'a> {
             }
         };
         let first = place(snapshot, self.region, pools, &names, max_new);
+        let first = match first {
+            // A consolidation keeps the zone balance its pools ask for.
+            Ok(p) if refuse_displacing => match zone_balance::breaks(self.snapshot, &names, &p.new_nodes) {
+                Some((nodepool, detail)) => return Some(Err(Misfit::ZoneBalance { nodepool, detail })),
+                None => Ok(p),
+            },
+            other => other,
+        };
         let Err(Misfit::TooManyNodes { requests, .. }) = &first else {
             return Some(first);
         };
@@ -380,10 +390,13 @@ impl<'a> Ctx<'a> {
         };
         self.simulations += 1;
         Some(match place(snapshot, self.region, &narrowed, &names, 1) {
-            Ok(mut p) => {
-                p.one_node = true;
-                Ok(p)
-            }
+            Ok(mut p) => match zone_balance::breaks(self.snapshot, &names, &p.new_nodes) {
+                Some((nodepool, detail)) if refuse_displacing => Err(Misfit::ZoneBalance { nodepool, detail }),
+                _ => {
+                    p.one_node = true;
+                    Ok(p)
+                }
+            },
             Err(_) => first,
         })
     }

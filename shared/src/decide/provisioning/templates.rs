@@ -109,6 +109,9 @@ pub struct Template {
     pub used: BTreeMap<String, i64>,
     /// The EC2NodeClass settings that shape allocatable.
     pub settings: NodeSettings,
+    /// The price tolerance of its zone balance, as a fraction, when it asks for one
+    /// ([`NodePool::zone_balance`]).
+    pub zone_balance: Option<f64>,
 }
 
 /// A NodePool or EC2NodeClass left out, and why.
@@ -326,6 +329,7 @@ pub fn build(
             limits,
             used: existing_usage(pool.name(), nodes),
             settings,
+            zone_balance: pool.zone_balance().ok().flatten(),
         });
     }
     templates.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));

@@ -73,6 +73,9 @@ pub struct BatchReport {
     pub unschedulable: Vec<Unschedulable>,
     /// NodePools and EC2NodeClasses left out, and why.
     pub skipped: Vec<Skipped>,
+    /// Zones a new node was not planned in for want of free subnet addresses, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones_passed_over: Vec<crate::decide::provisioning::plan::ZonePassedOver>,
     /// The USD per hour the launched nodes add.
     pub cost_per_hour_added: f64,
     /// Planning rounds (1, plus one per round of capacity errors).
