@@ -6,6 +6,7 @@
 //! [`overlay::apply`] prices it as the cluster's NodeOverlays say.
 
 pub mod allocatable;
+pub mod commitment;
 mod embedded;
 pub mod overlay;
 pub mod prices;
@@ -129,6 +130,7 @@ impl Catalog {
             unavailable: HashSet::new(),
             offered: None,
             listed_types: None,
+            commitments: Vec::new(),
         })
     }
 }
@@ -147,6 +149,8 @@ pub struct RegionCatalog<'a> {
     /// The types as listed, before NodeOverlays gave some extended resources (set while
     /// some have them).
     listed_types: Option<Vec<&'a InstanceType>>,
+    /// The Savings Plan commitments the NodeOverlays state ([`commitment`]).
+    commitments: Vec<commitment::Commitment>,
 }
 
 impl<'a> RegionCatalog<'a> {
@@ -158,6 +162,11 @@ impl<'a> RegionCatalog<'a> {
     /// The zones offerings are in.
     pub fn zones(&self) -> &[String] {
         &self.zones
+    }
+
+    /// The Savings Plan commitments the applied NodeOverlays state, in their order.
+    pub fn commitments(&self) -> &[commitment::Commitment] {
+        &self.commitments
     }
 
     /// The instance types offered in the region.

@@ -26,7 +26,8 @@
 //! pending pod that can be placed now could not be, or would need a new node for want of
 //! the room it has now (the flapping Karpenter's simulation of pending pods prevents),
 //! touches only nodes past `consolidateAfter`, honours the NodePools' [`budgets`], and
-//! must save at least the pool's threshold ([`savings`]), keeps the zone balance a pool
+//! must save at least the pool's threshold ([`savings`]) at what the nodes cost past the
+//! Savings Plan commitments ([`prepaid`]), keeps the zone balance a pool
 //! asks for ([`zone_balance`]); a spot replacement of spot needs
 //! `spot_to_spot_min_types` cheaper types, and carries only the cheapest of them. No
 //! method touches a node that is not managed, is being disrupted, or is blocked by
@@ -46,6 +47,7 @@ pub mod one_node;
 pub mod pdb;
 pub mod pending;
 pub mod pod_events;
+pub mod prepaid;
 pub mod repair;
 pub mod replacement;
 pub mod savings;
@@ -210,7 +212,7 @@ impl<'a> Ctx<'a> {
     /// Builds the candidates of `input`.
     pub fn new(input: &DisruptionInput<'a>) -> Self {
         let snapshot = input.snapshot;
-        let candidates = candidates(
+        let mut candidates = candidates(
             &snapshot.nodes,
             &snapshot.pods,
             &snapshot.pdbs,
@@ -220,6 +222,7 @@ impl<'a> Ctx<'a> {
             input.owned.as_ref(),
             input.now,
         );
+        prepaid::apply(&mut candidates, input.region);
         let mut pool_nodes: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         for c in candidates.iter().filter(|c| c.pool.is_some()) {
             let e = pool_nodes.entry(c.pool_name.clone()).or_default();

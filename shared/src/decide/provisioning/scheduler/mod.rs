@@ -55,7 +55,8 @@
 //!   [`candidates`] its types that take a pod alone, [`planned`] what is planned under its
 //!   limits, [`memo`] what the run remembers of it, [`target`] a new node's type,
 //!   [`min_values`] its `minValues`, [`zone_ledger`] its nodes per zone for its zone
-//!   balance, and its class's free subnet addresses;
+//!   balance, and its class's free subnet addresses, [`prepaid`] the room left in the
+//!   Savings Plan commitments;
 //! - labels: [`split`] a node's labels in parts, [`with_host`] with the hostname of a node
 //!   being opened, [`custom_keys`] the NodePool's custom keys;
 //! - [`index`] the typed indices, [`why`] why a pod was not placed, [`outcome`] the run's
@@ -83,6 +84,7 @@ mod planned;
 mod pod_at;
 mod pool;
 mod preference;
+mod prepaid;
 mod refusal;
 mod relaxation;
 mod split;
@@ -158,6 +160,8 @@ pub struct Scheduler {
     zone_nodes: BTreeMap<String, Vec<NewNodeId>>,
     /// Each NodePool's nodes per zone, and each class's free addresses per zone.
     zones: zone_ledger::ZoneLedger,
+    /// The room left in the Savings Plan commitments.
+    prepaid: prepaid::Prepaid,
     /// The hard zonal spreads, by topology group, with the classes that own them.
     zonal_owners: Vec<(usize, Vec<SpreadOwner>)>,
     /// Per hard zonal spread group that narrows its nodes by node affinity: the zones of
@@ -232,6 +236,7 @@ impl Scheduler {
         plan.skipped.extend(skipped);
         let templates: IdVec<TemplateId, Template> = templates.into_iter().collect();
         let zones = zone_ledger::ZoneLedger::new(snapshot, &templates, removed);
+        let prepaid = prepaid::Prepaid::new(snapshot, region, removed);
 
         let volumes = Volumes::of(snapshot);
         let namespaces = Namespaces::new(snapshot);
@@ -304,6 +309,7 @@ impl Scheduler {
             new_nodes: IdVec::new(),
             zone_nodes: BTreeMap::new(),
             zones,
+            prepaid,
             zonal_owners,
             counted_zones: HashMap::new(),
             topology,

@@ -50,6 +50,9 @@ impl Scheduler {
             let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             let mut topo_err = None;
             let mut short: Vec<(String, AddressShortfall)> = Vec::new();
+            // Per offer key whose room in a Savings Plan commitment pays for a node: the
+            // types it pays for.
+            let mut prepaid: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             for (&k, all_types) in by_offer {
                 let key = &pool.offer_keys[k];
                 let t = &pool.template;
@@ -97,10 +100,27 @@ impl Scheduler {
                         )
                     })
                     .sum();
-                let price = types
+                let mut price = types
                     .iter()
                     .filter_map(|&i| key.prices[i])
                     .fold(f64::INFINITY, f64::min);
+                // A commitment with room makes the node free: filled first.
+                if !self.prepaid.is_empty() {
+                    let paid: Vec<TypeId> = types
+                        .iter()
+                        .copied()
+                        .filter(|&i| {
+                            key.prices[i].is_some_and(|p| {
+                                let name = &t.ty(i).instance_type.name;
+                                self.prepaid.payer(name, &key.zone, key.capacity_type, p).is_some()
+                            })
+                        })
+                        .collect();
+                    if !paid.is_empty() {
+                        price = 0.0;
+                        prepaid.insert(k, paid);
+                    }
+                }
                 let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
                 // At the same price, the zone and capacity type the pod prefers.
                 let preferred = -preference_weight_at(key, t, at.pod, types, price);
@@ -136,7 +156,7 @@ impl Scheduler {
                     continue 'pools;
                 };
                 let k = choices[pick].4;
-                let (types, cacheable) = match narrowed.get(&k) {
+                let (types, cacheable) = match prepaid.get(&k).or(narrowed.get(&k)) {
                     Some(types) => (types.clone(), false),
                     None => (by_offer[&k].clone(), true),
                 };
@@ -161,7 +181,16 @@ impl Scheduler {
                 for (zone, s) in &short {
                     self.plan.pass_over_zone(&nodepool, zone, s.available, s.needed);
                 }
+                let payer = prepaid.contains_key(&k).then(|| {
+                    let key = &self.pools[ti].offer_keys[k];
+                    let price = key.prices[target.ty].unwrap_or_default();
+                    let name = &self.pools[ti].template.ty(target.ty).instance_type.name;
+                    (self.prepaid.payer(name, &key.zone, key.capacity_type, price), price)
+                });
                 if self.open_with(pod, li, ti, k, hostname, custom, target, &node_class, pods) {
+                    if let Some((Some(i), price)) = payer {
+                        self.prepaid.take(i, price);
+                    }
                     return true;
                 }
                 why.add(Reason::Resources {
