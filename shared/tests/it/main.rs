@@ -70,6 +70,7 @@ mod class_failure;
 mod cluster_contract;
 mod consolidation;
 mod consolidation_rules;
+mod dashboard;
 mod disruption;
 mod disruption_properties;
 mod drain;

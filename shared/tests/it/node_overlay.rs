@@ -397,6 +397,7 @@ fn the_provisioner_launches_at_overlay_prices_and_records_the_registered_node_at
             .instance_type(&instance.instance_type)
             .zone(&instance.zone)
             .label(wk::NODEPOOL, "general")
+            .label(wk::CAPACITY_TYPE, "on-demand")
             .provider_id(&format!("aws:///{}/{}", instance.zone, instance.id))
             .ready(true)
             .node()
@@ -421,6 +422,30 @@ fn the_provisioner_launches_at_overlay_prices_and_records_the_registered_node_at
         (record.price_per_hour - launched[0].price_per_hour).abs() < 1e-9,
         "{record:?} against {:?}",
         launched[0]
+    );
+    // Issue 31: every run reports the fleet's gauge per NodePool and capacity type, at
+    // the prices the user pays.
+    let mut p = Provisioner::new(
+        &cloud,
+        &cluster,
+        &store,
+        &clock,
+        Settings {
+            deployment: "carpool-test".into(),
+            ..Settings::default()
+        },
+        "run-3",
+    );
+    let report = block_on(p.run(&r)).unwrap();
+    let line = report
+        .fleet
+        .iter()
+        .find(|l| l.nodepool == "general" && l.capacity_type == "on-demand")
+        .unwrap_or_else(|| panic!("{:?}", report.fleet));
+    assert_eq!(line.nodes, 1);
+    assert!(
+        (line.cost_per_hour - launched[0].price_per_hour).abs() < 1e-9,
+        "{line:?}"
     );
 }
 

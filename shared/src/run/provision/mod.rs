@@ -444,7 +444,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                 if report.housekeeping.is_empty() {
                     self.collect_launch_templates(&mut round).await;
                     match self.write_statuses(region).await {
-                        Ok(written) => report.statuses_written = written,
+                        Ok((written, fleet)) => {
+                            report.statuses_written = written;
+                            report.fleet = fleet;
+                        }
                         Err(e) => faults.note(report, "statuses", &e),
                     }
                 }

@@ -168,6 +168,10 @@ pub struct RunReport {
     /// The NodePools and EC2NodeClasses whose status the run wrote, as `Kind/name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub statuses_written: Vec<String>,
+    /// The managed NodePools' nodes and cost per hour, by capacity type, as the run found
+    /// them (empty when its statuses could not be read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fleet: Vec<crate::decide::status::fleet::FleetLine>,
     /// The adaptive watch found nothing to do and exited after one check.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exited_early: bool,
