@@ -51,6 +51,11 @@ pub struct NodePoolSpec {
     /// Priority among pools: higher is tried first (1–100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
+    /// Karpenter's alpha static capacity: when set, the pool keeps this many nodes
+    /// whatever the pods ask for, and launches none for pending pods; consolidation leaves
+    /// it alone ([`NodePool::replicas`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
 }
 
 /// `spec.template`.
@@ -418,6 +423,24 @@ impl Validate for NodePool {
         self.consolidation_threshold()?;
         self.savings_threshold()?;
         self.zone_balance()?;
+        // Karpenter's CEL rules on a static NodePool (`pkg/apis/v1/nodepool.go`).
+        if let Some(r) = self.spec.replicas {
+            if r < 0 {
+                return Err(ManifestError::at("spec.replicas", format!("{r} is below 0")));
+            }
+            if self.spec.limits.keys().any(|k| k != "nodes") {
+                return Err(ManifestError::at(
+                    "spec.limits",
+                    "only 'limits.nodes' is supported on static NodePools",
+                ));
+            }
+            if self.spec.weight.is_some() {
+                return Err(ManifestError::at(
+                    "spec.weight",
+                    "'weight' is not supported on static NodePools",
+                ));
+            }
+        }
         for (i, b) in self.spec.disruption.budgets.iter().enumerate() {
             let path = format!("spec.disruption.budgets[{i}]");
             b.parsed_nodes()
@@ -524,6 +547,12 @@ impl NodePool {
             .as_ref()
             .and_then(|a| a.get(DISRUPT_BARE_PODS_ANNOTATION))
             .is_some_and(|v| v == "true")
+    }
+
+    /// The nodes a static pool keeps (`spec.replicas`), `None` for a pool that scales with
+    /// its pods.
+    pub fn replicas(&self) -> Option<usize> {
+        self.spec.replicas.map(|r| usize::try_from(r).unwrap_or(0))
     }
 
     /// The pool's weight (0 when unset).

@@ -36,7 +36,14 @@ fn emitted() -> BTreeSet<String> {
         Outcome::CleanedUp,
     );
     let mut objects = vec![
-        batch_metrics("c", 1, &BatchReport::default()),
+        batch_metrics(
+            "c",
+            1,
+            &BatchReport {
+                pending_to_fleet_ms: vec![1_000],
+                ..BatchReport::default()
+            },
+        ),
         housekeeping_metrics("c", 1, &[]),
         run_metrics("c", 1, &RunReport::default()),
         poison_item_metrics("c", 1, 1),

@@ -98,6 +98,7 @@ mod provisioner_crash;
 mod run_world;
 mod scheduler_replay;
 mod starting_nodes;
+mod static_capacity;
 mod status;
 mod store_contract;
 mod support;

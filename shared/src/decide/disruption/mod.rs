@@ -6,6 +6,7 @@
 //! single-node consolidation). Carpool tries these methods, in order, and the first that
 //! finds a command acts; one command per run:
 //!
+//! 0. [`static_scale_down`]: a static NodePool's nodes past its `replicas`, empty first;
 //! 1. [`emptiness`]: nodes with no pod that moves (only DaemonSet, mirror and finished
 //!    pods), past `consolidateAfter`;
 //! 2. [`repair`]: a node whose Ready condition has been False or Unknown too long;
@@ -55,6 +56,7 @@ pub mod simulate;
 pub mod single_node;
 pub mod split;
 pub mod spot;
+pub mod static_scale_down;
 pub mod zone_balance;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -283,6 +285,17 @@ impl<'a> Ctx<'a> {
         let Some(pool) = c.pool else {
             return Err(Blocked::new(BlockKind::NotManaged, "no NodePool"));
         };
+        // Karpenter: "When replicas is set, ConsolidationPolicy is simply ignored" (the
+        // NodePool CRD); its static deprovisioning alone removes a static pool's nodes.
+        if let Some(replicas) = pool.replicas() {
+            return Err(Blocked::new(
+                BlockKind::Policy,
+                format!(
+                    "NodePool {} is static: it keeps {replicas} node(s), and consolidation leaves them",
+                    pool.name()
+                ),
+            ));
+        }
         if method != Method::Emptiness && pool.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty {
             return Err(Blocked::new(
                 BlockKind::Policy,
@@ -513,6 +526,7 @@ pub fn decide(input: &DisruptionInput<'_>) -> DisruptionDecision {
     let mut command = None;
     for method in Method::ORDER {
         let found = match method {
+            Method::StaticScaleDown => static_scale_down::find(&mut ctx),
             Method::Emptiness => emptiness::find(&mut ctx),
             Method::Repair => repair::find(&mut ctx),
             Method::Expiration => expiration::find(&mut ctx),

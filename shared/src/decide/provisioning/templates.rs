@@ -227,6 +227,12 @@ pub fn build(
     };
     let mut templates = Vec::new();
     for pool in pools {
+        // A static NodePool (`spec.replicas`) launches for no pod: Karpenter's
+        // `Provisioner.NewScheduler` leaves it out; its nodes are kept by
+        // [`super::static_capacity`].
+        if pool.replicas().is_some() {
+            continue;
+        }
         let mut requirements = match pool.requirements() {
             Ok(r) => r,
             Err(e) => {

@@ -451,7 +451,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         Ok(held)
     }
 
-    fn log_dry_run(&self, nodes: &[PlannedNode]) {
+    pub(crate) fn log_dry_run(&self, nodes: &[PlannedNode]) {
         for n in nodes {
             tracing::info!(
                 nodepool = %n.nodepool, instance_type = %n.instance_type, zone = %n.zone,

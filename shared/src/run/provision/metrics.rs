@@ -12,25 +12,24 @@ use crate::run::emf::{emf, emf_only_by};
 
 /// The EMF object for one batch of `cluster`, at `timestamp`.
 pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport) -> Value {
-    emf(
-        cluster,
-        timestamp,
-        &[
-            ("PendingPods", "Count", json!(batch.pods_seen)),
-            ("NodesLaunched", "Count", json!(batch.launched.len())),
-            ("LaunchErrors", "Count", json!(batch.launch_errors.len())),
-            ("PlanMillis", "Milliseconds", json!(batch.plan_ms)),
-            ("CostPerHourAdded", "None", json!(batch.cost_per_hour_added)),
-            ("LaunchBackoffs", "Count", json!(batch.launch_backoffs())),
-            // Every pod's wait from its creation to its node's CreateFleet, as values
-            // (EMF takes up to 100 per metric), for the dashboard's percentiles.
-            (
-                "PendingToLaunchMillis",
-                "Milliseconds",
-                json!(batch.pending_to_fleet_ms.iter().take(100).collect::<Vec<_>>()),
-            ),
-        ],
-    )
+    let mut metrics = vec![
+        ("PendingPods", "Count", json!(batch.pods_seen)),
+        ("NodesLaunched", "Count", json!(batch.launched.len())),
+        ("LaunchErrors", "Count", json!(batch.launch_errors.len())),
+        ("PlanMillis", "Milliseconds", json!(batch.plan_ms)),
+        ("CostPerHourAdded", "None", json!(batch.cost_per_hour_added)),
+        ("LaunchBackoffs", "Count", json!(batch.launch_backoffs())),
+    ];
+    // Every pod's wait from its creation to its node's CreateFleet, as values (EMF takes
+    // up to 100 per metric, and none is no value), for the dashboard's percentiles.
+    if !batch.pending_to_fleet_ms.is_empty() {
+        metrics.push((
+            "PendingToLaunchMillis",
+            "Milliseconds",
+            json!(batch.pending_to_fleet_ms.iter().take(100).collect::<Vec<_>>()),
+        ));
+    }
+    emf(cluster, timestamp, &metrics)
 }
 
 /// The EMF objects of the fleet a run found: per NodePool and capacity type, `Nodes` and
@@ -163,6 +162,12 @@ mod tests {
                 "LaunchBackoffs"
             ]
         );
+        let launched = BatchReport {
+            pending_to_fleet_ms: vec![900, 1_200],
+            ..batch.clone()
+        };
+        let v = batch_metrics("prod", 1_700_000_000_000, &launched);
+        assert_eq!(v["PendingToLaunchMillis"], json!([900, 1_200]));
         for name in names {
             assert!(v[name].is_number(), "{name} is a number at the top level");
         }

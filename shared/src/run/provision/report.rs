@@ -168,6 +168,9 @@ pub struct RunReport {
     /// The NodePools and EC2NodeClasses whose status the run wrote, as `Kind/name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub statuses_written: Vec<String>,
+    /// What the run did for the static NodePools (`spec.replicas`).
+    #[serde(default)]
+    pub static_capacity: super::static_capacity::StaticReport,
     /// The managed NodePools' nodes and cost per hour, by capacity type, as the run found
     /// them (empty when its statuses could not be read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
