@@ -170,7 +170,7 @@ pub struct RunReport {
     pub statuses_written: Vec<String>,
     /// What the run did for the static NodePools (`spec.replicas`).
     #[serde(default)]
-    pub static_capacity: super::static_capacity::StaticReport,
+    pub static_capacity: StaticReport,
     /// The managed NodePools' nodes and cost per hour, by capacity type, as the run found
     /// them (empty when its statuses could not be read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -204,6 +204,19 @@ pub fn quantile(values: &[u64], q: f64) -> Option<u64> {
     sorted.sort_unstable();
     let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
     sorted.get(rank.saturating_sub(1).min(sorted.len() - 1)).copied()
+}
+
+/// What a run did for the static NodePools.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StaticReport {
+    /// Per static pool short of nodes: `(pool, have, want)`.
+    pub short: Vec<(String, usize, usize)>,
+    /// The nodes launched.
+    pub launched: Vec<Launched>,
+    /// The launches that failed.
+    pub failed: Vec<LaunchFailure>,
+    /// Why a missing node could not be planned, per pool.
+    pub unplanned: Vec<(String, String)>,
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::report::{LaunchFailure, Launched};
+use super::report::StaticReport;
 use super::{ProvisionError, Provisioner};
 use crate::catalog::RegionCatalog;
 use crate::decide::provisioning::batch_plan::prepare_pools;
@@ -15,19 +15,6 @@ use crate::decide::provisioning::static_capacity::plan;
 use crate::error_chain::Chain;
 use crate::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use crate::run::launch::LaunchOutcome;
-
-/// What a run did for the static NodePools.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct StaticReport {
-    /// Per static pool short of nodes: `(pool, have, want)`.
-    pub short: Vec<(String, usize, usize)>,
-    /// The nodes launched.
-    pub launched: Vec<Launched>,
-    /// The launches that failed.
-    pub failed: Vec<LaunchFailure>,
-    /// Why a missing node could not be planned, per pool.
-    pub unplanned: Vec<(String, String)>,
-}
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// Launches the nodes the static NodePools are missing.
