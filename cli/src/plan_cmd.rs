@@ -208,5 +208,11 @@ fn print_text(plan: &ProvisioningPlan, elapsed_ms: f64, estimated: bool) {
             say!("  {}: {}", s.object, s.reason);
         }
     }
+    if !plan.zones_passed_over.is_empty() {
+        say!("\nzones passed over:");
+        for z in &plan.zones_passed_over {
+            say!("  {}", z.reason());
+        }
+    }
     say!("\nplanned in {elapsed_ms:.1} ms");
 }

@@ -56,6 +56,11 @@ pub struct Snapshot {
     pub nodeoverlays: Vec<NodeOverlay>,
     /// NodePools, EC2NodeClasses and NodeOverlays skipped: `Kind/name` and why.
     pub skipped: Vec<(String, String)>,
+    /// Not read from the input but from the cloud, by the run that resolves the classes:
+    /// per EC2NodeClass and zone, the free IP addresses of its subnet with the most
+    /// ([`crate::model::ResolvedNetwork::free_ips_by_zone`]). Empty for a dump: no zone is
+    /// then held back for want of addresses.
+    pub free_ips: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u32>>,
 }
 
 /// Input that cannot be read.

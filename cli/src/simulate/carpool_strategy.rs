@@ -273,6 +273,9 @@ pub fn run<'a>(
     for nc in &world.scenario.ec2nodeclasses {
         cluster.add_ec2nodeclass(nc.clone());
     }
+    for o in &world.scenario.nodeoverlays {
+        cluster.add_nodeoverlay(o.clone());
+    }
     for pdb in world.pdb_objects() {
         if let Ok(p) = serde_json::from_value(pdb) {
             cluster.add_pdb(p);

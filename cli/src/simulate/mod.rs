@@ -118,16 +118,41 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         .nodepools
         .iter()
         .chain(&scenario.ec2nodeclasses)
+        .chain(&scenario.nodeoverlays)
         .cloned()
         .collect();
     snapshot
-        .add_text("nodepools and ec2nodeclasses", &World::list(objects).to_string())
+        .add_text(
+            "nodepools, ec2nodeclasses and nodeoverlays",
+            &World::list(objects).to_string(),
+        )
         .map_err(|e| {
             UsageError(format!(
-                "scenario {}: {e} (write them as Karpenter's own NodePool and EC2NodeClass objects)",
+                "scenario {}: {e} (write them as Karpenter's own NodePool, EC2NodeClass and NodeOverlay objects)",
                 args.scenario.display()
             ))
         })?;
+    // The prices the user pays, for every strategy: Carpool's runs read the same
+    // NodeOverlays from their cluster and apply them again, to the same effect. An overlay
+    // that cannot apply is the scenario's error: a simulation that silently priced at
+    // list prices would mislead.
+    let overlays = region.apply_overlays(&snapshot.nodeoverlays);
+    let skipped: Vec<String> = snapshot
+        .skipped
+        .iter()
+        .filter(|(o, _)| o.starts_with("NodeOverlay/"))
+        .cloned()
+        .chain(overlays.skipped_objects())
+        .map(|(o, r)| format!("{o}: {r}"))
+        .collect();
+    if !skipped.is_empty() {
+        return Err(UsageError(format!(
+            "scenario {}: {}; fix the NodeOverlay or remove it",
+            args.scenario.display(),
+            skipped.join("; ")
+        ))
+        .into());
+    }
     if snapshot.nodepools.is_empty() || snapshot.nodeclasses.is_empty() {
         let why: Vec<String> = snapshot.skipped.iter().map(|(o, r)| format!("{o}: {r}")).collect();
         return Err(UsageError(format!(

@@ -408,6 +408,10 @@ pub struct Scenario {
     pub nodepools: Vec<Value>,
     /// Karpenter `karpenter.k8s.aws/v1` EC2NodeClasses.
     pub ec2nodeclasses: Vec<Value>,
+    /// Karpenter `karpenter.sh/v1alpha1` NodeOverlays: the prices the user pays, for every
+    /// strategy (optional).
+    #[serde(default)]
+    pub nodeoverlays: Vec<Value>,
     /// The node groups of the Cluster Autoscaler baseline.
     pub node_groups: Vec<NodeGroup>,
 }

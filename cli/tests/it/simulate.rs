@@ -169,3 +169,67 @@ fn bad_input_is_one_line_and_exit_code_2() {
     assert_usage_error(&["simulate", no_work.to_str().unwrap()], "no deployments and no jobs");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `scenario` with `overlays` (YAML list items) appended as its `nodeoverlays`, written to
+/// a temporary file.
+fn with_overlays(name: &str, tag: &str, overlays: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(scenario(name)).unwrap();
+    let dir = std::env::temp_dir().join(format!("carpool-sim-overlay-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{text}\nnodeoverlays:\n{overlays}")).unwrap();
+    path
+}
+
+// Issue 30: a NodeOverlay applies everywhere a price is used, `carpool simulate` included
+// (Karpenter's `InstanceTypeStore.ApplyAll` prices every offering it selects). A discount
+// on every offering changes no decision, so each strategy's cost is halved.
+#[test]
+fn simulate_prices_every_strategy_at_the_nodeoverlays_prices() {
+    let listed = simulate(&scenario("nightly-batch.yaml"), &["--hours", "2"]);
+    let half = with_overlays(
+        "nightly-batch.yaml",
+        "half",
+        "  - apiVersion: karpenter.sh/v1alpha1
+    kind: NodeOverlay
+    metadata: {name: enterprise-discount}
+    spec:
+      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}]
+      priceAdjustment: \"-50%\"
+",
+    );
+    let overlaid = simulate(half.to_str().unwrap(), &["--hours", "2"]);
+    for (label, l, o) in [
+        ("carpool", &listed["total_cost"], &overlaid["total_cost"]),
+        (
+            "model of Karpenter",
+            &listed["baselines"]["karpenter_model"]["total_cost"],
+            &overlaid["baselines"]["karpenter_model"]["total_cost"],
+        ),
+    ] {
+        let ratio = o.as_f64().unwrap() / l.as_f64().unwrap();
+        assert!(
+            (ratio - 0.5).abs() < 0.02,
+            "{label}: {o} at overlay prices vs {l} listed"
+        );
+    }
+    std::fs::remove_dir_all(half.parent().unwrap()).ok();
+}
+
+#[test]
+fn a_scenario_with_an_invalid_nodeoverlay_is_one_line_and_exit_code_2() {
+    let bad = with_overlays(
+        "nightly-batch.yaml",
+        "bad",
+        "  - apiVersion: karpenter.sh/v1alpha1
+    kind: NodeOverlay
+    metadata: {name: both}
+    spec:
+      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]
+      price: \"0.01\"
+      priceAdjustment: \"-10%\"
+",
+    );
+    assert_usage_error(&["simulate", bad.to_str().unwrap()], "NodeOverlay/both");
+    std::fs::remove_dir_all(bad.parent().unwrap()).ok();
+}

@@ -10,7 +10,7 @@ use carpool::error_chain::Chain;
 use carpool::ports::{Cloud, Cluster, StateStore, Timer, epoch_millis};
 use carpool::run::config::Config;
 use carpool::run::price_refresh::LiveCatalog;
-use carpool::run::provision::metrics::{batch_metrics, housekeeping_metrics, run_metrics};
+use carpool::run::provision::metrics::{batch_metrics, fleet_metrics, housekeeping_metrics, run_metrics};
 use carpool::run::provision::report::quantile;
 use carpool::run::provision::{ProvisionError, Provisioner, RunReport, Settings, SharedRecentEvents};
 use lambda_runtime::{Diagnostic, LambdaEvent};
@@ -82,6 +82,9 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> App<C, K, S, T> {
             housekeeping_metrics(&self.config.cluster, now, &report.housekeeping)
         );
         println!("{}", run_metrics(&self.config.cluster, now, &report));
+        for fleet in fleet_metrics(&self.config.cluster, now, &report.fleet) {
+            println!("{fleet}");
+        }
         let summary = summary(&report);
         tracing::info!(summary = %summary, "run");
         Ok(report)

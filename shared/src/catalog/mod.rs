@@ -6,6 +6,7 @@
 //! [`overlay::apply`] prices it as the cluster's NodeOverlays say.
 
 pub mod allocatable;
+pub mod commitment;
 mod embedded;
 pub mod overlay;
 pub mod prices;
@@ -130,6 +131,7 @@ impl Catalog {
             offered: None,
             listed_types: None,
             reservations: BTreeMap::new(),
+            commitments: Vec::new(),
         })
     }
 }
@@ -151,6 +153,8 @@ pub struct RegionCatalog<'a> {
     /// The capacity reservations each EC2NodeClass selects, with the room each has left
     /// (set per run: [`RegionCatalog::set_capacity_reservations`]).
     reservations: BTreeMap<String, Vec<CapacityReservation>>,
+    /// The Savings Plan commitments the NodeOverlays state ([`commitment`]).
+    commitments: Vec<commitment::Commitment>,
 }
 
 impl<'a> RegionCatalog<'a> {
@@ -162,6 +166,11 @@ impl<'a> RegionCatalog<'a> {
     /// The zones offerings are in.
     pub fn zones(&self) -> &[String] {
         &self.zones
+    }
+
+    /// The Savings Plan commitments the applied NodeOverlays state, in their order.
+    pub fn commitments(&self) -> &[commitment::Commitment] {
+        &self.commitments
     }
 
     /// The instance types offered in the region.

@@ -94,6 +94,7 @@ fn selects(requirements: &Requirements, type_labels: &BTreeMap<String, String>, 
 /// applied and what was skipped (see the module's rules).
 pub fn apply(region: &mut RegionCatalog<'_>, overlays: &[NodeOverlay]) -> OverlayOutcome {
     region.prices_mut().clear_changes();
+    region.commitments.clear();
     if let Some(listed) = region.listed_types.take() {
         region.types = listed;
     }
@@ -212,6 +213,19 @@ pub fn apply(region: &mut RegionCatalog<'_>, overlays: &[NodeOverlay]) -> Overla
                 region.prices_mut().set_change(&ty, &o.zone, o.capacity_type, change);
                 count += 1;
             }
+        }
+        if let Ok(Some(per_hour)) = overlay.commitment() {
+            let covers = selected
+                .iter()
+                .map(|&i| &offerings[i])
+                .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                .map(|o| (region.types()[o.ty].name.clone(), o.zone.clone()))
+                .collect();
+            region.commitments.push(super::commitment::Commitment {
+                overlay: name.clone(),
+                per_hour,
+                covers,
+            });
         }
         if !resources.is_empty() {
             for &t in &types {

@@ -60,6 +60,9 @@ struct State {
     zones: HashMap<String, Vec<String>>,
     /// Subnet ids per EC2NodeClass and zone; absent: `subnet-<zone>`.
     subnets: HashMap<(String, String), String>,
+    /// Free IP addresses of the subnet per EC2NodeClass and zone, each launch there taking
+    /// one (its primary address); absent: not reported.
+    free_ips: HashMap<(String, String), u32>,
     /// Security group ids, per EC2NodeClass; absent: [`DEFAULT_SECURITY_GROUP`].
     security_groups: HashMap<String, Vec<String>>,
     /// IAM roles that do not exist.
@@ -127,6 +130,14 @@ impl FakeCloud {
         self.lock()
             .subnets
             .insert((node_class.to_string(), zone.to_string()), subnet.to_string());
+    }
+
+    /// Sets the free IP addresses of the subnet an EC2NodeClass selects in `zone`; each
+    /// instance launched there takes one.
+    pub fn set_free_ips(&self, node_class: &str, zone: &str, free: u32) {
+        self.lock()
+            .free_ips
+            .insert((node_class.to_string(), zone.to_string()), free);
     }
 
     /// Sets the security groups an EC2NodeClass selects (none: its selector selects
@@ -308,13 +319,17 @@ impl State {
         }
         let subnets = zones
             .into_iter()
-            .map(|zone| ResolvedSubnet {
-                id: self
-                    .subnets
-                    .get(&(name.to_string(), zone.clone()))
-                    .cloned()
-                    .unwrap_or_else(|| format!("subnet-{zone}")),
-                zone,
+            .map(|zone| {
+                let key = (name.to_string(), zone.clone());
+                ResolvedSubnet {
+                    id: self
+                        .subnets
+                        .get(&key)
+                        .cloned()
+                        .unwrap_or_else(|| format!("subnet-{zone}")),
+                    available_ips: self.free_ips.get(&key).copied(),
+                    zone,
+                }
             })
             .collect();
         Ok(ResolvedNetwork {
@@ -400,6 +415,10 @@ impl Cloud for FakeCloud {
             }
             if let Some(n) = state.pools.get_mut(&key) {
                 *n -= 1;
+            }
+            let subnet = (request.node_class.name().to_string(), request.zone.clone());
+            if let Some(n) = state.free_ips.get_mut(&subnet) {
+                *n = n.saturating_sub(1);
             }
             state.next_id += 1;
             let instance = Instance {

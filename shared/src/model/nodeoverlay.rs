@@ -21,6 +21,14 @@ use super::requirements::{NodeSelectorRequirement, Operator, Requirements};
 /// The API version Carpool reads.
 pub const NODEOVERLAY_API_VERSION: &str = "karpenter.sh/v1alpha1";
 
+/// NodeOverlay annotation, Carpool's own: the hourly commitment of a Savings Plan (USD per
+/// hour, at the plan's rates) that covers the on-demand offerings the overlay selects,
+/// whose `price` or `priceAdjustment` is then the plan's rate. Carpool treats that much
+/// covered usage as already paid for: the planner fills it first, and consolidation does
+/// not count a saving on covered nodes that the commitment pays (see
+/// [`crate::catalog::commitment`]).
+pub const SAVINGS_PLAN_COMMITMENT_ANNOTATION: &str = "carpool.sh/savings-plan-commitment";
+
 /// The resources an overlay's `capacity` may not name: it adds extended resources only.
 const RESTRICTED_CAPACITY: &[&str] = &["cpu", "memory", "ephemeral-storage", "pods"];
 
@@ -181,6 +189,25 @@ impl NodeOverlay {
         }
     }
 
+    /// The Savings Plan commitment it states, USD per hour
+    /// ([`SAVINGS_PLAN_COMMITMENT_ANNOTATION`]); `Ok(None)` without one. A value that is not
+    /// a positive number is an error naming the annotation.
+    pub fn commitment(&self) -> Result<Option<f64>, ManifestError> {
+        let key = SAVINGS_PLAN_COMMITMENT_ANNOTATION;
+        let Some(v) = self.metadata.annotations.as_ref().and_then(|a| a.get(key)) else {
+            return Ok(None);
+        };
+        match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => Ok(Some(x)),
+            _ => Err(ManifestError::at(
+                format!("metadata.annotations[{key}]"),
+                format!(
+                    "{v:?} is not a commitment; write the USD per hour the Savings Plan commits to, e.g. \"12.50\""
+                ),
+            )),
+        }
+    }
+
     /// The requirements, parsed (valid overlays only).
     pub fn requirements(&self) -> Requirements {
         Requirements::from_wire(&self.spec.requirements).unwrap_or_default()
@@ -248,6 +275,12 @@ impl Validate for NodeOverlay {
             return Err(ManifestError::at(
                 "spec.weight",
                 format!("{w} is out of range; a weight is 1 to 10000"),
+            ));
+        }
+        if self.commitment()?.is_some() && self.price_change().is_none() {
+            return Err(ManifestError::at(
+                format!("metadata.annotations[{SAVINGS_PLAN_COMMITMENT_ANNOTATION}]"),
+                "a commitment needs the plan's rate: set 'price' or 'priceAdjustment' too",
             ));
         }
         Ok(())

@@ -51,6 +51,11 @@ pub struct NodePoolSpec {
     /// Priority among pools: higher is tried first (1–100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
+    /// Karpenter's alpha static capacity: when set, the pool keeps this many nodes
+    /// whatever the pods ask for, and launches none for pending pods; consolidation leaves
+    /// it alone ([`NodePool::replicas`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
 }
 
 /// `spec.template`.
@@ -150,6 +155,13 @@ pub const MIN_SAVINGS_PERCENT_ANNOTATION: &str = "carpool.sh/consolidation-min-s
 pub const MIN_SAVINGS_PER_HOUR_ANNOTATION: &str = "carpool.sh/consolidation-min-savings-per-hour";
 /// NodePool annotation: `"true"` lets consolidation move pods that no controller owns.
 pub const DISRUPT_BARE_PODS_ANNOTATION: &str = "carpool.sh/disrupt-bare-pods";
+/// NodePool annotation, Carpool's own: keep the pool's new capacity balanced across zones
+/// without a topology spread on every workload. Its value is the price tolerance, a
+/// percentage (`"10%"` or `"10"`; `"true"` is `"0%"`): a new node goes to the zone where
+/// the pool has the fewest nodes, among the zones whose price for the node is within that
+/// tolerance of the cheapest; consolidation never leaves the pool's zones further apart
+/// than one node, or further apart than they were. See [`NodePool::zone_balance`].
+pub const ZONE_BALANCE_ANNOTATION: &str = "carpool.sh/zone-balance";
 /// Default least saving, as a share of the cost removed.
 pub const DEFAULT_MIN_SAVINGS_PERCENT: f64 = 10.0;
 /// Default least saving in USD per hour.
@@ -410,6 +422,25 @@ impl Validate for NodePool {
         }
         self.consolidation_threshold()?;
         self.savings_threshold()?;
+        self.zone_balance()?;
+        // Karpenter's CEL rules on a static NodePool (`pkg/apis/v1/nodepool.go`).
+        if let Some(r) = self.spec.replicas {
+            if r < 0 {
+                return Err(ManifestError::at("spec.replicas", format!("{r} is below 0")));
+            }
+            if self.spec.limits.keys().any(|k| k != "nodes") {
+                return Err(ManifestError::at(
+                    "spec.limits",
+                    "only 'limits.nodes' is supported on static NodePools",
+                ));
+            }
+            if self.spec.weight.is_some() {
+                return Err(ManifestError::at(
+                    "spec.weight",
+                    "'weight' is not supported on static NodePools",
+                ));
+            }
+        }
         for (i, b) in self.spec.disruption.budgets.iter().enumerate() {
             let path = format!("spec.disruption.budgets[{i}]");
             b.parsed_nodes()
@@ -482,6 +513,32 @@ impl NodePool {
         }
     }
 
+    /// The price tolerance of the pool's zone balance, as a fraction (0.1 for `"10%"`), when
+    /// its [`ZONE_BALANCE_ANNOTATION`] asks for one; `None` when it is absent or `"false"`.
+    /// A value that is not `true`, `false` or a percentage from 0 to 100 is an error naming
+    /// the annotation.
+    pub fn zone_balance(&self) -> Result<Option<f64>, ManifestError> {
+        let key = ZONE_BALANCE_ANNOTATION;
+        let Some(v) = self.metadata.annotations.as_ref().and_then(|a| a.get(key)) else {
+            return Ok(None);
+        };
+        let t = v.trim();
+        match t {
+            "false" => return Ok(None),
+            "true" => return Ok(Some(0.0)),
+            _ => {}
+        }
+        match t.strip_suffix('%').unwrap_or(t).trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && (0.0..=100.0).contains(&x) => Ok(Some(x / 100.0)),
+            _ => Err(ManifestError::at(
+                format!("metadata.annotations[{key}]"),
+                format!(
+                    "{v:?} is not a price tolerance; write a percentage from 0 to 100 such as \"10%\", or \"true\" (0%)"
+                ),
+            )),
+        }
+    }
+
     /// Whether consolidation may move pods no controller owns (annotation
     /// [`DISRUPT_BARE_PODS_ANNOTATION`] `"true"`).
     pub fn disrupts_bare_pods(&self) -> bool {
@@ -490,6 +547,12 @@ impl NodePool {
             .as_ref()
             .and_then(|a| a.get(DISRUPT_BARE_PODS_ANNOTATION))
             .is_some_and(|v| v == "true")
+    }
+
+    /// The nodes a static pool keeps (`spec.replicas`), `None` for a pool that scales with
+    /// its pods.
+    pub fn replicas(&self) -> Option<usize> {
+        self.spec.replicas.map(|r| usize::try_from(r).unwrap_or(0))
     }
 
     /// The pool's weight (0 when unset).
@@ -515,6 +578,20 @@ impl NodePool {
 mod tests {
     use super::*;
     use crate::model::manifest::from_yaml;
+
+    #[test]
+    fn zone_balance_reads_a_percentage_true_or_false_and_names_a_bad_value() {
+        let read = |a: &str| from_yaml::<NodePool>(&pool(a, "{}")).map(|p| p.zone_balance());
+        assert_eq!(read("{}").unwrap(), Ok(None));
+        assert_eq!(read("{carpool.sh/zone-balance: \"10%\"}").unwrap(), Ok(Some(0.1)));
+        assert_eq!(read("{carpool.sh/zone-balance: \" 5 \"}").unwrap(), Ok(Some(0.05)));
+        assert_eq!(read("{carpool.sh/zone-balance: \"true\"}").unwrap(), Ok(Some(0.0)));
+        assert_eq!(read("{carpool.sh/zone-balance: \"false\"}").unwrap(), Ok(None));
+        for bad in ["\"yes\"", "\"150%\"", "\"-1\""] {
+            let err = from_yaml::<NodePool>(&pool(&format!("{{carpool.sh/zone-balance: {bad}}}"), "{}")).unwrap_err();
+            assert_eq!(err.path, "metadata.annotations[carpool.sh/zone-balance]", "{bad}");
+        }
+    }
 
     fn pool(annotations: &str, disruption: &str) -> String {
         format!(

@@ -12,6 +12,10 @@ pub struct ResolvedSubnet {
     pub id: String,
     /// Its availability zone.
     pub zone: String,
+    /// Its free IP addresses (EC2's `AvailableIpAddressCount`), when the cloud reported
+    /// them: a zone whose subnets cannot hold a node's pods' addresses gets no node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_ips: Option<u32>,
 }
 
 /// The subnets and security groups a class's terms select, each sorted.
@@ -33,6 +37,22 @@ impl ResolvedNetwork {
             .filter(|z| !z.is_empty())
             .collect();
         zones.into_iter().map(str::to_string).collect()
+    }
+
+    /// Per zone, the most free IP addresses one of its subnets has, for the zones whose
+    /// subnets all reported theirs (a node's pods take their addresses from the subnet the
+    /// node is in, so it is the fullest subnet's count that matters, as Karpenter's
+    /// `ZonalSubnetsForLaunch` picks the subnet with the most).
+    pub fn free_ips_by_zone(&self) -> std::collections::BTreeMap<String, u32> {
+        let mut out: std::collections::BTreeMap<String, Option<u32>> = std::collections::BTreeMap::new();
+        for s in self.subnets.iter().filter(|s| !s.zone.is_empty()) {
+            let e = out.entry(s.zone.clone()).or_insert(Some(0));
+            *e = match (*e, s.available_ips) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+        }
+        out.into_iter().filter_map(|(z, n)| Some((z, n?))).collect()
     }
 }
 

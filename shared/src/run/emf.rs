@@ -16,6 +16,22 @@ pub(crate) fn emf(cluster: &str, timestamp: EpochMillis, metrics: &[(&str, &str,
     emf_by(cluster, &[], timestamp, metrics)
 }
 
+/// [`emf`], the metrics under `Cluster` with the dimensions `by` (name, value) only: for
+/// metrics that must not be summed into the cluster's (each NodePool's fleet, say).
+pub(crate) fn emf_only_by(
+    cluster: &str,
+    by: &[(&str, &str)],
+    timestamp: EpochMillis,
+    metrics: &[(&str, &str, Value)],
+) -> Value {
+    let mut object = emf_by(cluster, by, timestamp, metrics);
+    let dimensions = std::iter::once("Cluster")
+        .chain(by.iter().map(|(k, _)| *k))
+        .collect::<Vec<_>>();
+    object["_aws"]["CloudWatchMetrics"][0]["Dimensions"] = json!([dimensions]);
+    object
+}
+
 /// [`emf`], the metrics also under `Cluster` with the dimensions `by` (name, value),
 /// e.g. `[("Kind", "spot_interruption")]`.
 pub(crate) fn emf_by(

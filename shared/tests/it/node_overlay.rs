@@ -397,6 +397,7 @@ fn the_provisioner_launches_at_overlay_prices_and_records_the_registered_node_at
             .instance_type(&instance.instance_type)
             .zone(&instance.zone)
             .label(wk::NODEPOOL, "general")
+            .label(wk::CAPACITY_TYPE, "on-demand")
             .provider_id(&format!("aws:///{}/{}", instance.zone, instance.id))
             .ready(true)
             .node()
@@ -421,6 +422,30 @@ fn the_provisioner_launches_at_overlay_prices_and_records_the_registered_node_at
         (record.price_per_hour - launched[0].price_per_hour).abs() < 1e-9,
         "{record:?} against {:?}",
         launched[0]
+    );
+    // Issue 31: every run reports the fleet's gauge per NodePool and capacity type, at
+    // the prices the user pays.
+    let mut p = Provisioner::new(
+        &cloud,
+        &cluster,
+        &store,
+        &clock,
+        Settings {
+            deployment: "carpool-test".into(),
+            ..Settings::default()
+        },
+        "run-3",
+    );
+    let report = block_on(p.run(&r)).unwrap();
+    let line = report
+        .fleet
+        .iter()
+        .find(|l| l.nodepool == "general" && l.capacity_type == "on-demand")
+        .unwrap_or_else(|| panic!("{:?}", report.fleet));
+    assert_eq!(line.nodes, 1);
+    assert!(
+        (line.cost_per_hour - launched[0].price_per_hour).abs() < 1e-9,
+        "{line:?}"
     );
 }
 
@@ -504,4 +529,214 @@ fn capacity_adds_extended_resources_that_pods_can_request() {
     let m5 = instance_type(&r, "m5.large");
     assert_eq!(m5.allocatable.get("hugepages-2Mi"), 1 << 30);
     assert_eq!(m5.allocatable.memory, before - (1 << 30));
+}
+
+/// The overlay of a Savings Plan on m6i: the plan's rate 30% below on-demand, and an hourly
+/// commitment of `per_hour`.
+fn m6i_savings_plan(per_hour: &str) -> Value {
+    let mut o = overlay(
+        "savings-plan-m6i",
+        json!({
+            "requirements": [
+                {"key": wk::INSTANCE_FAMILY, "operator": "In", "values": ["m6i"]},
+                {"key": wk::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
+            ],
+            "priceAdjustment": "-30%",
+        }),
+    );
+    o["metadata"]["annotations"] = json!({"carpool.sh/savings-plan-commitment": per_hour});
+    o
+}
+
+/// A pool allowing spot and on-demand m5, m6a and m6i, and `pods` pods of one CPU, 3 GiB.
+fn spot_or_on_demand(pods: usize, extra: &[Value]) -> Snapshot {
+    let mut items = vec![
+        NodePoolBuilder::new("default")
+            .requirement(wk::CAPACITY_TYPE, "In", &["spot", "on-demand"])
+            .requirement(wk::INSTANCE_FAMILY, "In", &["m5", "m6a", "m6i"])
+            .build(),
+        EC2NodeClassBuilder::standard().build(),
+    ];
+    for i in 0..pods {
+        items.push(
+            PodBuilder::new(&format!("web-{i}"))
+                .label("app", "web")
+                .requests("1", "3Gi")
+                .unschedulable()
+                .build(),
+        );
+    }
+    items.extend(extra.iter().cloned());
+    snapshot(&items)
+}
+
+/// The plan's on-demand m6i nodes' cost at the plan's rate, and its spot nodes' count.
+fn committed_and_spot(plan: &carpool::decide::ProvisioningPlan) -> (f64, usize) {
+    let m6i: f64 = plan
+        .nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::OnDemand && n.instance_type.starts_with("m6i."))
+        .map(|n| n.price_per_hour)
+        .sum();
+    let spot = plan
+        .nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::Spot)
+        .count();
+    (m6i, spot)
+}
+
+// Carpool's own (issue 30, "go further than Karpenter"): a Savings Plan is a commitment per
+// hour, already paid for, so the planner fills it before anything, spot included; past it,
+// the cheapest capacity as ever.
+#[test]
+fn a_savings_plan_commitment_is_filled_with_covered_on_demand_before_spot() {
+    let r0 = region();
+    // The discount alone: spot is cheaper than m6i at the plan's rate, so all is spot.
+    let discount_only = {
+        let mut o = m6i_savings_plan("1");
+        o["metadata"]["annotations"] = json!({});
+        spot_or_on_demand(24, &[o])
+    };
+    let plan = plan_on(&discount_only, &r0);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let (m6i, spot_alone) = committed_and_spot(&plan);
+    assert_eq!(m6i, 0.0, "{:?}", plan.nodes);
+    assert!(spot_alone > 0);
+
+    // With $0.60/h committed: m6i on-demand up to the commitment, the rest on spot.
+    let committed = spot_or_on_demand(24, &[m6i_savings_plan("0.60")]);
+    let mut r = region();
+    r.apply_overlays(&committed.nodeoverlays);
+    assert_eq!(r.commitments().len(), 1);
+    let plan = plan_on(&committed, &r);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let (m6i, spot) = committed_and_spot(&plan);
+    assert!(
+        m6i > 0.3 && m6i <= 0.60 + 1e-9,
+        "m6i on-demand ${m6i}/h: {:?}",
+        plan.nodes
+    );
+    assert!(
+        spot < spot_alone,
+        "{spot} spot nodes with the commitment, {spot_alone} without"
+    );
+}
+
+#[test]
+fn a_commitment_used_by_running_nodes_leaves_new_pods_to_the_cheapest_capacity() {
+    // The commitment is exactly what two running m6i.2xlarge on-demand nodes cost at the
+    // plan's rate: no room is left, so new pods go to spot.
+    let mut r = region();
+    let rate = 0.7 * list_price(&r, "m6i.2xlarge", CapacityType::OnDemand);
+    let t = instance_type(&r, "m6i.2xlarge");
+    let running: Vec<Value> = (0..2)
+        .map(|i| {
+            NodeBuilder::new(&format!("committed-{i}"))
+                .label(wk::NODEPOOL, "default")
+                .instance_type("m6i.2xlarge")
+                .zone("us-east-1a")
+                .label(wk::CAPACITY_TYPE, "on-demand")
+                .label("kubernetes.io/arch", "amd64")
+                .label("kubernetes.io/os", "linux")
+                .allocatable("cpu", "0")
+                .allocatable("memory", "0")
+                .allocatable("pods", &format!("{}", t.allocatable.get("pods")))
+                .ready(true)
+                .build()
+        })
+        .collect();
+    let mut extra = running;
+    extra.push(m6i_savings_plan(&format!("{}", 2.0 * rate)));
+    let s = spot_or_on_demand(6, &extra);
+    r.apply_overlays(&s.nodeoverlays);
+    let plan = plan_on(&s, &r);
+    let (m6i, spot) = committed_and_spot(&plan);
+    assert_eq!(m6i, 0.0, "{:?}", plan.nodes);
+    assert!(spot > 0, "{:?}", plan.nodes);
+}
+
+#[test]
+fn consolidation_counts_no_saving_on_a_node_the_commitment_pays() {
+    let r0 = region();
+    let t = instance_type(&r0, "m6i.2xlarge");
+    let mut pool = NodePoolBuilder::new("default")
+        .requirement(wk::CAPACITY_TYPE, "In", &["spot", "on-demand"])
+        .requirement(wk::INSTANCE_FAMILY, "In", &["m6i"])
+        .build();
+    pool["spec"]["disruption"] = json!({"consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]});
+    let node = NodeBuilder::new("big")
+        .label(wk::NODEPOOL, "default")
+        .label("carpool.sh/managed", "true")
+        .instance_type("m6i.2xlarge")
+        .zone("us-east-1a")
+        .label(wk::CAPACITY_TYPE, "on-demand")
+        .label("kubernetes.io/arch", "amd64")
+        .label("kubernetes.io/os", "linux")
+        .provider_id("aws:///us-east-1a/i-big")
+        .allocatable("cpu", &format!("{}m", t.allocatable.cpu_millis))
+        .allocatable("memory", &format!("{}", t.allocatable.memory))
+        .allocatable("pods", &format!("{}", t.allocatable.get("pods")))
+        .ready(true)
+        .build();
+    let pod = PodBuilder::new("web-0")
+        .namespace("shop")
+        .label("app", "web")
+        .requests("1", "2Gi")
+        .owner("apps/v1", "ReplicaSet", "web-7d9")
+        .spec("nodeName", json!("big"))
+        .created("2026-12-01T00:00:00Z")
+        .running()
+        .build();
+    let decide_with = |plan: Value| {
+        let s = snapshot(&[
+            pool.clone(),
+            EC2NodeClassBuilder::standard().build(),
+            node.clone(),
+            pod.clone(),
+            plan,
+        ]);
+        let mut r = region();
+        r.apply_overlays(&s.nodeoverlays);
+        decide(&DisruptionInput {
+            snapshot: &s,
+            region: &r,
+            now: SystemTime::from("2026-12-02T12:00:00Z".parse::<jiff::Timestamp>().unwrap()),
+            in_progress: Default::default(),
+            settings: DisruptionSettings::default(),
+            images: Default::default(),
+            networks: Default::default(),
+            owned: None,
+            held_back: Default::default(),
+        })
+    };
+    // A commitment far below the node's cost pays part of it: the rest is still saved by
+    // a smaller node.
+    let partly = decide_with(m6i_savings_plan("0.01"));
+    assert!(partly.command.is_some(), "{:?}", partly.candidates);
+    // One that pays all of it: replacing the node saves nothing on the bill.
+    let fully = decide_with(m6i_savings_plan("10"));
+    assert!(fully.command.is_none(), "{:?}", fully.command);
+    let big = fully.candidates.iter().find(|c| c.node == "big").unwrap();
+    assert_eq!(big.price_per_hour, 0.0, "{big:?}");
+}
+
+#[test]
+fn a_commitment_without_a_rate_or_with_a_bad_amount_is_skipped_with_the_reason() {
+    let mut no_rate = m6i_savings_plan("1");
+    no_rate["spec"] = json!({"requirements": [{"key": wk::INSTANCE_FAMILY, "operator": "In", "values": ["m6i"]}]});
+    let mut bad = m6i_savings_plan("lots");
+    bad["metadata"]["name"] = json!("bad-amount");
+    let s = spot_or_on_demand(1, &[no_rate, bad]);
+    let mut r = region();
+    let outcome = r.apply_overlays(&s.nodeoverlays);
+    let skipped: Vec<(String, String)> = s.skipped.iter().cloned().chain(outcome.skipped_objects()).collect();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(
+        skipped
+            .iter()
+            .all(|(_, why)| why.contains("carpool.sh/savings-plan-commitment")),
+        "{skipped:?}"
+    );
+    assert!(r.commitments().is_empty());
 }

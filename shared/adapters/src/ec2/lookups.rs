@@ -74,13 +74,16 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
 /// role does not call IAM at every launch, and a role created since is used soon.
 pub const ROLE_NOT_FOUND_TTL: Duration = Duration::from_secs(60);
 
-/// Subnets as (id, zone), by the subnet selector terms' JSON and the zone asked for.
-pub type SubnetCache = TtlCache<(String, Option<String>), Vec<(String, String)>>;
+/// Subnets as (id, zone, free IP addresses), by the subnet selector terms' JSON and the
+/// zone asked for. The free addresses are as fresh as the lookup (Karpenter keeps its
+/// subnets as long, and its own count of addresses its launches took meanwhile).
+pub type SubnetCache = TtlCache<(String, Option<String>), Vec<(String, String, Option<u32>)>>;
 
 /// The EC2 adapter's lookups, shared by its clones.
 #[derive(Clone, Debug)]
 pub struct Lookups {
-    /// Subnets as (id, zone), by the subnet selector terms' JSON and the zone asked for.
+    /// Subnets as (id, zone, free IP addresses), by the subnet selector terms' JSON and
+    /// the zone asked for.
     pub subnets: Arc<SubnetCache>,
     /// Security group ids, by the security group selector terms' JSON.
     pub security_groups: Arc<TtlCache<String, Vec<String>>>,

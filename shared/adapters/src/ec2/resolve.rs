@@ -40,7 +40,7 @@ async fn selected_subnets(
     lookups: &Lookups,
     node_class: &EC2NodeClass,
     zone: Option<&str>,
-) -> Result<BTreeSet<(String, String)>, CloudError> {
+) -> Result<BTreeSet<(String, String, Option<u32>)>, CloudError> {
     let key = (
         serde_json::to_string(&node_class.spec.subnet_selector_terms).unwrap_or_default(),
         zone.map(str::to_string),
@@ -57,7 +57,7 @@ async fn describe_subnets(
     ec2: &aws_sdk_ec2::Client,
     node_class: &EC2NodeClass,
     zone: Option<&str>,
-) -> Result<BTreeSet<(String, String)>, CloudError> {
+) -> Result<BTreeSet<(String, String, Option<u32>)>, CloudError> {
     let mut found = BTreeSet::new();
     for term in &node_class.spec.subnet_selector_terms {
         let mut filters = term_filters(&term.tags, &[("subnet-id", term.id.as_ref())]);
@@ -78,6 +78,7 @@ async fn describe_subnets(
                 Some((
                     s.subnet_id()?.to_string(),
                     s.availability_zone().unwrap_or_default().to_string(),
+                    s.available_ip_address_count().and_then(|n| u32::try_from(n).ok()),
                 ))
             }));
         }
@@ -95,7 +96,7 @@ pub async fn subnets(
     let ids: BTreeSet<String> = selected_subnets(ec2, lookups, node_class, Some(zone))
         .await?
         .into_iter()
-        .map(|(id, _)| id)
+        .map(|(id, _, _)| id)
         .collect();
     Ok(ids.into_iter().collect())
 }
@@ -117,7 +118,11 @@ pub async fn network(
     let subnets: Vec<ResolvedSubnet> = selected_subnets(ec2, lookups, node_class, None)
         .await?
         .into_iter()
-        .map(|(id, zone)| ResolvedSubnet { id, zone })
+        .map(|(id, zone, available_ips)| ResolvedSubnet {
+            id,
+            zone,
+            available_ips,
+        })
         .collect();
     if subnets.is_empty() {
         return Err(class_error(NodeClassReason::NoSubnet));

@@ -61,6 +61,9 @@ pub enum BlockKind {
     /// node, or would be left without a place (or without the room it has on an existing
     /// node) once the node is gone.
     PendingPods,
+    /// Its NodePool keeps its zones balanced (`carpool.sh/zone-balance`), and removing it
+    /// would leave them further apart than that allows ([`super::zone_balance`]).
+    ZoneBalance,
 }
 
 /// A reason a node is not disrupted, for people.

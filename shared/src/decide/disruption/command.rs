@@ -10,6 +10,9 @@ use crate::model::DisruptionReason;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
+    /// A static NodePool (`spec.replicas`) has more nodes than it keeps: the surplus is
+    /// deleted, empty nodes first (Karpenter's static deprovisioning).
+    StaticScaleDown,
     /// Nodes with nothing but DaemonSet pods, past `consolidateAfter`, are deleted.
     Emptiness,
     /// A node not Ready for too long is replaced.
@@ -32,7 +35,8 @@ pub enum Method {
 
 impl Method {
     /// Every method, in the order they are tried.
-    pub const ORDER: [Method; 9] = [
+    pub const ORDER: [Method; 10] = [
+        Method::StaticScaleDown,
         Method::Emptiness,
         Method::Repair,
         Method::Expiration,
@@ -47,6 +51,7 @@ impl Method {
     /// The `snake_case` name, as in JSON and the logs.
     pub fn name(self) -> &'static str {
         match self {
+            Method::StaticScaleDown => "static_scale_down",
             Method::Emptiness => "emptiness",
             Method::Repair => "repair",
             Method::Expiration => "expiration",
@@ -68,7 +73,8 @@ impl Method {
             Method::Emptiness => Some(DisruptionReason::Empty),
             Method::Drift => Some(DisruptionReason::Drifted),
             Method::Repair => Some(DisruptionReason::Unhealthy),
-            Method::Expiration => None,
+            // Karpenter's static deprovisioning deletes NodeClaims outside the budgets.
+            Method::Expiration | Method::StaticScaleDown => None,
             Method::MultiNode | Method::SingleNode | Method::Split | Method::SpotToSpot | Method::ReturnToSpot => {
                 Some(DisruptionReason::Underutilized)
             }
@@ -78,7 +84,10 @@ impl Method {
     /// Whether the method consolidates (only nodes past `consolidateAfter`, and never at
     /// the cost of the room a pending pod has now).
     pub fn consolidates(self) -> bool {
-        !matches!(self, Method::Repair | Method::Expiration | Method::Drift)
+        !matches!(
+            self,
+            Method::Repair | Method::Expiration | Method::Drift | Method::StaticScaleDown
+        )
     }
 }
 

@@ -2,6 +2,9 @@
 //! deleted, past `consolidateAfter`, as many as the pools' `Empty` budgets allow
 //! (Karpenter's `emptiness.go`).
 //!
+//! A NodePool that keeps its zones balanced keeps an empty node whose deletion would
+//! leave them further apart than it allows ([`super::zone_balance`]).
+//!
 //! Pending pods do not hold it back, unless one has room on an empty node now: that node
 //! is about to get it, and is kept. With pods pending, the nodes to delete are checked as
 //! any removal is ([`super::pending`]): no pod that can be placed now may lose its room.
@@ -24,6 +27,15 @@ pub fn find(ctx: &mut Ctx<'_>) -> Option<DisruptionCommand> {
             continue;
         }
         let pool = ctx.candidates[i].pool_name.clone();
+        let with: std::collections::BTreeSet<String> = empty
+            .iter()
+            .chain(std::iter::once(&i))
+            .map(|&j| ctx.candidates[j].name.clone())
+            .collect();
+        if let Some((_, detail)) = super::zone_balance::breaks(ctx.snapshot, &with, &[]) {
+            ctx.decline(i, Blocked::new(BlockKind::ZoneBalance, detail));
+            continue;
+        }
         if allowance.take(&pool) {
             empty.push(i);
         } else {

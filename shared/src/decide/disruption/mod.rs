@@ -6,6 +6,7 @@
 //! single-node consolidation). Carpool tries these methods, in order, and the first that
 //! finds a command acts; one command per run:
 //!
+//! 0. [`static_scale_down`]: a static NodePool's nodes past its `replicas`, empty first;
 //! 1. [`emptiness`]: nodes with no pod that moves (only DaemonSet, mirror and finished
 //!    pods), past `consolidateAfter`;
 //! 2. [`repair`]: a node whose Ready condition has been False or Unknown too long;
@@ -26,7 +27,9 @@
 //! pending pod that can be placed now could not be, or would need a new node for want of
 //! the room it has now (the flapping Karpenter's simulation of pending pods prevents),
 //! touches only nodes past `consolidateAfter`, honours the NodePools' [`budgets`], and
-//! must save at least the pool's threshold ([`savings`]); a spot replacement of spot needs
+//! must save at least the pool's threshold ([`savings`]) at what the nodes cost past the
+//! Savings Plan commitments ([`prepaid`]), keeps the zone balance a pool
+//! asks for ([`zone_balance`]); a spot replacement of spot needs
 //! `spot_to_spot_min_types` cheaper types, and carries only the cheapest of them. No
 //! method touches a node that is not managed, is being disrupted, or is blocked by
 //! `do-not-disrupt`, a PodDisruptionBudget or a bare pod ([`candidate`]); repair alone acts
@@ -45,6 +48,7 @@ pub mod one_node;
 pub mod pdb;
 pub mod pending;
 pub mod pod_events;
+pub mod prepaid;
 pub mod repair;
 pub mod replacement;
 pub mod savings;
@@ -52,6 +56,8 @@ pub mod simulate;
 pub mod single_node;
 pub mod split;
 pub mod spot;
+pub mod static_scale_down;
+pub mod zone_balance;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -208,7 +214,7 @@ impl<'a> Ctx<'a> {
     /// Builds the candidates of `input`.
     pub fn new(input: &DisruptionInput<'a>) -> Self {
         let snapshot = input.snapshot;
-        let candidates = candidates(
+        let mut candidates = candidates(
             &snapshot.nodes,
             &snapshot.pods,
             &snapshot.pdbs,
@@ -218,6 +224,7 @@ impl<'a> Ctx<'a> {
             input.owned.as_ref(),
             input.now,
         );
+        prepaid::apply(&mut candidates, input.region);
         let mut pool_nodes: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         for c in candidates.iter().filter(|c| c.pool.is_some()) {
             let e = pool_nodes.entry(c.pool_name.clone()).or_default();
@@ -278,6 +285,17 @@ impl<'a> Ctx<'a> {
         let Some(pool) = c.pool else {
             return Err(Blocked::new(BlockKind::NotManaged, "no NodePool"));
         };
+        // Karpenter: "When replicas is set, ConsolidationPolicy is simply ignored" (the
+        // NodePool CRD); its static deprovisioning alone removes a static pool's nodes.
+        if let Some(replicas) = pool.replicas() {
+            return Err(Blocked::new(
+                BlockKind::Policy,
+                format!(
+                    "NodePool {} is static: it keeps {replicas} node(s), and consolidation leaves them",
+                    pool.name()
+                ),
+            ));
+        }
         if method != Method::Emptiness && pool.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty {
             return Err(Blocked::new(
                 BlockKind::Policy,
@@ -369,6 +387,14 @@ impl<'a> Ctx<'a> {
             }
         };
         let first = place(snapshot, self.region, pools, &names, max_new);
+        let first = match first {
+            // A consolidation keeps the zone balance its pools ask for.
+            Ok(p) if refuse_displacing => match zone_balance::breaks(self.snapshot, &names, &p.new_nodes) {
+                Some((nodepool, detail)) => return Some(Err(Misfit::ZoneBalance { nodepool, detail })),
+                None => Ok(p),
+            },
+            other => other,
+        };
         let Err(Misfit::TooManyNodes { requests, .. }) = &first else {
             return Some(first);
         };
@@ -380,10 +406,13 @@ impl<'a> Ctx<'a> {
         };
         self.simulations += 1;
         Some(match place(snapshot, self.region, &narrowed, &names, 1) {
-            Ok(mut p) => {
-                p.one_node = true;
-                Ok(p)
-            }
+            Ok(mut p) => match zone_balance::breaks(self.snapshot, &names, &p.new_nodes) {
+                Some((nodepool, detail)) if refuse_displacing => Err(Misfit::ZoneBalance { nodepool, detail }),
+                _ => {
+                    p.one_node = true;
+                    Ok(p)
+                }
+            },
             Err(_) => first,
         })
     }
@@ -497,6 +526,7 @@ pub fn decide(input: &DisruptionInput<'_>) -> DisruptionDecision {
     let mut command = None;
     for method in Method::ORDER {
         let found = match method {
+            Method::StaticScaleDown => static_scale_down::find(&mut ctx),
             Method::Emptiness => emptiness::find(&mut ctx),
             Method::Repair => repair::find(&mut ctx),
             Method::Expiration => expiration::find(&mut ctx),

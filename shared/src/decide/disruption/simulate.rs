@@ -57,14 +57,24 @@ pub enum Misfit {
         /// What it has now, and what it would have.
         detail: String,
     },
+    /// The command would leave a NodePool's zones out of the balance it asks for
+    /// ([`super::zone_balance`]).
+    ZoneBalance {
+        /// The NodePool.
+        nodepool: String,
+        /// How.
+        detail: String,
+    },
 }
 
 impl Misfit {
     /// Why a candidate is kept, for people: a displaced pending pod is
-    /// [`BlockKind::PendingPods`], the rest [`BlockKind::NoFit`].
+    /// [`BlockKind::PendingPods`], a broken zone balance [`BlockKind::ZoneBalance`], the
+    /// rest [`BlockKind::NoFit`].
     pub fn blocked(&self) -> Blocked {
         let kind = match self {
             Misfit::Displaces { .. } => BlockKind::PendingPods,
+            Misfit::ZoneBalance { .. } => BlockKind::ZoneBalance,
             Misfit::Unschedulable { .. } | Misfit::TooManyNodes { .. } => BlockKind::NoFit,
         };
         Blocked::new(kind, self.to_string())
@@ -79,6 +89,7 @@ impl std::fmt::Display for Misfit {
                 write!(f, "its pods need {planned} new node(s), at most {allowed} allowed")
             }
             Misfit::Displaces { pod, detail } => write!(f, "pending pod {pod} {detail}"),
+            Misfit::ZoneBalance { detail, .. } => f.write_str(detail),
         }
     }
 }

@@ -24,7 +24,8 @@
 //! - [`nodepools`]: the NodePools that can launch; [`backoff`]: those held back after
 //!   failed launches; [`subnet_zones`] and [`ami_requirements`]: each NodePool narrowed to
 //!   the zones its subnets are in and the types its AMIs boot;
-//! - [`pod_events`]: the Kubernetes Events a batch publishes on its pending pods.
+//! - [`pod_events`]: the Kubernetes Events a batch publishes on its pending pods;
+//! - [`static_capacity`]: the nodes a static NodePool (`spec.replicas`) is missing.
 
 pub mod ami_requirements;
 
@@ -45,6 +46,7 @@ pub mod reserved_capacity;
 pub mod scheduler;
 pub mod scheduler_fit;
 pub mod selector;
+pub mod static_capacity;
 pub mod subnet_zones;
 pub mod taints;
 pub mod templates;

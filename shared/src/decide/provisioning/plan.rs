@@ -121,6 +121,51 @@ pub struct ProvisioningPlan {
     /// nodes, when computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound_per_hour: Option<f64>,
+    /// Zones a new node was not planned in because its EC2NodeClass's subnets there had
+    /// too few free IP addresses, once per NodePool and zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones_passed_over: Vec<ZonePassedOver>,
+}
+
+/// A zone passed over for a new node: its subnets lack the addresses.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ZonePassedOver {
+    /// The NodePool.
+    pub nodepool: String,
+    /// The zone.
+    pub zone: String,
+    /// The free addresses left in its subnet with the most, when it was passed over.
+    pub available: i64,
+    /// What the node and its pods needed.
+    pub needed: i64,
+}
+
+impl ZonePassedOver {
+    /// The reason, for people.
+    pub fn reason(&self) -> String {
+        format!(
+            "zone {} passed over for NodePool {}: its subnets have {} free IP address(es), a node there needs {}",
+            self.zone, self.nodepool, self.available, self.needed
+        )
+    }
+}
+
+impl ProvisioningPlan {
+    /// Records that `zone` was passed over for a node of `nodepool` (the first time only).
+    pub fn pass_over_zone(&mut self, nodepool: &str, zone: &str, available: i64, needed: i64) {
+        if !self
+            .zones_passed_over
+            .iter()
+            .any(|z| z.nodepool == nodepool && z.zone == zone)
+        {
+            self.zones_passed_over.push(ZonePassedOver {
+                nodepool: nodepool.to_string(),
+                zone: zone.to_string(),
+                available,
+                needed,
+            });
+        }
+    }
 }
 
 #[cfg(test)]

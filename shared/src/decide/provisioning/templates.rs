@@ -119,6 +119,9 @@ pub struct Template {
     /// first: how many nodes each can still take is counted across templates by the
     /// planner ([`crate::decide::provisioning::reserved_capacity`]).
     pub reservations: BTreeMap<(String, String), Vec<CapacityReservation>>,
+    /// The price tolerance of its zone balance, as a fraction, when it asks for one
+    /// ([`NodePool::zone_balance`]).
+    pub zone_balance: Option<f64>,
 }
 
 /// A NodePool or EC2NodeClass left out, and why.
@@ -234,6 +237,12 @@ pub fn build(
     };
     let mut templates = Vec::new();
     for pool in pools {
+        // A static NodePool (`spec.replicas`) launches for no pod: Karpenter's
+        // `Provisioner.NewScheduler` leaves it out; its nodes are kept by
+        // [`super::static_capacity`].
+        if pool.replicas().is_some() {
+            continue;
+        }
         let mut requirements = match pool.requirements() {
             Ok(r) => r,
             Err(e) => {
@@ -372,6 +381,7 @@ pub fn build(
             used: existing_usage(pool.name(), nodes),
             settings,
             reservations: reserved,
+            zone_balance: pool.zone_balance().ok().flatten(),
         });
     }
     templates.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));

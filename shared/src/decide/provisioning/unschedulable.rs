@@ -118,6 +118,16 @@ pub enum Shortfall {
     NotPlaced,
     /// No instance type holds the pods planned together on its node.
     NotHeldTogether,
+    /// The EC2NodeClass's subnets in a zone have too few free IP addresses for a node and
+    /// its pods.
+    SubnetAddresses {
+        /// The zone.
+        zone: String,
+        /// The free addresses left in its subnet with the most.
+        available: i64,
+        /// What the node and its pods need.
+        needed: i64,
+    },
 }
 
 /// Why a claim a pod mounts keeps it off every node (kube-scheduler's volumebinding
@@ -305,6 +315,14 @@ impl fmt::Display for Reason {
                 Shortfall::NotHeldTogether => write!(
                     f,
                     "resources: no instance type in NodePool {nodepool} holds the pods planned together"
+                ),
+                Shortfall::SubnetAddresses {
+                    zone,
+                    available,
+                    needed,
+                } => write!(
+                    f,
+                    "resources: NodePool {nodepool}'s subnets in {zone} have {available} free IP address(es), a node there needs {needed}"
                 ),
             },
             Reason::Limits { nodepool } => write!(

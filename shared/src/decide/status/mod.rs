@@ -9,11 +9,14 @@
 //!   `nodeclass` controller in the AWS provider).
 //! - [`condition`]: the conditions themselves, whose transition times hold while their
 //!   status does not change.
+//! - [`fleet`]: each NodePool's nodes and their cost per hour by capacity type, for the
+//!   stack's dashboard.
 //!
 //! Each function returns the whole status; [`changed`] says whether it differs from the
 //! one the object has, so that an unchanged status is never written again.
 
 pub mod condition;
+pub mod fleet;
 pub mod nodeclass;
 pub mod nodepool;
 

@@ -162,6 +162,7 @@ mod tests {
                 subnets: vec![ResolvedSubnet {
                     id: "subnet-a".into(),
                     zone: "us-east-1a".into(),
+                    available_ips: None,
                 }],
                 security_groups: vec!["sg-1".into()],
             },

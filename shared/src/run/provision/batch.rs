@@ -225,6 +225,13 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 report.skipped = plan.skipped.clone();
             }
             report.unschedulable = plan.unschedulable.clone();
+            for z in &plan.zones_passed_over {
+                if !report.zones_passed_over.contains(z) {
+                    tracing::warn!(nodepool = %z.nodepool, zone = %z.zone, available = z.available,
+                        needed = z.needed, "{}", z.reason());
+                    report.zones_passed_over.push(z.clone());
+                }
+            }
             backoff::attribute(&view, &held, &mut report.unschedulable, &region);
             snapshot.pods = std::mem::take(&mut view.pods);
             drop(view);
@@ -349,6 +356,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
     /// ([`drop_unresolved`]) and returned with the error, and every other NodePool goes on.
     pub(crate) async fn narrow_pools(&self, snapshot: &mut Snapshot, base: &RegionCatalog<'_>) -> Resolved {
         let mut zones_by_class = BTreeMap::new();
+        let mut free_ips = BTreeMap::new();
         let mut images_by_class = BTreeMap::new();
         let mut networks = BTreeMap::new();
         let mut failures = BTreeMap::new();
@@ -381,6 +389,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             match resolved {
                 Ok((network, images, profile, found)) => {
                     zones_by_class.insert(class.name().to_string(), network.zones());
+                    free_ips.insert(class.name().to_string(), network.free_ips_by_zone());
                     images_by_class.insert(class.name().to_string(), images);
                     networks.insert(class.name().to_string(), network);
                     profiles.insert(class.name().to_string(), profile);
@@ -409,6 +418,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         }
         let dropped = drop_unresolved(snapshot, &failed);
         narrow_pools(snapshot, &zones_by_class, &images_by_class, base.types());
+        snapshot.free_ips = free_ips;
         Resolved {
             images: images_by_class,
             networks,
@@ -465,7 +475,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
         Ok(held)
     }
 
-    fn log_dry_run(&self, nodes: &[PlannedNode]) {
+    pub(crate) fn log_dry_run(&self, nodes: &[PlannedNode]) {
         for n in nodes {
             tracing::info!(
                 nodepool = %n.nodepool, instance_type = %n.instance_type, zone = %n.zone,

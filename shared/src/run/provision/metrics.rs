@@ -6,23 +6,73 @@
 use serde_json::{Value, json};
 
 use super::report::{BatchReport, HousekeepingReport, RunReport};
+use crate::decide::status::fleet::FleetLine;
 use crate::ports::EpochMillis;
-use crate::run::emf::emf;
+use crate::run::emf::{emf, emf_only_by};
 
 /// The EMF object for one batch of `cluster`, at `timestamp`.
 pub fn batch_metrics(cluster: &str, timestamp: EpochMillis, batch: &BatchReport) -> Value {
-    emf(
+    let mut metrics = vec![
+        ("PendingPods", "Count", json!(batch.pods_seen)),
+        ("NodesLaunched", "Count", json!(batch.launched.len())),
+        ("LaunchErrors", "Count", json!(batch.launch_errors.len())),
+        ("PlanMillis", "Milliseconds", json!(batch.plan_ms)),
+        ("CostPerHourAdded", "None", json!(batch.cost_per_hour_added)),
+        ("LaunchBackoffs", "Count", json!(batch.launch_backoffs())),
+    ];
+    // Every pod's wait from its creation to its node's CreateFleet, as values (EMF takes
+    // up to 100 per metric, and none is no value), for the dashboard's percentiles.
+    if !batch.pending_to_fleet_ms.is_empty() {
+        metrics.push((
+            "PendingToLaunchMillis",
+            "Milliseconds",
+            json!(batch.pending_to_fleet_ms.iter().take(100).collect::<Vec<_>>()),
+        ));
+    }
+    emf(cluster, timestamp, &metrics)
+}
+
+/// The EMF objects of the fleet a run found: per NodePool and capacity type, `Nodes` and
+/// `FleetCostPerHour` (USD per hour, NodeOverlays included) under `Cluster`, `NodePool`
+/// and `CapacityType` only; and the whole fleet's, `FleetNodes` and `FleetCostPerHour`,
+/// under `Cluster`. Emitted every provisioner run, so that a NodePool's line is a gauge.
+/// Nothing when the fleet is unknown (the run could not read it): no data, rather than a
+/// false zero.
+pub fn fleet_metrics(cluster: &str, timestamp: EpochMillis, fleet: &[FleetLine]) -> Vec<Value> {
+    if fleet.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<Value> = fleet
+        .iter()
+        .map(|l| {
+            emf_only_by(
+                cluster,
+                &[("NodePool", &l.nodepool), ("CapacityType", &l.capacity_type)],
+                timestamp,
+                &[
+                    ("Nodes", "Count", json!(l.nodes)),
+                    ("FleetCostPerHour", "None", json!(l.cost_per_hour)),
+                ],
+            )
+        })
+        .collect();
+    out.push(emf(
         cluster,
         timestamp,
         &[
-            ("PendingPods", "Count", json!(batch.pods_seen)),
-            ("NodesLaunched", "Count", json!(batch.launched.len())),
-            ("LaunchErrors", "Count", json!(batch.launch_errors.len())),
-            ("PlanMillis", "Milliseconds", json!(batch.plan_ms)),
-            ("CostPerHourAdded", "None", json!(batch.cost_per_hour_added)),
-            ("LaunchBackoffs", "Count", json!(batch.launch_backoffs())),
+            (
+                "FleetNodes",
+                "Count",
+                json!(fleet.iter().map(|l| l.nodes).sum::<usize>()),
+            ),
+            (
+                "FleetCostPerHour",
+                "None",
+                json!(fleet.iter().map(|l| l.cost_per_hour).sum::<f64>()),
+            ),
         ],
-    )
+    ));
+    out
 }
 
 /// The EMF object for the housekeeping rounds of one run of `cluster`, at `timestamp`:
@@ -112,6 +162,12 @@ mod tests {
                 "LaunchBackoffs"
             ]
         );
+        let launched = BatchReport {
+            pending_to_fleet_ms: vec![900, 1_200],
+            ..batch.clone()
+        };
+        let v = batch_metrics("prod", 1_700_000_000_000, &launched);
+        assert_eq!(v["PendingToLaunchMillis"], json!([900, 1_200]));
         for name in names {
             assert!(v[name].is_number(), "{name} is a number at the top level");
         }

@@ -41,6 +41,7 @@ pub mod housekeeping;
 pub mod metrics;
 
 pub mod report;
+pub mod static_capacity;
 pub mod status;
 pub mod waves;
 
@@ -443,8 +444,18 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
             Ok(mut round) => {
                 if report.housekeeping.is_empty() {
                     self.collect_launch_templates(&mut round).await;
+                    match self.keep_static_capacity(region).await {
+                        Ok(kept) => report.static_capacity = kept,
+                        Err(e) => {
+                            static_capacity::log_failure(&e);
+                            faults.note(report, "static capacity", &e);
+                        }
+                    }
                     match self.write_statuses(region).await {
-                        Ok(written) => report.statuses_written = written,
+                        Ok((written, fleet)) => {
+                            report.statuses_written = written;
+                            report.fleet = fleet;
+                        }
                         Err(e) => faults.note(report, "statuses", &e),
                     }
                 }

@@ -73,6 +73,9 @@ pub struct BatchReport {
     pub unschedulable: Vec<Unschedulable>,
     /// NodePools and EC2NodeClasses left out, and why.
     pub skipped: Vec<Skipped>,
+    /// Zones a new node was not planned in for want of free subnet addresses, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones_passed_over: Vec<crate::decide::provisioning::plan::ZonePassedOver>,
     /// The USD per hour the launched nodes add.
     pub cost_per_hour_added: f64,
     /// Planning rounds (1, plus one per round of capacity errors).
@@ -165,6 +168,13 @@ pub struct RunReport {
     /// The NodePools and EC2NodeClasses whose status the run wrote, as `Kind/name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub statuses_written: Vec<String>,
+    /// What the run did for the static NodePools (`spec.replicas`).
+    #[serde(default)]
+    pub static_capacity: StaticReport,
+    /// The managed NodePools' nodes and cost per hour, by capacity type, as the run found
+    /// them (empty when its statuses could not be read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fleet: Vec<crate::decide::status::fleet::FleetLine>,
     /// The adaptive watch found nothing to do and exited after one check.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exited_early: bool,
@@ -194,6 +204,19 @@ pub fn quantile(values: &[u64], q: f64) -> Option<u64> {
     sorted.sort_unstable();
     let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
     sorted.get(rank.saturating_sub(1).min(sorted.len() - 1)).copied()
+}
+
+/// What a run did for the static NodePools.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StaticReport {
+    /// Per static pool short of nodes: `(pool, have, want)`.
+    pub short: Vec<(String, usize, usize)>,
+    /// The nodes launched.
+    pub launched: Vec<Launched>,
+    /// The launches that failed.
+    pub failed: Vec<LaunchFailure>,
+    /// Why a missing node could not be planned, per pool.
+    pub unplanned: Vec<(String, String)>,
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use super::Provisioner;
 use crate::catalog::RegionCatalog;
 use crate::decide::provisioning::nodepools::keep_managed;
+use crate::decide::status::fleet::{FleetLine, fleet};
 use crate::decide::status::{ClassReadiness, ClassResolution, changed, nodeclass_status, nodepool_status};
 use crate::error_chain::Chain;
 use crate::ports::{Cloud, Cluster, ClusterError, StateStore, StatusOf, Timer};
@@ -19,8 +20,12 @@ use crate::snapshot::Snapshot;
 
 impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> {
     /// Writes the statuses that changed; returns the objects written, as `Kind/name` (in
-    /// dry run, those it would write).
-    pub(crate) async fn write_statuses(&self, region: &RegionCatalog<'_>) -> Result<Vec<String>, ClusterError> {
+    /// dry run, those it would write), and the fleet of the managed NodePools
+    /// ([`fleet`]), priced with the cluster's NodeOverlays.
+    pub(crate) async fn write_statuses(
+        &self,
+        region: &RegionCatalog<'_>,
+    ) -> Result<(Vec<String>, Vec<FleetLine>), ClusterError> {
         let pools = self.ports.cluster.nodepools().await?;
         let classes = self.ports.cluster.ec2nodeclasses().await?;
         let nodes = self.ports.cluster.nodes().await?;
@@ -40,6 +45,18 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
             .map(|p| p.spec.template.spec.node_class_ref.name.as_str())
             .collect();
         let managed_pools = snapshot.nodepools.clone();
+        let fleet = {
+            let mut priced = region.clone();
+            match self.ports.cluster.nodeoverlays().await {
+                Ok(overlays) => {
+                    priced.apply_overlays(&overlays.valid);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %Chain(&e), "could not read NodeOverlays; the fleet's cost is at list prices")
+                }
+            }
+            fleet(&snapshot.nodes, &managed, &priced)
+        };
         let resolved = self.narrow_pools(&mut snapshot, region).await;
         let now = self.ports.clock.now();
         let mut written = Vec::new();
@@ -89,7 +106,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'_, C, K, S, T> 
                 self.write(StatusOf::EC2NodeClass, name, &status, &mut written).await;
             }
         }
-        Ok(written)
+        Ok((written, fleet))
     }
 
     async fn write(&self, kind: StatusOf, name: &str, status: &serde_json::Value, written: &mut Vec<String>) {

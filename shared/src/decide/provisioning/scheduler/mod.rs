@@ -13,7 +13,9 @@
 //!    refused the class for good, which keeps this step amortised O(nodes + pods);
 //! 3. a new node from the heaviest NodePool that can take it: the zone and capacity type
 //!    that keep its spreads balanced at the lowest price (at equal price, those its
-//!    preferred node affinity favours), and the instance type that
+//!    preferred node affinity favours; for a NodePool with zone balance, the zone where
+//!    it has the fewest nodes within its price tolerance), in a zone whose subnets have
+//!    the addresses for the node's pods, and the instance type that
 //!    [`crate::decide::provisioning::packer`] finds most cost-effective for the pods still
 //!    waiting.
 //!
@@ -52,8 +54,10 @@
 //! - NodePools: [`pool`] a NodePool in the run, [`offer_key`] its zones and capacity types,
 //!   [`candidates`] its types that take a pod alone, [`planned`] what is planned under its
 //!   limits, [`memo`] what the run remembers of it, [`target`] a new node's type,
-//!   [`min_values`] its `minValues`, [`reserved`] the room its reserved offer keys take
-//!   in capacity reservations;
+//!   [`min_values`] its `minValues`, [`zone_ledger`] its nodes per zone for its zone
+//!   balance, and its class's free subnet addresses, [`prepaid`] the room left in the
+//!   Savings Plan commitments, [`reserved`] the room its reserved offer keys take in
+//!   capacity reservations;
 //! - labels: [`split`] a node's labels in parts, [`with_host`] with the hostname of a node
 //!   being opened, [`custom_keys`] the NodePool's custom keys;
 //! - [`index`] the typed indices, [`why`] why a pod was not placed, [`outcome`] the run's
@@ -81,6 +85,7 @@ mod planned;
 mod pod_at;
 mod pool;
 mod preference;
+mod prepaid;
 mod refusal;
 mod relaxation;
 mod reserved;
@@ -90,6 +95,7 @@ mod target;
 mod topology_check;
 mod why;
 mod with_host;
+mod zone_ledger;
 
 pub use outcome::SchedulerOutcome;
 
@@ -155,6 +161,10 @@ pub struct Scheduler {
     new_nodes: IdVec<NewNodeId, NewNode>,
     /// Planned nodes per zone, in the order they were opened.
     zone_nodes: BTreeMap<String, Vec<NewNodeId>>,
+    /// Each NodePool's nodes per zone, and each class's free addresses per zone.
+    zones: zone_ledger::ZoneLedger,
+    /// The room left in the Savings Plan commitments.
+    prepaid: prepaid::Prepaid,
     /// The hard zonal spreads, by topology group, with the classes that own them.
     zonal_owners: Vec<(usize, Vec<SpreadOwner>)>,
     /// Per hard zonal spread group that narrows its nodes by node affinity: the zones of
@@ -230,6 +240,8 @@ impl Scheduler {
             templates::build(nodepools, &snapshot.nodeclasses, region, &daemonsets, &snapshot.nodes);
         plan.skipped.extend(skipped);
         let templates: IdVec<TemplateId, Template> = templates.into_iter().collect();
+        let zones = zone_ledger::ZoneLedger::new(snapshot, &templates, removed);
+        let prepaid = prepaid::Prepaid::new(snapshot, region, removed);
 
         let volumes = Volumes::of(snapshot);
         let namespaces = Namespaces::new(snapshot);
@@ -302,6 +314,8 @@ impl Scheduler {
             existing,
             new_nodes: IdVec::new(),
             zone_nodes: BTreeMap::new(),
+            zones,
+            prepaid,
             zonal_owners,
             counted_zones: HashMap::new(),
             topology,

@@ -19,6 +19,7 @@ use crate::decide::provisioning::scheduler::split::Split;
 use crate::decide::provisioning::scheduler::target::Target;
 use crate::decide::provisioning::scheduler::why::Why;
 use crate::decide::provisioning::scheduler::with_host::WithHost;
+use crate::decide::provisioning::scheduler::zone_ledger::{AddressShortfall, Choice, balanced, planned_pods};
 use crate::decide::provisioning::topology::Domains;
 use crate::decide::provisioning::unschedulable::{Reason, Rejection, Shortfall};
 use crate::model::well_known as wk;
@@ -29,7 +30,7 @@ impl Scheduler {
     /// take it at level `li`; each template that cannot adds its reason to `why`.
     pub(super) fn open_node(&mut self, pod: PodId, li: usize, why: &mut Why) -> bool {
         let class = self.class_of[pod];
-        for ti in self.pools.ids() {
+        'pools: for ti in self.pools.ids() {
             let c = &self.classes[class];
             let cached = self.pools[ti].candidates_for(class, li, c, &self.pods[c.rep]);
             let by_offer = match cached.as_ref() {
@@ -45,9 +46,14 @@ impl Scheduler {
             let at = PodAt::new(pod, li, &self.pods, &self.class_of, &self.classes);
             let check = self.topology_check();
             let pool = &self.pools[ti];
+            let node_class = pool.template.labels.get(wk::EC2NODECLASS).cloned().unwrap_or_default();
             let mut choices: Vec<(i64, f64, i64, usize, OfferKeyId)> = Vec::new();
             let mut narrowed: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             let mut topo_err = None;
+            let mut short: Vec<(String, AddressShortfall)> = Vec::new();
+            // Per offer key whose room in a Savings Plan commitment pays for a node: the
+            // types it pays for.
+            let mut prepaid: BTreeMap<OfferKeyId, Vec<TypeId>> = BTreeMap::new();
             for (&k, all_types) in by_offer {
                 // A reserved key only while its reservations have room, for the types that do.
                 let Some(room) = self.with_reserved_room(ti, k, all_types) else {
@@ -81,6 +87,11 @@ impl Scheduler {
                     topo_err = Some(Rejection::Spread(wk::ZONE.to_string()));
                     continue;
                 }
+                // A zone whose subnets have no address left for a node and this pod.
+                if let Err(s) = self.zones.room(&node_class, &key.zone, 1) {
+                    short.push((key.zone.clone(), s));
+                    continue;
+                }
                 let groups = &at.class.groups;
                 let spread_count: i64 = at
                     .pod
@@ -95,10 +106,27 @@ impl Scheduler {
                         )
                     })
                     .sum();
-                let price = types
+                let mut price = types
                     .iter()
                     .filter_map(|&i| key.prices[i])
                     .fold(f64::INFINITY, f64::min);
+                // A commitment with room makes the node free: filled first.
+                if !self.prepaid.is_empty() {
+                    let paid: Vec<TypeId> = types
+                        .iter()
+                        .copied()
+                        .filter(|&i| {
+                            key.prices[i].is_some_and(|p| {
+                                let name = &t.ty(i).instance_type.name;
+                                self.prepaid.payer(name, &key.zone, key.capacity_type, p).is_some()
+                            })
+                        })
+                        .collect();
+                    if !paid.is_empty() {
+                        price = 0.0;
+                        prepaid.insert(k, paid);
+                    }
+                }
                 let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
                 // At the same price, the zone and capacity type the pod prefers.
                 let preferred = -preference_weight_at(key, t, at.pod, types, price);
@@ -116,68 +144,150 @@ impl Scheduler {
                     .then(a.3.cmp(&b.3))
                     .then(a.4.cmp(&b.4))
             });
-            let Some(&(_, _, _, _, k)) = choices.first() else {
-                if let Some(rejection) = topo_err {
-                    why.add(Reason::Topology { rejection });
+            let nodepool = self.pools[ti].template.name.clone();
+            loop {
+                let Some(pick) = self.zone_pick(ti, &choices) else {
+                    if let Some(rejection) = topo_err {
+                        why.add(Reason::Topology { rejection });
+                    }
+                    for (zone, s) in short {
+                        why.add(Reason::Resources {
+                            nodepool: nodepool.clone(),
+                            shortfall: Shortfall::SubnetAddresses {
+                                zone: zone.clone(),
+                                available: s.available,
+                                needed: s.needed,
+                            },
+                        });
+                        self.plan.pass_over_zone(&nodepool, &zone, s.available, s.needed);
+                    }
+                    continue 'pools;
+                };
+                let k = choices[pick].4;
+                let (types, cacheable) = match prepaid.get(&k).or(narrowed.get(&k)) {
+                    Some(types) => (types.clone(), false),
+                    None => (by_offer[&k].clone(), true),
+                };
+                let demand = Demand {
+                    pods: &self.pods,
+                    classes: &self.classes,
+                    progress: &self.progress,
+                };
+                let Some(target) = Target::choose(&mut self.pools[ti], &demand, class, li, k, &types, cacheable) else {
+                    why.add(self.pools[ti].no_target_reason(&types));
+                    continue 'pools;
+                };
+                let zone = self.pools[ti].offer_keys[k].zone.clone();
+                let pods = planned_pods(target.quota.values().copied());
+                if let Err(s) = self.zones.room(&node_class, &zone, pods) {
+                    // The packing's node needs more addresses than the zone has left:
+                    // the next zone, as a capacity error would send it.
+                    short.push((zone, s));
+                    choices.remove(pick);
+                    continue;
                 }
-                continue;
-            };
-            let (types, cacheable) = match narrowed.get(&k) {
-                Some(types) => (types.clone(), false),
-                None => (by_offer[&k].clone(), true),
-            };
-            let demand = Demand {
-                pods: &self.pods,
-                classes: &self.classes,
-                progress: &self.progress,
-            };
-            let Some(target) = Target::choose(&mut self.pools[ti], &demand, class, li, k, &types, cacheable) else {
-                why.add(self.pools[ti].no_target_reason(&types));
-                continue;
-            };
-            let pool = &self.pools[ti];
-            let key = &pool.offer_keys[k];
-            let capacity = pool.template.ty(target.ty).instance_type.capacity.clone();
-            let n = self.new_nodes.next_id();
-            for (&c, &q) in &target.quota {
-                if q > 0 {
-                    self.progress[c].reserved += q;
-                    self.progress[c].quota_nodes.push(n);
+                for (zone, s) in &short {
+                    self.plan.pass_over_zone(&nodepool, zone, s.available, s.needed);
                 }
+                let payer = prepaid.contains_key(&k).then(|| {
+                    let key = &self.pools[ti].offer_keys[k];
+                    let price = key.prices[target.ty].unwrap_or_default();
+                    let name = &self.pools[ti].template.ty(target.ty).instance_type.name;
+                    (self.prepaid.payer(name, &key.zone, key.capacity_type, price), price)
+                });
+                if self.open_with(pod, li, ti, k, hostname, custom, target, &node_class, pods) {
+                    if let Some((Some(i), price)) = payer {
+                        self.prepaid.take(i, price);
+                    }
+                    return true;
+                }
+                why.add(Reason::Resources {
+                    nodepool,
+                    shortfall: Shortfall::NotPlaced,
+                });
+                continue 'pools;
             }
-            let reserved = target.quota.iter().fold(Resources::default(), |acc, (c, q)| {
-                let mut acc = acc;
-                for _ in 0..*q {
-                    acc = acc.plus(&self.classes[*c].requests);
-                }
-                acc
-            });
-            self.zone_nodes.entry(key.zone.clone()).or_default().push(n);
-            self.new_nodes
-                .push(NewNode::new(ti, key, hostname, custom, target, &reserved));
-            self.take_reservation(n);
-            if self.try_new_node(pod, n, li).is_ok() {
-                self.pools[ti].planned.open(&capacity);
-                self.record_counted_zone(n);
-                return true;
+        }
+        false
+    }
+
+    /// Which of `choices` (sorted) a new node of template `ti` takes: the first, or for a
+    /// NodePool with zone balance the zone where it has the fewest nodes among those
+    /// priced within its tolerance ([`balanced`]).
+    fn zone_pick(&self, ti: TemplateId, choices: &[(i64, f64, i64, usize, OfferKeyId)]) -> Option<usize> {
+        let first = choices.first()?;
+        let pool = &self.pools[ti];
+        let Some(tolerance) = pool.template.zone_balance else {
+            return Some(0);
+        };
+        let ranked: Vec<Choice> = choices
+            .iter()
+            .enumerate()
+            .map(|(rank, c)| Choice {
+                rank,
+                same_spread: c.0 == first.0,
+                price: c.1,
+                pool_nodes: self.zones.pool_nodes(ti, &pool.offer_keys[c.4].zone),
+            })
+            .collect();
+        balanced(&ranked, tolerance)
+    }
+
+    /// Opens node `n` of template `ti` in offer key `k` for `pod` with `target`, and places
+    /// the pod on it; undone (and `false`) when the node does not take the pod.
+    #[allow(clippy::too_many_arguments)]
+    fn open_with(
+        &mut self,
+        pod: PodId,
+        li: usize,
+        ti: TemplateId,
+        k: OfferKeyId,
+        hostname: String,
+        custom: Requirements,
+        target: Target,
+        node_class: &str,
+        pods: usize,
+    ) -> bool {
+        let pool = &self.pools[ti];
+        let key = &pool.offer_keys[k];
+        let capacity = pool.template.ty(target.ty).instance_type.capacity.clone();
+        let n = self.new_nodes.next_id();
+        for (&c, &q) in &target.quota {
+            if q > 0 {
+                self.progress[c].reserved += q;
+                self.progress[c].quota_nodes.push(n);
             }
-            if let Some(node) = self.new_nodes.pop() {
-                if let Some(r) = &node.reservation {
-                    self.reserved_room.give_back(r);
-                }
-                if let Some(list) = self.zone_nodes.get_mut(&node.zone) {
-                    list.retain(|&x| x != n);
-                }
-                for (c, q) in node.quota {
-                    let state = &mut self.progress[c];
-                    state.reserved = state.reserved.saturating_sub(q);
-                    state.quota_nodes.retain(|&x| x != n);
-                }
+        }
+        let reserved = target.quota.iter().fold(Resources::default(), |acc, (c, q)| {
+            let mut acc = acc;
+            for _ in 0..*q {
+                acc = acc.plus(&self.classes[*c].requests);
             }
-            why.add(Reason::Resources {
-                nodepool: self.pools[ti].template.name.clone(),
-                shortfall: Shortfall::NotPlaced,
-            });
+            acc
+        });
+        self.zone_nodes.entry(key.zone.clone()).or_default().push(n);
+        self.zones.open(ti, node_class, &key.zone, pods);
+        self.new_nodes
+            .push(NewNode::new(ti, key, hostname, custom, target, &reserved));
+        self.take_reservation(n);
+        if self.try_new_node(pod, n, li).is_ok() {
+            self.pools[ti].planned.open(&capacity);
+            self.record_counted_zone(n);
+            return true;
+        }
+        if let Some(node) = self.new_nodes.pop() {
+            if let Some(r) = &node.reservation {
+                self.reserved_room.give_back(r);
+            }
+            if let Some(list) = self.zone_nodes.get_mut(&node.zone) {
+                list.retain(|&x| x != n);
+            }
+            self.zones.close(ti, node_class, &node.zone, pods);
+            for (c, q) in node.quota {
+                let state = &mut self.progress[c];
+                state.reserved = state.reserved.saturating_sub(q);
+                state.quota_nodes.retain(|&x| x != n);
+            }
         }
         false
     }
