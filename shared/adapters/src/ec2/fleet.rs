@@ -735,4 +735,68 @@ mod tests {
         let with = create_fleet(&ec2, "demo", &r, "carpool-0123456789abcdef", &["subnet-a".into()]);
         assert_eq!(with.as_input().get_context().as_deref(), Some("ec2-context-123"));
     }
+
+    /// aws/karpenter-provider-aws `CreateLaunchTemplateInputBuilder.Build` (targeted mode)
+    /// and `CreateFleetInputBuilder.defaultTargetCapacityType`/`Build`: a reserved launch's
+    /// template targets its reservation alone (`capacity-reservations-only`), a Capacity
+    /// Block's in the `capacity-block` market; CreateFleet asks for `on-demand` capacity
+    /// with on-demand options for an ODCR, `capacity-block` without them for a block. Other
+    /// launches' templates are as before, names included.
+    #[test]
+    fn a_reserved_launch_targets_its_reservation_in_the_template_and_the_fleet() {
+        let ec2 = aws_sdk_ec2::Client::from_conf(
+            aws_sdk_ec2::Config::builder()
+                .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+                .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+                .build(),
+        );
+        let class = network_class(None, None);
+        let plain = content(&class, "ami-1");
+        assert_eq!(plain.clone().for_request(&request(CapacityType::OnDemand)), plain);
+        for (reservation_type, market, capacity) in [
+            (ReservationType::Default, None, DefaultTargetCapacityType::OnDemand),
+            (
+                ReservationType::CapacityBlock,
+                Some(MarketType::CapacityBlock),
+                DefaultTargetCapacityType::CapacityBlock,
+            ),
+        ] {
+            let mut r = request(CapacityType::Reserved);
+            r.instance_types = vec!["m5.large".into()];
+            r.labels.extend(
+                ReservationTarget {
+                    id: "cr-0123".into(),
+                    reservation_type,
+                }
+                .labels(),
+            );
+            let reserved = content(&class, "ami-1").for_request(&r);
+            assert_ne!(reserved.name(), plain.name(), "a template of its own");
+            let data = reserved.data();
+            let spec = data.capacity_reservation_specification().unwrap();
+            assert_eq!(
+                spec.capacity_reservation_preference(),
+                Some(&CapacityReservationPreference::CapacityReservationsOnly)
+            );
+            assert_eq!(
+                spec.capacity_reservation_target()
+                    .and_then(|t| t.capacity_reservation_id()),
+                Some("cr-0123")
+            );
+            assert_eq!(
+                data.instance_market_options().and_then(|m| m.market_type()),
+                market.as_ref()
+            );
+            let fleet = create_fleet(&ec2, "demo", &r, &reserved.name(), &["subnet-a".into()]);
+            let input = fleet.as_input();
+            assert_eq!(
+                input
+                    .get_target_capacity_specification()
+                    .as_ref()
+                    .and_then(|t| t.default_target_capacity_type()),
+                Some(&capacity)
+            );
+            assert_eq!(input.get_on_demand_options().is_some(), market.is_none());
+        }
+    }
 }

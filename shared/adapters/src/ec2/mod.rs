@@ -552,6 +552,11 @@ impl Cloud for Ec2Cloud {
         request
             .check_labels_and_taints()
             .map_err(|e| CloudError::Api(format!("not launched: {e}").into()))?;
+        if request.capacity_type == CapacityType::Reserved && request.capacity_reservation().is_none() {
+            return Err(CloudError::Api(
+                "not launched: a reserved launch names no capacity reservation".into(),
+            ));
+        }
         let subnets = resolve::subnets(&self.ec2, &self.lookups, &request.node_class, &request.zone).await?;
         if subnets.is_empty() {
             return Err(CloudError::NodeClass {
