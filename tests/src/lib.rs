@@ -12,6 +12,8 @@
 //!   and DynamoDB clients for it.
 //! - [`moto`]: resets moto and seeds it again.
 //! - [`aws_json`]: moto's JSON-protocol APIs (EventBridge, SQS) called over plain HTTP.
+//! - [`capacity_reservation`]: capacity reservations (and the stand-in Capacity Block) on
+//!   moto.
 //! - [`tags`]: the instance tag conventions the harness reads (NodePool, labels, taints,
 //!   startup taints, never-register). The real launch path passes taints in nodeadm
 //!   user data, which a later issue writes; here the launch puts them in the tag
@@ -37,6 +39,7 @@
 //! ([`exclusive`]).
 
 pub mod aws_json;
+pub mod capacity_reservation;
 pub mod harness;
 pub mod instance;
 pub mod launch;
