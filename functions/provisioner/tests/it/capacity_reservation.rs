@@ -18,7 +18,6 @@
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, ensure};
-use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use carpool::catalog::Catalog;
 use carpool::model::{CapacityReservation, CapacityType, EC2NodeClass};
 use carpool::ports::{
@@ -45,26 +44,18 @@ async fn scene(prefix: &str) -> Result<(Scene, String)> {
             .build()
     })
     .await?;
-    let ec2 = aws_sdk_ec2::Client::new(&scene.stack.aws_config().await?);
-    let id = ec2
-        .create_capacity_reservation()
-        .instance_type("m5.xlarge")
-        .instance_platform("Linux/UNIX".into())
-        .availability_zone(ZONE)
-        .instance_count(3)
-        .instance_match_criteria("targeted".into())
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::CapacityReservation)
-                .tags(Tag::builder().key("carpool-e2e").value(&scene.name).build())
-                .build(),
-        )
-        .send()
-        .await?
-        .capacity_reservation()
-        .and_then(|r| r.capacity_reservation_id())
-        .map(str::to_string)
-        .context("no reservation id")?;
+    let id = carpool_tests::capacity_reservation::create(
+        &scene.stack,
+        &carpool_tests::capacity_reservation::Reserve {
+            instance_type: "m5.xlarge",
+            zone: ZONE,
+            count: 3,
+            tags: &[("carpool-e2e", &scene.name)],
+            block: false,
+            end: None,
+        },
+    )
+    .await?;
     let patch = json!({"spec": {"capacityReservationSelectorTerms": [{"tags": {"carpool-e2e": scene.name}}]}});
     Api::<DynamicObject>::all_with(scene.kube.clone(), &nodeclasses())
         .patch(&scene.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use carpool::fixtures::EC2NodeClassBuilder;
 use carpool::model::{CapacityType, EC2NodeClass, ReservationTarget, ReservationType};
 use carpool::ports::{Cloud, CloudError, LaunchRequest, NodeClassReason, OfferingKey};
@@ -24,29 +23,6 @@ use carpool_adapters::cluster_info::ClusterInfo;
 use carpool_adapters::ec2::{Ec2Clients, Ec2Cloud};
 use carpool_tests::{Stack, shared, unique};
 use serde_json::json;
-
-/// A reservation of `count` m5.xlarge in `zone` on moto, tagged `carpool-test=<tag>`.
-async fn create_reservation(ec2: &aws_sdk_ec2::Client, zone: &str, count: i32, tag: &str) -> Result<String> {
-    let out = ec2
-        .create_capacity_reservation()
-        .instance_type("m5.xlarge")
-        .instance_platform("Linux/UNIX".into())
-        .availability_zone(zone)
-        .instance_count(count)
-        .instance_match_criteria("targeted".into())
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::CapacityReservation)
-                .tags(Tag::builder().key("carpool-test").value(tag).build())
-                .build(),
-        )
-        .send()
-        .await?;
-    out.capacity_reservation()
-        .and_then(|r| r.capacity_reservation_id())
-        .map(str::to_string)
-        .context("CreateCapacityReservation returned no id")
-}
 
 fn node_class(name: &str, terms: serde_json::Value) -> Result<EC2NodeClass> {
     Ok(EC2NodeClassBuilder::new(name)
@@ -94,7 +70,18 @@ async fn a_reserved_launch_targets_its_reservation_and_a_full_one_is_out_of_capa
     let ec2 = cloud.ec2().clone();
     let zone = format!("{}a", stack.region()?);
     let tag = unique("cr");
-    let id = create_reservation(&ec2, &zone, 2, &tag).await?;
+    let id = carpool_tests::capacity_reservation::create(
+        &stack,
+        &carpool_tests::capacity_reservation::Reserve {
+            instance_type: "m5.xlarge",
+            zone: &zone,
+            count: 2,
+            tags: &[("carpool-test", &tag)],
+            block: false,
+            end: None,
+        },
+    )
+    .await?;
 
     // Selected by tag, and by id: the same reservation, with its room.
     for terms in [json!([{"tags": {"carpool-test": tag}}]), json!([{"id": id}])] {
