@@ -116,6 +116,48 @@ fn a_reservation_of_three_takes_the_first_three_nodes_and_the_fourth_is_not_rese
     assert!(!fourth.labels.contains_key(wk::CAPACITY_RESERVATION_ID));
 }
 
+/// Capacity already paid for comes first: a reservation (of no use to anything else),
+/// then a Savings Plan commitment's room (Carpool's own,
+/// `carpool.sh/savings-plan-commitment`), then the cheapest capacity.
+#[test]
+fn a_reservation_is_filled_before_a_savings_plan_commitments_room() {
+    let mut items = vec![
+        nodepool("default", &["reserved", "on-demand", "spot"]),
+        class("default", json!([{"id": CR}])),
+        json!({
+            "apiVersion": "karpenter.sh/v1alpha1",
+            "kind": "NodeOverlay",
+            "metadata": {"name": "savings-plan-m5",
+                         "annotations": {"carpool.sh/savings-plan-commitment": "10"}},
+            "spec": {
+                "requirements": [{"key": wk::INSTANCE_FAMILY, "operator": "In", "values": ["m5"]}],
+                "priceAdjustment": "-30%",
+            },
+        }),
+    ];
+    items.extend(four_big_pods());
+    let snap = snapshot(&items);
+    let mut region = region();
+    region.apply_overlays(&snap.nodeoverlays);
+    region.set_capacity_reservations("default", vec![reservation(2)]);
+    let plan = provisioning_plan(&snap, &region);
+    assert_eq!(plan.nodes.len(), 4, "{plan:#?}");
+    let reserved = plan
+        .nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::Reserved)
+        .count();
+    assert_eq!(reserved, 2, "the reservation first: {plan:#?}");
+    for n in plan.nodes.iter().filter(|n| n.capacity_type != CapacityType::Reserved) {
+        assert_eq!(
+            n.capacity_type,
+            CapacityType::OnDemand,
+            "then the commitment's room: {n:?}"
+        );
+        assert!(n.instance_type.starts_with("m5."), "{n:?}");
+    }
+}
+
 /// kubernetes-sigs/karpenter `pkg/apis/v1` labels: `reserved` is a capacity type of its
 /// own; a NodePool whose `karpenter.sh/capacity-type` requirement leaves it out (as the
 /// NodePools written before v1.3 do) never uses a reservation.

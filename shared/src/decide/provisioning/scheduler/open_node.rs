@@ -1,7 +1,8 @@
 //! Opening a new node for a pod that no existing or planned node takes (Karpenter's
 //! `Scheduler.addToNewNodeClaim`): from the heaviest NodePool that can take it, in the zone
-//! and capacity type that keep its spreads balanced at the lowest price (at equal price,
-//! those its preferred node affinity favours), filled towards the type
+//! and capacity type that keep its spreads balanced, capacity already paid for first (a
+//! capacity reservation's, then a Savings Plan commitment's room), then at the lowest price
+//! (at equal price, those its preferred node affinity favours), filled towards the type
 //! [`crate::decide::provisioning::scheduler::target`] chooses. The node, once opened, takes
 //! the pod as any planned node does ([`crate::decide::provisioning::scheduler::new_node`]).
 
@@ -23,7 +24,7 @@ use crate::decide::provisioning::scheduler::zone_ledger::{AddressShortfall, Choi
 use crate::decide::provisioning::topology::Domains;
 use crate::decide::provisioning::unschedulable::{Reason, Rejection, Shortfall};
 use crate::model::well_known as wk;
-use crate::model::{Requirement, Requirements, Resources};
+use crate::model::{CapacityType, Requirement, Requirements, Resources};
 
 impl Scheduler {
     /// Opens a node for a pod from the first template (heaviest NodePool first) that can
@@ -106,11 +107,12 @@ impl Scheduler {
                         )
                     })
                     .sum();
-                let mut price = types
+                let price = types
                     .iter()
                     .filter_map(|&i| key.prices[i])
                     .fold(f64::INFINITY, f64::min);
-                // A commitment with room makes the node free: filled first.
+                // A commitment with room makes the node free: filled first, after the
+                // reservations (paid for too, and of no use to anything else).
                 if !self.prepaid.is_empty() {
                     let paid: Vec<TypeId> = types
                         .iter()
@@ -123,14 +125,23 @@ impl Scheduler {
                         })
                         .collect();
                     if !paid.is_empty() {
-                        price = 0.0;
                         prepaid.insert(k, paid);
                     }
                 }
+                // Capacity already paid for comes first, whatever the price: a
+                // reservation's, then a Savings Plan commitment's room; the rest by price.
+                let tier = if key.capacity_type == CapacityType::Reserved {
+                    0
+                } else if prepaid.contains_key(&k) {
+                    1
+                } else {
+                    2
+                };
                 let in_zone = self.zone_nodes.get(&key.zone).map_or(0, Vec::len);
                 // At the same price, the zone and capacity type the pod prefers.
                 let preferred = -preference_weight_at(key, t, at.pod, types, price);
-                choices.push((spread_count, price, preferred, in_zone, k));
+                // Spreads first, then the tier: one key orders both.
+                choices.push((spread_count * 4 + tier, price, preferred, in_zone, k));
                 if let Some(list) = by_topology {
                     narrowed.insert(k, list);
                 } else if let Cow::Owned(list) = room {
