@@ -74,7 +74,8 @@ slim_metadata!(
     CSINode,
     Namespace,
     DynamicObject,
-    VolumeAttachment
+    VolumeAttachment,
+    k8s_openapi::api::core::v1::PodTemplate
 );
 
 /// Objects per list page.
@@ -115,6 +116,15 @@ fn nodeoverlays_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("karpenter.sh", "v1alpha1", "NodeOverlay"),
         "nodeoverlays",
+    )
+}
+
+/// `autoscaling.x-k8s.io/v1beta1` CapacityBuffers (namespaced; their CRD ships with
+/// Karpenter, so often not installed).
+fn capacitybuffers_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("autoscaling.x-k8s.io", "v1beta1", "CapacityBuffer"),
+        "capacitybuffers",
     )
 }
 
@@ -474,6 +484,22 @@ impl Cluster for KubeCluster {
             Err(ClusterError::NotFound { .. }) => Ok(Validated::default()),
             other => other,
         }
+    }
+
+    async fn capacity_buffers(
+        &self,
+    ) -> Result<Validated<carpool::model::capacity_buffer::CapacityBuffer>, ClusterError> {
+        match self.validated(&capacitybuffers_resource()).await {
+            // No CapacityBuffer CRD: no buffers.
+            Err(ClusterError::NotFound { .. }) => Ok(Validated::default()),
+            other => other,
+        }
+    }
+
+    async fn pod_templates(&self) -> Result<Vec<k8s_openapi::api::core::v1::PodTemplate>, ClusterError> {
+        self.list(&Api::all(self.client.clone()), ListParams::default())
+            .await
+            .map_err(|e| map_err("podtemplates", e))
     }
 
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {

@@ -63,6 +63,8 @@ struct State {
     nodepools: BTreeMap<String, serde_json::Value>,
     ec2nodeclasses: BTreeMap<String, serde_json::Value>,
     nodeoverlays: BTreeMap<String, serde_json::Value>,
+    capacity_buffers: BTreeMap<String, serde_json::Value>,
+    pod_templates: Vec<k8s_openapi::api::core::v1::PodTemplate>,
     /// Events published, in order.
     events: Vec<PodEvent>,
     /// The PersistentVolumes attached to each node (its VolumeAttachments).
@@ -377,6 +379,17 @@ impl FakeCluster {
         lock(&self.state).nodeoverlays.insert(object_name(&object), object);
     }
 
+    /// Adds (or replaces) a CapacityBuffer, as written (invalid ones are kept, and listed
+    /// apart as the apiserver would serve them).
+    pub fn add_capacity_buffer(&self, object: serde_json::Value) {
+        lock(&self.state).capacity_buffers.insert(object_name(&object), object);
+    }
+
+    /// Adds a PodTemplate.
+    pub fn add_pod_template(&self, template: k8s_openapi::api::core::v1::PodTemplate) {
+        lock(&self.state).pod_templates.push(template);
+    }
+
     /// Removes a pod, as its controller or the kubelet would (a scale-down, a Job's pod
     /// done, a pod whose node is gone); no PDB is consulted.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
@@ -605,6 +618,16 @@ impl Cluster for FakeCluster {
     async fn nodeoverlays(&self) -> Result<Validated<NodeOverlay>, ClusterError> {
         let state = self.enter("nodeoverlays".into())?;
         Ok(validated(&state.nodeoverlays))
+    }
+
+    async fn capacity_buffers(&self) -> Result<Validated<crate::model::capacity_buffer::CapacityBuffer>, ClusterError> {
+        let state = self.enter("capacity_buffers".into())?;
+        Ok(validated(&state.capacity_buffers))
+    }
+
+    async fn pod_templates(&self) -> Result<Vec<k8s_openapi::api::core::v1::PodTemplate>, ClusterError> {
+        let state = self.enter("pod_templates".into())?;
+        Ok(state.pod_templates.clone())
     }
 
     async fn cordon(&self, node: &str) -> Result<(), ClusterError> {

@@ -5,6 +5,7 @@
 //! well-known labels, annotations and taints. Everything else in the crate builds on
 //! these, and they build on nothing else in it.
 
+pub mod capacity_buffer;
 pub mod capacity_reservation;
 pub mod content_hash;
 pub mod duration;

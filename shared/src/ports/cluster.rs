@@ -196,6 +196,20 @@ pub trait Cluster: Send + Sync {
     fn nodeoverlays(&self) -> impl Future<Output = Result<Validated<NodeOverlay>, ClusterError>> + Send {
         async { Ok(Validated::default()) }
     }
+    /// Every `autoscaling.x-k8s.io/v1beta1` CapacityBuffer, the invalid ones apart. A
+    /// cluster without the CRD has none: that is not an error. By default, none.
+    fn capacity_buffers(
+        &self,
+    ) -> impl Future<Output = Result<Validated<crate::model::capacity_buffer::CapacityBuffer>, ClusterError>> + Send
+    {
+        async { Ok(Validated::default()) }
+    }
+    /// Every PodTemplate (a CapacityBuffer's chunk). By default, none.
+    fn pod_templates(
+        &self,
+    ) -> impl Future<Output = Result<Vec<k8s_openapi::api::core::v1::PodTemplate>, ClusterError>> + Send {
+        async { Ok(Vec::new()) }
+    }
 
     /// Marks a node unschedulable.
     fn cordon(&self, node: &str) -> impl Future<Output = Result<(), ClusterError>> + Send;

@@ -52,3 +52,21 @@ pub async fn read_snapshot<K: Cluster>(cluster: &K) -> Result<Snapshot, ClusterE
         ..Snapshot::default()
     })
 }
+
+/// The CapacityBuffers' chunks at `now`, as pending pods
+/// ([`crate::decide::provisioning::buffers`]), with the buffers that give none (invalid
+/// ones included) and why. A cluster with no buffer costs one list; the PodTemplates are
+/// listed only when a buffer exists.
+pub async fn buffer_pods<K: Cluster>(
+    cluster: &K,
+    now: std::time::SystemTime,
+) -> Result<crate::decide::provisioning::buffers::BufferPods, ClusterError> {
+    let buffers = cluster.capacity_buffers().await?;
+    let mut out = crate::decide::provisioning::buffers::BufferPods::default();
+    if !buffers.valid.is_empty() {
+        let templates = cluster.pod_templates().await?;
+        out = crate::decide::provisioning::buffers::virtual_pods(&buffers.valid, &templates, now);
+    }
+    out.skipped.extend(skipped("CapacityBuffer", &buffers));
+    Ok(out)
+}

@@ -66,6 +66,7 @@ mod allocatable;
 mod ami_requirements;
 mod backoff;
 mod burst;
+mod capacity_buffers;
 mod capacity_reservations;
 mod catalog;
 mod checker;

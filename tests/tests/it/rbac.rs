@@ -114,6 +114,10 @@ const NEEDED: &[Ask] = &[
     cluster("get", "nodeoverlays.karpenter.sh"),
     cluster("list", "nodeoverlays.karpenter.sh"),
     cluster("watch", "nodeoverlays.karpenter.sh"),
+    // CapacityBuffers and the PodTemplates of their chunks, in every namespace.
+    all("list", "capacitybuffers.autoscaling.x-k8s.io"),
+    all("watch", "capacitybuffers.autoscaling.x-k8s.io"),
+    all("list", "podtemplates"),
     // The status of the NodePools and classes it manages, what `kubectl get` shows.
     sub("patch", "nodepools.karpenter.sh", "status", Scope::Cluster),
     sub("patch", "ec2nodeclasses.karpenter.k8s.aws", "status", Scope::Cluster),
@@ -162,6 +166,9 @@ const FORBIDDEN: &[Ask] = &[
     cluster("create", "nodeoverlays.karpenter.sh"),
     cluster("patch", "nodeoverlays.karpenter.sh"),
     cluster("delete", "nodeoverlays.karpenter.sh"),
+    ns("create", "capacitybuffers.autoscaling.x-k8s.io"),
+    ns("patch", "capacitybuffers.autoscaling.x-k8s.io"),
+    ns("create", "podtemplates"),
     cluster("update", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("delete", "ec2nodeclasses.karpenter.k8s.aws"),
     cluster("patch", "ec2nodeclasses.karpenter.k8s.aws"),

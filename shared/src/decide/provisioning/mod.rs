@@ -25,12 +25,14 @@
 //!   failed launches; [`subnet_zones`] and [`ami_requirements`]: each NodePool narrowed to
 //!   the zones its subnets are in and the types its AMIs boot;
 //! - [`pod_events`]: the Kubernetes Events a batch publishes on its pending pods;
-//! - [`static_capacity`]: the nodes a static NodePool (`spec.replicas`) is missing.
+//! - [`static_capacity`]: the nodes a static NodePool (`spec.replicas`) is missing;
+//!   [`buffers`]: CapacityBuffers as pending pods to keep room for.
 
 pub mod ami_requirements;
 
 pub mod backoff;
 pub mod batch_plan;
+pub mod buffers;
 pub mod daemonsets;
 pub mod in_flight;
 pub mod lower_bound;

@@ -298,6 +298,11 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'a, C, K, S
     /// What the decision reads: see [`Observed`].
     async fn observe<'r>(&self, region: &RegionCatalog<'r>) -> Result<Observed<'r>, ConsolidationError> {
         let mut snapshot = crate::run::observe::read_snapshot(self.ports.cluster).await?;
+        // The CapacityBuffers' chunks are pending pods: the decision places them first,
+        // so their room is never consolidated away (Karpenter's `SimulateScheduling`
+        // injects the same virtual pods into its pending pods).
+        let chunks = crate::run::observe::buffer_pods(self.ports.cluster, self.ports.clock.now()).await?;
+        snapshot.pods.extend(chunks.pods);
         nodepools::keep_managed(&mut snapshot, &self.settings.provision.nodepool_selector);
         nodepools::drop_without_node_class(&mut snapshot);
         // A class that cannot be resolved leaves its NodePools out: their nodes are not

@@ -35,12 +35,14 @@
 pub mod backoff;
 pub mod batch;
 pub mod batcher;
+pub mod buffers;
 pub mod events;
 pub mod housekeeping;
 
 pub mod metrics;
 
 pub mod report;
+pub mod room;
 pub mod static_capacity;
 pub mod status;
 pub mod waves;
@@ -447,8 +449,15 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Provisioner<'a, C, K, S,
                     match self.keep_static_capacity(region).await {
                         Ok(kept) => report.static_capacity = kept,
                         Err(e) => {
-                            static_capacity::log_failure(&e);
+                            static_capacity::log_failure("static NodePools", &e);
                             faults.note(report, "static capacity", &e);
+                        }
+                    }
+                    match self.keep_buffers(region).await {
+                        Ok(kept) => report.buffers = kept,
+                        Err(e) => {
+                            static_capacity::log_failure("CapacityBuffers", &e);
+                            faults.note(report, "capacity buffers", &e);
                         }
                     }
                     match self.write_statuses(region).await {

@@ -171,6 +171,9 @@ pub struct RunReport {
     /// What the run did for the static NodePools (`spec.replicas`).
     #[serde(default)]
     pub static_capacity: StaticReport,
+    /// What the run did for the CapacityBuffers.
+    #[serde(default)]
+    pub buffers: BufferReport,
     /// The managed NodePools' nodes and cost per hour, by capacity type, as the run found
     /// them (empty when its statuses could not be read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -204,6 +207,23 @@ pub fn quantile(values: &[u64], q: f64) -> Option<u64> {
     sorted.sort_unstable();
     let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
     sorted.get(rank.saturating_sub(1).min(sorted.len() - 1)).copied()
+}
+
+/// What a run did for the CapacityBuffers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BufferReport {
+    /// Per buffer, `namespace/name` and its chunks now.
+    pub sizes: Vec<(String, u32)>,
+    /// Buffers that give no chunk, `namespace/name` and why.
+    pub skipped: Vec<(String, String)>,
+    /// Chunks planned on new nodes (the rest have room on nodes that exist or come).
+    pub chunks_planned_new: usize,
+    /// Chunks with no room anywhere (a NodePool's limits, say), and why.
+    pub unplaced: Vec<(String, String)>,
+    /// The nodes launched for them.
+    pub launched: Vec<Launched>,
+    /// The launches that failed.
+    pub failed: Vec<LaunchFailure>,
 }
 
 /// What a run did for the static NodePools.
