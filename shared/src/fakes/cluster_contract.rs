@@ -87,6 +87,12 @@ pub struct ClusterScene {
     /// it changes no price other tests on the stack see), and `<u>-invalid`, which the
     /// CRD accepts and Karpenter's runtime validation refuses.
     pub nodeoverlays: Vec<serde_json::Value>,
+    /// The CapacityBuffers, as JSON, in the namespace: `<u>-valid`, of two chunks of the
+    /// PodTemplate `<u>-chunk`, and `<u>-invalid`, which the CRD accepts and Carpool
+    /// refuses (a schedule without its duration and size).
+    pub capacity_buffers: Vec<serde_json::Value>,
+    /// The PodTemplate `<u>-chunk`.
+    pub pod_templates: Vec<k8s_openapi::api::core::v1::PodTemplate>,
     /// The namespace.
     pub namespace: Namespace,
     /// The StorageClass.
@@ -255,6 +261,16 @@ fn nodepool(name: &str, cpu_limit: &str) -> serde_json::Value {
         .build()
 }
 
+/// A CapacityBuffer of `replicas` chunks of PodTemplate `template` in namespace `ns`.
+fn capacity_buffer(ns: &str, name: &str, template: &str, annotations: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1",
+        "kind": "CapacityBuffer",
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+        "spec": {"podTemplateRef": {"name": template}, "replicas": 2},
+    })
+}
+
 /// A NodeOverlay with one requirement, at $0.01/h.
 fn nodeoverlay(name: &str, requirement: serde_json::Value) -> serde_json::Value {
     serde_json::json!({
@@ -384,6 +400,24 @@ impl ClusterScene {
                     serde_json::json!({"key": "node.kubernetes.io/instance-type", "operator": "Exists", "values": [unique]}),
                 ),
             ],
+            capacity_buffers: vec![
+                capacity_buffer(ns, &format!("{unique}-valid"), &format!("{unique}-chunk"), serde_json::json!({})),
+                capacity_buffer(
+                    ns,
+                    &format!("{unique}-invalid"),
+                    &format!("{unique}-chunk"),
+                    serde_json::json!({crate::model::capacity_buffer::SCHEDULE_ANNOTATION: "0 8 * * *"}),
+                ),
+            ],
+            pod_templates: vec![
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("{unique}-chunk"), "namespace": ns},
+                    "template": {"metadata": {"labels": {"app": "chunk"}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx",
+                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}},
+                }))
+                .unwrap_or_default(),
+            ],
         }
     }
 
@@ -403,6 +437,10 @@ impl ClusterScene {
             .iter()
             .for_each(|n| fake.add_ec2nodeclass(n.clone()));
         self.nodeoverlays.iter().for_each(|n| fake.add_nodeoverlay(n.clone()));
+        self.capacity_buffers
+            .iter()
+            .for_each(|b| fake.add_capacity_buffer(b.clone()));
+        self.pod_templates.iter().for_each(|t| fake.add_pod_template(t.clone()));
         fake.add_namespace(self.namespace.clone());
         fake.add_storage_class(self.storage_class.clone());
         fake.add_pvc(self.pvc.clone());
@@ -678,6 +716,20 @@ pub async fn cluster_contract<C: Cluster>(cluster: &C, scene: &ClusterScene) {
             && !v.valid.iter().any(|o| o.name() == invalid_name)
             && v.invalid.iter().any(|i| i.name == invalid_name && i.reason.contains("spec.requirements[0]"))),
         "nodeoverlays reads the valid one and names the invalid one's field: {overlays:?}"
+    );
+    let buffers = cluster.capacity_buffers().await;
+    assert!(
+        matches!(&buffers, Ok(v) if v.valid.iter().any(|b| b.name() == valid_name)
+            && !v.valid.iter().any(|b| b.name() == invalid_name)
+            && v.invalid.iter().any(|i| i.name == invalid_name && i.reason.contains("carpool.sh/buffer-schedule"))),
+        "capacity_buffers reads the valid one and names the invalid one's annotation: {buffers:?}"
+    );
+    let templates = cluster.pod_templates().await;
+    let chunk = format!("{}-chunk", scene.unique);
+    assert!(
+        matches!(&templates, Ok(v) if v.iter().any(|t| t.metadata.name.as_deref() == Some(chunk.as_str())
+            && t.template.is_some())),
+        "pod_templates reads the buffer's template: {templates:?}"
     );
 
     statuses(cluster, &valid_name).await;

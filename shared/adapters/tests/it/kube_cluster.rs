@@ -213,6 +213,20 @@ async fn contract(s: &mut Scene) -> Result<()> {
         );
         s.create_cluster_object(alpha, overlay).await?;
     }
+    let templates: Api<k8s_openapi::api::core::v1::PodTemplate> = Api::namespaced(s.kube.clone(), &ns);
+    for t in &scene.pod_templates {
+        templates.create(&PostParams::default(), t).await?;
+    }
+    let buffers_resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("autoscaling.x-k8s.io", "v1beta1", "CapacityBuffer"),
+        "capacitybuffers",
+    );
+    let buffers: Api<kube::api::DynamicObject> = Api::namespaced_with(s.kube.clone(), &ns, &buffers_resource);
+    for b in &scene.capacity_buffers {
+        buffers
+            .create(&PostParams::default(), &serde_json::from_value(b.clone())?)
+            .await?;
+    }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(s.kube.clone(), &ns);
     claims.create(&PostParams::default(), &scene.pvc).await?;
     s.create_cluster_object(
