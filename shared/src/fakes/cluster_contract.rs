@@ -401,7 +401,12 @@ impl ClusterScene {
                 ),
             ],
             capacity_buffers: vec![
-                capacity_buffer(ns, &format!("{unique}-valid"), &format!("{unique}-chunk"), serde_json::json!({})),
+                capacity_buffer(
+                    ns,
+                    &format!("{unique}-valid"),
+                    &format!("{unique}-chunk"),
+                    serde_json::json!({}),
+                ),
                 capacity_buffer(
                     ns,
                     &format!("{unique}-invalid"),

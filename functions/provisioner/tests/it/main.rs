@@ -13,7 +13,8 @@
 //!   are terminated.
 //! - [`capacity_reservation`]: on the stack, a reservation of 3 takes the first three
 //!   nodes and the launches target it; one found full falls back in the same run.
-//! - [`runtime_api`]: the fake Lambda Runtime API [`binary`] runs the binary against.
+//! - [`runtime_api`]: the fake Lambda Runtime API [`binary`] runs the binary against;
+//! - [`warm_capacity`]: a static NodePool and a CapacityBuffer get their room.
 
 mod binary;
 mod capacity_reservation;
@@ -21,3 +22,4 @@ mod e2e;
 mod eks_auth;
 mod handler;
 mod runtime_api;
+mod warm_capacity;
