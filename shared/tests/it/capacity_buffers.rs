@@ -79,14 +79,17 @@ impl World {
     }
 
     fn run(&self) -> RunReport {
+        self.run_with(Settings {
+            deployment: "carpool-test".into(),
+            ..Settings::default()
+        })
+    }
+
+    fn run_with(&self, settings: Settings) -> RunReport {
         let catalog = Catalog::embedded().unwrap();
         let region = catalog.region("us-east-1").unwrap();
         self.runs.set(self.runs.get() + 1);
         let owner = format!("run-{}", self.runs.get());
-        let settings = Settings {
-            deployment: "carpool-test".into(),
-            ..Settings::default()
-        };
         let mut p = Provisioner::new(&self.cloud, &self.cluster, &self.store, &self.clock, settings, &owner);
         block_on(p.run(&region)).unwrap()
     }
@@ -271,4 +274,20 @@ fn a_buffer_that_cannot_be_read_is_skipped_with_the_reason_and_launches_nothing(
     assert_eq!(report.buffers.skipped.len(), 2, "{:?}", report.buffers.skipped);
     assert!(why.iter().any(|b| b.contains("orphan")), "{why:?}");
     assert!(why.iter().any(|b| b.contains("bad")), "{why:?}");
+}
+
+#[test]
+fn an_adaptive_run_in_a_cluster_with_no_pending_pod_still_gives_a_buffer_its_room() {
+    let w = World::new(true);
+    let report = w.run_with(Settings {
+        deployment: "carpool-test".into(),
+        watch_mode: carpool::run::watch_mode::WatchMode::Adaptive {
+            quiet_after: Duration::from_secs(600),
+        },
+        ..Settings::default()
+    });
+    // No pod is pending, so it would check once and exit; the buffer's room is launched
+    // all the same, in its first round.
+    assert!(!report.buffers.launched.is_empty(), "{:?}", report.buffers);
+    assert!(report.batches.iter().all(|b| b.launched.is_empty()));
 }
