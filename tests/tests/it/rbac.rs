@@ -217,6 +217,8 @@ const INTERRUPTION_NEEDED: &[Ask] = &[
     cluster("get", "nodeoverlays.karpenter.sh"),
     cluster("list", "nodeoverlays.karpenter.sh"),
     cluster("watch", "nodeoverlays.karpenter.sh"),
+    all("list", "capacitybuffers.autoscaling.x-k8s.io"),
+    all("list", "podtemplates"),
     all("create", "events.events.k8s.io"),
     all("patch", "events.events.k8s.io"),
     all("create", "events"),
