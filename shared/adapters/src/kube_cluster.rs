@@ -14,12 +14,13 @@
 
 use carpool::model::manifest::{Validate, from_value};
 use carpool::model::pod::Pod;
+use carpool::model::rollout_restart::{RESTARTED_AT, RolloutRestart, SURGED_FOR};
 use carpool::model::well_known::TERMINATION_FINALIZER;
 use carpool::model::{EC2NodeClass, NodeOverlay, NodePool};
 use carpool::ports::{
     Cluster, ClusterError, Eviction, InvalidObject, MetadataPatch, PodEvent, PodRef, StatusOf, Validated,
 };
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{
     Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Taint, Toleration,
 };
@@ -665,6 +666,43 @@ impl Cluster for KubeCluster {
             .await
             .map(drop)
             .map_err(|e| map_err(&format!("{} {name}", kind.kind()), e))
+    }
+
+    async fn replica_set(&self, namespace: &str, name: &str) -> Result<Option<ReplicaSet>, ClusterError> {
+        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), namespace);
+        self.sent();
+        api.get_opt(name)
+            .await
+            .map_err(|e| map_err(&format!("replicaset {namespace}/{name}"), e))
+    }
+
+    async fn deployment(&self, namespace: &str, name: &str) -> Result<Option<Deployment>, ClusterError> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
+        self.sent();
+        api.get_opt(name)
+            .await
+            .map_err(|e| map_err(&format!("deployment {namespace}/{name}"), e))
+    }
+
+    async fn restart_deployment(&self, restart: &RolloutRestart) -> Result<(), ClusterError> {
+        // kubectl's `rollout restart` sends a strategic merge patch of the template
+        // annotation; a merge patch of a map's keys is the same write. The resource
+        // version in the patch makes it conditional (a 409 when the Deployment changed
+        // since it was read), and the ValidatingAdmissionPolicy in
+        // infra/rbac/carpool-deployment-restart.yaml refuses any other change.
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &restart.namespace);
+        let mut patch = json!({
+            "metadata": {"annotations": {SURGED_FOR: restart.for_pod}},
+            "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: restart.restarted_at}}}},
+        });
+        if !restart.resource_version.is_empty() {
+            patch["metadata"]["resourceVersion"] = json!(restart.resource_version);
+        }
+        self.sent();
+        api.patch(&restart.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+            .map_err(|e| map_err(&format!("deployment {}", restart.key()), e))
     }
 
     async fn publish_event(&self, event: &PodEvent) -> Result<(), ClusterError> {

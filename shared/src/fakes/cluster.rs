@@ -55,6 +55,8 @@ struct State {
     /// disruption controller counts them while their controller replaces them.
     disrupted: BTreeMap<Key, i32>,
     daemonsets: BTreeMap<Key, DaemonSet>,
+    deployments: BTreeMap<Key, k8s_openapi::api::apps::v1::Deployment>,
+    replica_sets: BTreeMap<Key, k8s_openapi::api::apps::v1::ReplicaSet>,
     pvs: BTreeMap<String, PersistentVolume>,
     pvcs: BTreeMap<Key, PersistentVolumeClaim>,
     storage_classes: BTreeMap<String, StorageClass>,
@@ -326,6 +328,29 @@ impl FakeCluster {
         let mut state = lock(&self.state);
         state.disrupted.remove(&k);
         state.pdbs.insert(k, pdb);
+    }
+
+    /// Adds or replaces a Deployment (its namespace defaults to `default`).
+    pub fn add_deployment(&self, deployment: k8s_openapi::api::apps::v1::Deployment) {
+        let k = key(
+            deployment.metadata.namespace.as_ref(),
+            deployment.metadata.name.as_ref(),
+        );
+        lock(&self.state).deployments.insert(k, deployment);
+    }
+
+    /// Adds or replaces a ReplicaSet (its namespace defaults to `default`).
+    pub fn add_replica_set(&self, rs: k8s_openapi::api::apps::v1::ReplicaSet) {
+        let k = key(rs.metadata.namespace.as_ref(), rs.metadata.name.as_ref());
+        lock(&self.state).replica_sets.insert(k, rs);
+    }
+
+    /// A Deployment as it is now.
+    pub fn deployment_now(&self, namespace: &str, name: &str) -> Option<k8s_openapi::api::apps::v1::Deployment> {
+        lock(&self.state)
+            .deployments
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// Adds or replaces a DaemonSet.
@@ -807,6 +832,70 @@ impl Cluster for FakeCluster {
             return Err(injected(kind, &call));
         }
         state.events.push(event.clone());
+        Ok(())
+    }
+
+    async fn replica_set(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::ReplicaSet>, ClusterError> {
+        let state = self.enter(format!("replica_set {namespace}/{name}"))?;
+        Ok(state
+            .replica_sets
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
+    }
+
+    async fn deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::Deployment>, ClusterError> {
+        let state = self.enter(format!("deployment {namespace}/{name}"))?;
+        Ok(state
+            .deployments
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned())
+    }
+
+    /// Sets the annotations, bumps `generation` and `resourceVersion`, and leaves the
+    /// status as it was: the rollout is under way until a test settles it.
+    async fn restart_deployment(
+        &self,
+        restart: &crate::model::rollout_restart::RolloutRestart,
+    ) -> Result<(), ClusterError> {
+        use crate::model::rollout_restart::{RESTARTED_AT, SURGED_FOR};
+        let mut state = self.enter(format!("restart_deployment {}", restart.key()))?;
+        let k = (restart.namespace.clone(), restart.name.clone());
+        let Some(d) = state.deployments.get_mut(&k) else {
+            return Err(ClusterError::NotFound {
+                what: format!("deployment {}", restart.key()),
+                source: None,
+            });
+        };
+        let version = d.metadata.resource_version.clone().unwrap_or_default();
+        if !restart.resource_version.is_empty() && restart.resource_version != version {
+            return Err(ClusterError::Conflict(format!(
+                "deployment {}: at version {version}, not {}",
+                restart.key(),
+                restart.resource_version
+            )));
+        }
+        d.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(SURGED_FOR.into(), restart.for_pod.clone());
+        d.spec
+            .get_or_insert_default()
+            .template
+            .metadata
+            .get_or_insert_default()
+            .annotations
+            .get_or_insert_default()
+            .insert(RESTARTED_AT.into(), restart.restarted_at.clone());
+        d.metadata.generation = Some(d.metadata.generation.unwrap_or(0) + 1);
+        d.metadata.resource_version = Some((version.parse::<u64>().unwrap_or(0) + 1).to_string());
         Ok(())
     }
 }

@@ -157,4 +157,27 @@ impl<K: Cluster> Cluster for Crashing<'_, K> {
         self.gate().await;
         self.inner.publish_event(event).await
     }
+    async fn replica_set(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::ReplicaSet>, ClusterError> {
+        self.gate().await;
+        self.inner.replica_set(namespace, name).await
+    }
+    async fn deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::Deployment>, ClusterError> {
+        self.gate().await;
+        self.inner.deployment(namespace, name).await
+    }
+    async fn restart_deployment(
+        &self,
+        restart: &crate::model::rollout_restart::RolloutRestart,
+    ) -> Result<(), ClusterError> {
+        self.gate().await;
+        self.inner.restart_deployment(restart).await
+    }
 }

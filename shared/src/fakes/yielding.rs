@@ -159,4 +159,27 @@ impl<K: Cluster> Cluster for Yielding<'_, K> {
         yield_once().await;
         self.inner.publish_event(event).await
     }
+    async fn replica_set(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::ReplicaSet>, ClusterError> {
+        yield_once().await;
+        self.inner.replica_set(namespace, name).await
+    }
+    async fn deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::apps::v1::Deployment>, ClusterError> {
+        yield_once().await;
+        self.inner.deployment(namespace, name).await
+    }
+    async fn restart_deployment(
+        &self,
+        restart: &crate::model::rollout_restart::RolloutRestart,
+    ) -> Result<(), ClusterError> {
+        yield_once().await;
+        self.inner.restart_deployment(restart).await
+    }
 }

@@ -33,6 +33,7 @@ pub mod records;
 pub mod requirements;
 pub mod resolved_network;
 pub mod resources;
+pub mod rollout_restart;
 pub mod time;
 pub mod well_known;
 

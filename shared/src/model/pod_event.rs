@@ -40,6 +40,9 @@ pub enum EventReason {
     /// The launch of the pod's node failed (or was not tried, being backed off); the
     /// message has the error.
     LaunchFailed,
+    /// A drain started a rollout of the pod's Deployment before evicting it, so that a new
+    /// pod comes up on other capacity first ([`crate::decide::disruption::surge`]).
+    SurgeBeforeEviction,
 }
 
 impl EventReason {
@@ -49,22 +52,24 @@ impl EventReason {
             EventReason::Nominated => "Nominated",
             EventReason::FailedScheduling => "FailedScheduling",
             EventReason::LaunchFailed => "LaunchFailed",
+            EventReason::SurgeBeforeEviction => "SurgeBeforeEviction",
         }
     }
 
-    /// The Event's type: `Normal` for a nomination, `Warning` otherwise.
+    /// The Event's type: `Normal` for a nomination and a surge, `Warning` otherwise.
     pub fn event_type(self) -> EventType {
         match self {
-            EventReason::Nominated => EventType::Normal,
+            EventReason::Nominated | EventReason::SurgeBeforeEviction => EventType::Normal,
             EventReason::FailedScheduling | EventReason::LaunchFailed => EventType::Warning,
         }
     }
 
-    /// The Events API's `action`: what Carpool was doing (`Provision`, `Launch`).
+    /// The Events API's `action`: what Carpool was doing (`Provision`, `Launch`, `Disrupt`).
     pub fn action(self) -> &'static str {
         match self {
             EventReason::Nominated | EventReason::FailedScheduling => "Provision",
             EventReason::LaunchFailed => "Launch",
+            EventReason::SurgeBeforeEviction => "Disrupt",
         }
     }
 }

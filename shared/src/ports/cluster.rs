@@ -2,13 +2,14 @@
 
 use std::future::Future;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Taint, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::pod::Pod;
 use crate::model::pod_event::{PodEvent, PodRef};
+use crate::model::rollout_restart::RolloutRestart;
 use crate::model::{EC2NodeClass, NodeOverlay, NodePool};
 
 /// What became of an eviction.
@@ -268,4 +269,32 @@ pub trait Cluster: Send + Sync {
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Publishes a Kubernetes Event about a pod (best effort: see the contract).
     fn publish_event(&self, event: &PodEvent) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// The ReplicaSet `namespace/name`, or `None` when there is none (a drain reads the
+    /// Deployment of a pod it surges: [`crate::decide::disruption::surge`]). By default,
+    /// none.
+    fn replica_set(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ReplicaSet>, ClusterError>> + Send {
+        let _ = (namespace, name);
+        async { Ok(None) }
+    }
+    /// The Deployment `namespace/name`, or `None` when there is none. By default, none.
+    fn deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Deployment>, ClusterError>> + Send {
+        let _ = (namespace, name);
+        async { Ok(None) }
+    }
+    /// Writes `restart` (`kubectl rollout restart`'s template annotation, and Carpool's
+    /// note of the pod it was for) with a merge patch conditional on its resource version:
+    /// a Deployment changed since it was read is a `Conflict`, a missing one `NotFound`.
+    /// Nothing else of the Deployment changes. By default, unsupported (an `Api` error).
+    fn restart_deployment(&self, restart: &RolloutRestart) -> impl Future<Output = Result<(), ClusterError>> + Send {
+        let what = format!("rollout restart of deployment {}: not supported here", restart.key());
+        async move { Err(ClusterError::Api(what.into())) }
+    }
 }

@@ -21,6 +21,11 @@
 //! ([`crate::run::disruption::advance`]) keeps passing until the node is empty and its
 //! volumes detached, up to the node's termination time, before the instance goes.
 //!
+//! Surge: when a PDB refuses the eviction of a pod whose workload opted in
+//! ([`crate::decide::disruption::surge`]), the pass restarts the pod's Deployment so that
+//! a replacement comes up first ([`crate::run::surge`]); the block says so
+//! ([`BlockedEviction::surge`]) and the next passes evict the pod once the PDB allows it.
+//!
 //! Retries: a PDB's refusal (`Eviction::Blocked`), the apiserver's throttling
 //! (`ClusterError::Throttled`, a 429 that is not a PDB's) and a conflict on one pod
 //! leave that pod blocked, to be tried again by the next pass; the drain goes on. After
@@ -37,9 +42,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::decide::disruption::drain::{DrainPod, DrainRules, StayReason, Staying, drain_order};
 use crate::decide::disruption::pdb::{PdbBudget, covering};
+use crate::decide::disruption::surge::opted_in;
 use crate::error_chain::Chain;
 use crate::model::pod::Pod;
 use crate::ports::{Cluster, ClusterError, Eviction, PodRef, Timer};
+use crate::run::surge::{SurgeOutcome, surge_before_eviction};
 
 /// The first wait after a blocked pass.
 pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_secs(1);
@@ -112,6 +119,11 @@ pub struct BlockedEviction {
     /// The PDBs that cover the pod, with their status when the pass read it (empty for a
     /// pod no PDB covers, or when the PDBs could not be read).
     pub pdbs: Vec<PdbBudget>,
+    /// What the pass did about it, the pod's workload having opted in to a surge before
+    /// eviction ([`crate::run::surge`]); `None` for a pod that did not, or a block other
+    /// than a PDB's.
+    #[serde(default)]
+    pub surge: Option<SurgeOutcome>,
 }
 
 impl BlockedEviction {
@@ -133,6 +145,9 @@ impl fmt::Display for BlockedEviction {
         if !self.pdbs.is_empty() {
             let pdbs: Vec<String> = self.pdbs.iter().map(ToString::to_string).collect();
             write!(f, " ({})", pdbs.join("; "))?;
+        }
+        if let Some(surge) = &self.surge {
+            write!(f, " [{surge}]")?;
         }
         Ok(())
     }
@@ -283,25 +298,30 @@ pub async fn drain_pass<K: Cluster>(
                 });
             }
         };
-        let budgets = match &reason {
+        let (budgets, surge) = match &reason {
             BlockReason::Budget { .. } => {
                 let listed = match pdbs.take() {
                     Some(listed) => listed,
                     None => read_pdbs(cluster, node).await,
                 };
-                let budgets = pods
-                    .iter()
-                    .find(|p| PodRef::of(p) == pod.pod)
-                    .map_or_else(Vec::new, |p: &Pod| covering(p, &listed));
+                let object = pods.iter().find(|p| PodRef::of(p) == pod.pod);
+                let budgets = object.map_or_else(Vec::new, |p: &Pod| covering(p, &listed));
                 pdbs = Some(listed);
-                budgets
+                let surge = match object {
+                    Some(p) if opted_in(p, rules.surge_pool) => {
+                        Some(surge_before_eviction(cluster, node, p, now).await)
+                    }
+                    _ => None,
+                };
+                (budgets, surge)
             }
-            BlockReason::Throttled { .. } | BlockReason::Conflict { .. } => Vec::new(),
+            BlockReason::Throttled { .. } | BlockReason::Conflict { .. } => (Vec::new(), None),
         };
         let blocked = BlockedEviction {
             pod: pod.clone(),
             reason,
             pdbs: budgets,
+            surge,
         };
         tracing::warn!(
             node,
@@ -309,6 +329,7 @@ pub async fn drain_pass<K: Cluster>(
             pdb = %blocked.pdb_names(),
             disruptions_allowed = blocked.disruptions_allowed(),
             reason = %blocked.reason,
+            surge = blocked.surge.as_ref().map(tracing::field::display),
             "eviction blocked"
         );
         pass.blocked.push(blocked);

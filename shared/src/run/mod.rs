@@ -8,7 +8,8 @@
 //!   resumed by the next invocation after a crash.
 //! - [`drain`]: a node drained by eviction, tier by tier, until a deadline, with each
 //!   blocked pod explained (its PDB and the disruptions it allows); the interruption
-//!   function and the consolidator drain through it.
+//!   function and the consolidator drain through it; [`surge`]: a workload that opted in
+//!   restarted before its pod's eviction, when a PDB refuses it.
 //! - [`launch`]: one planned node recorded and launched, and the replacement of a node
 //!   that is going away, shared by the three jobs.
 //! - [`config`]: the one configuration every function reads from its environment, once,
@@ -35,4 +36,5 @@ pub mod ports;
 pub mod price_refresh;
 pub mod provision;
 pub mod shared_snapshot;
+pub mod surge;
 pub mod watch_mode;

@@ -279,6 +279,29 @@ fn a_pdb_allowing_no_disruption_keeps_its_node() {
     }
 }
 
+// Surge before eviction (crate::decide::disruption::surge): a workload that opted in is
+// restarted by the drain instead of waiting for its PDB, so its PDB does not keep the node;
+// Karpenter's `pdb.Limits.CanEvictPods` keeps it, and still does here for the rest.
+#[test]
+fn a_pdb_allowing_no_disruption_does_not_keep_the_node_of_a_workload_that_opted_in_to_a_surge() {
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "minAvailable": 3},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 3, "desiredHealthy": 3, "expectedPods": 3}});
+    let opted = three_underused(vec![pdb])
+        .into_iter()
+        .map(|mut v| {
+            if v["kind"] == "Pod" && v["metadata"]["name"] == "web-a" {
+                v["metadata"]["annotations"] = json!({"carpool.sh/surge-before-eviction": "true"});
+            }
+            v
+        })
+        .collect();
+    let d = decide_at(&snapshot(opted), NOW);
+    assert_ne!(blocked(&d, "a"), Some(BlockKind::Pdb), "{d:#?}");
+    assert_eq!(blocked(&d, "b"), Some(BlockKind::Pdb), "not opted in: kept");
+}
+
 #[test]
 fn a_bare_pod_keeps_its_node_unless_the_nodepool_opts_in() {
     let bare = |v: Vec<Value>| -> Vec<Value> {

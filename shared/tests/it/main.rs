@@ -106,5 +106,6 @@ mod static_capacity;
 mod status;
 mod store_contract;
 mod support;
+mod surge;
 mod waves;
 mod zone_balance;

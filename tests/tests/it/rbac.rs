@@ -219,6 +219,11 @@ const INTERRUPTION_NEEDED: &[Ask] = &[
     cluster("watch", "nodeoverlays.karpenter.sh"),
     all("list", "capacitybuffers.autoscaling.x-k8s.io"),
     all("list", "podtemplates"),
+    // Surge before eviction: a pod's ReplicaSet and Deployment read, the Deployment
+    // restarted (only that: infra/rbac/carpool-deployment-restart.yaml).
+    all("get", "replicasets.apps"),
+    all("get", "deployments.apps"),
+    ns("patch", "deployments.apps"),
     all("create", "events.events.k8s.io"),
     all("patch", "events.events.k8s.io"),
     all("create", "events"),
@@ -226,7 +231,8 @@ const INTERRUPTION_NEEDED: &[Ask] = &[
 ];
 
 /// What the interruption function must not be able to do: pods leave only by eviction, so
-/// PodDisruptionBudgets hold; nodes are drained and removed, never forged or rewritten.
+/// PodDisruptionBudgets hold (a Deployment is at most restarted, for a workload that opted
+/// in to a surge); nodes are drained and removed, never forged or rewritten.
 const INTERRUPTION_FORBIDDEN: &[Ask] = &[
     all("get", "secrets"),
     all("list", "secrets"),
@@ -244,7 +250,14 @@ const INTERRUPTION_FORBIDDEN: &[Ask] = &[
     sub("create", "pods", "binding", Scope::Namespace),
     ns("patch", "daemonsets.apps"),
     ns("delete", "daemonsets.apps"),
-    ns("patch", "deployments.apps"),
+    // A Deployment is restarted by a patch, which a policy narrows; never replaced,
+    // scaled, created or deleted.
+    ns("update", "deployments.apps"),
+    ns("create", "deployments.apps"),
+    ns("delete", "deployments.apps"),
+    sub("patch", "deployments.apps", "scale", Scope::Namespace),
+    sub("update", "deployments.apps", "scale", Scope::Namespace),
+    ns("patch", "replicasets.apps"),
     ns("delete", "replicasets.apps"),
     ns("delete", "poddisruptionbudgets.policy"),
     ns("patch", "poddisruptionbudgets.policy"),
@@ -839,6 +852,117 @@ fn the_interruption_group_may_add_and_remove_only_the_disrupted_taint_and_delete
     })();
     let _ = kubectl.run(
         &["delete", "node", node.as_str(), "--wait=false", "--ignore-not-found"],
+        None,
+        None,
+    );
+    outcome
+}
+
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn the_interruption_groups_deployment_patches_may_only_restart_the_rollout() -> Result<()> {
+    // RBAC grants `patch deployments` whole; infra/rbac/carpool-deployment-restart.yaml's
+    // ValidatingAdmissionPolicy narrows it to the patch `kubectl rollout restart` makes
+    // (k8s.io/kubectl pkg/polymorphichelpers/objectrestarter.go, `defaultObjectRestarter`)
+    // and Carpool's `carpool.sh/surged-for` note. The apiserver enforces it here for real.
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let name = format!("carpool-restart-{}", std::process::id());
+    let manifest = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: default\n  labels:\n    app: {name}\nspec:\n  replicas: 0\n  selector:\n    matchLabels:\n      app: {name}\n  template:\n    metadata:\n      labels:\n        app: {name}\n      annotations:\n        team: web\n    spec:\n      containers:\n        - name: app\n          image: registry.k8s.io/pause:3.10\n"
+    );
+    kubectl
+        .run(&["apply", "-f", "-"], None, Some(&manifest))?
+        .map_err(anyhow::Error::msg)?;
+    let patch = |body: &str| -> Result<Result<String, String>> {
+        kubectl.run(
+            &[
+                "patch",
+                "deployment",
+                name.as_str(),
+                "-n",
+                "default",
+                "--type",
+                "merge",
+                "-p",
+                body,
+            ],
+            Some(INTERRUPTION_GROUP),
+            None,
+        )
+    };
+    let outcome = (|| -> Result<()> {
+        let scale = r#"{"spec": {"replicas": 5}}"#;
+        ensure!(
+            eventually(&|| Ok(patch(scale)?.is_err()))?,
+            "the interruption group could scale a Deployment"
+        );
+        let refused = patch(scale)?.unwrap_err();
+        ensure!(
+            refused.contains("carpool-deployment-restart"),
+            "refused, but not by the policy: {refused}"
+        );
+        for (what, body) in [
+            (
+                "change the image",
+                r#"{"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "evil:1"}]}}}}"#,
+            ),
+            (
+                "change another template annotation",
+                r#"{"spec": {"template": {"metadata": {"annotations": {"team": "other"}}}}}"#,
+            ),
+            ("pause it", r#"{"spec": {"paused": true}}"#),
+            ("relabel it", r#"{"metadata": {"labels": {"app": "other"}}}"#),
+            (
+                "annotate it otherwise",
+                r#"{"metadata": {"annotations": {"owner": "carpool"}}}"#,
+            ),
+        ] {
+            ensure!(patch(body)?.is_err(), "the interruption group could {what}");
+        }
+        patch(
+            r#"{"metadata": {"annotations": {"carpool.sh/surged-for": "pod-uid"}}, "spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2026-12-05T22:00:00Z"}}}}}"#,
+        )?
+        .map_err(|e| anyhow::anyhow!("the interruption group could not restart the Deployment: {e}"))?;
+        let written = kubectl
+            .run(
+                &[
+                    "get",
+                    "deployment",
+                    name.as_str(),
+                    "-n",
+                    "default",
+                    "-o",
+                    r#"jsonpath={.spec.template.metadata.annotations.kubectl\.kubernetes\.io/restartedAt}"#,
+                ],
+                None,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?;
+        ensure!(written.trim() == "2026-12-05T22:00:00Z", "restartedAt is {written:?}");
+        let as_provisioner = kubectl.run(
+            &[
+                "patch",
+                "deployment",
+                name.as_str(),
+                "-n",
+                "default",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2026-12-05T23:00:00Z"}}}}}"#,
+            ],
+            Some(GROUP),
+            None,
+        )?;
+        ensure!(
+            as_provisioner.is_err(),
+            "the provisioner's group could restart a Deployment"
+        );
+        Ok(())
+    })();
+    let _ = kubectl.run(
+        &["delete", "deployment", name.as_str(), "-n", "default", "--wait=false"],
         None,
         None,
     );

@@ -19,6 +19,7 @@ use super::pod_events::last_pod_event;
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::pdb::covering;
 use crate::decide::disruption::replacement::moves;
+use crate::decide::disruption::surge::{may_surge, pool_opted_in};
 use crate::decide::provisioning::pod::pod_key;
 use crate::model::pod::Pod;
 use crate::model::well_known as wk;
@@ -153,8 +154,9 @@ fn annotated(annotations: Option<&std::collections::BTreeMap<String, String>>) -
 }
 
 /// Why a node may not be disrupted voluntarily, from what is on it: do-not-disrupt (the
-/// node's or a live pod's), a moving pod whose PDB allows nothing now (or that several
-/// PDBs cover: the apiserver refuses to evict it), a bare pod.
+/// node's or a live pod's), a moving pod whose PDB allows nothing now (unless its workload
+/// opted in to a surge before eviction) or that several PDBs cover (the apiserver refuses
+/// to evict it), a bare pod.
 fn static_block(
     node: &K8sNode,
     pool: &NodePool,
@@ -189,8 +191,11 @@ fn static_block(
                 ),
             ));
         }
+        // A workload that opted in to a surge before eviction is restarted by the drain
+        // instead of waiting for its PDB (crate::decide::disruption::surge).
         if let Some(b) = budgets.first()
             && b.disruptions_allowed().is_none_or(|n| n <= 0)
+            && !may_surge(p, pool_opted_in(pool))
         {
             return Some(Blocked::new(BlockKind::Pdb, format!("pod {}: {b}", pod_key(p))));
         }

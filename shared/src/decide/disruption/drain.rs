@@ -166,6 +166,9 @@ pub struct DrainRules {
     /// are not evicted, and waited for. An interruption's drain evicts them: the
     /// instance goes away whatever they say.
     pub voluntary: bool,
+    /// The node's NodePool opts its workloads in to a surge before eviction
+    /// ([`crate::decide::disruption::surge`]); a pod opts in or out by its own annotation.
+    pub surge_pool: bool,
 }
 
 /// Whether `pod` tolerates `carpool.sh/disrupted:NoSchedule`.
@@ -496,7 +499,16 @@ mod tests {
             .annotation("karpenter.sh/do-not-disrupt", "true")
             .pod()
             .unwrap()];
-        let voluntary = drain_order(&pods, &[], NOW, deadline(90), DrainRules { voluntary: true });
+        let voluntary = drain_order(
+            &pods,
+            &[],
+            NOW,
+            deadline(90),
+            DrainRules {
+                voluntary: true,
+                ..DrainRules::default()
+            },
+        );
         assert!(voluntary.current().is_empty() && voluntary.is_drained());
         assert_eq!(voluntary.stay[0].reason, StayReason::DoNotDisrupt);
         assert!(!voluntary.is_empty(), "waited for");

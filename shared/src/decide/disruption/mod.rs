@@ -57,6 +57,7 @@ pub mod single_node;
 pub mod split;
 pub mod spot;
 pub mod static_scale_down;
+pub mod surge;
 pub mod zone_balance;
 
 use std::collections::{BTreeMap, BTreeSet};

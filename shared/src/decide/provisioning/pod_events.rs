@@ -109,7 +109,7 @@ fn unschedulable_reason(kind: Kind) -> EventReason {
 fn unschedulable_message(reason: EventReason, u: &Unschedulable) -> String {
     match reason {
         EventReason::LaunchFailed => format!("Failed to launch a node for the pod, {}", u.reason()),
-        EventReason::Nominated | EventReason::FailedScheduling => {
+        EventReason::Nominated | EventReason::FailedScheduling | EventReason::SurgeBeforeEviction => {
             format!("Failed to schedule pod, {}", u.reason())
         }
     }

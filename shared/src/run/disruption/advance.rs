@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Taint;
 use super::{Disrupter, EventReport, InterruptionError, Outcome, since_ms};
 use crate::catalog::RegionCatalog;
 use crate::decide::disruption::drain::{DrainRules, StayReason, stay_reason};
+use crate::decide::disruption::surge::pool_opted_in;
 use crate::model::CapacityType;
 use crate::model::well_known::{DISRUPTED_TAINT, EXCLUDE_BALANCERS, EXCLUDE_BALANCERS_VALUE};
 use crate::ports::PodRef;
@@ -454,6 +455,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
         // instance goes whatever they say, and an eviction gives them their grace period.
         let rules = DrainRules {
             voluntary: !record.hard_deadline,
+            surge_pool: self.pool_surges(record).await,
         };
         let mut wait = self.settings.retry_initial;
         let exit = loop {
@@ -536,6 +538,25 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'_, C, K, S, T> {
             .unwrap_or_default()
             .as_secs_f64();
         Ok(exit)
+    }
+
+    /// Whether the record's NodePool opts its workloads in to a surge before eviction
+    /// (read once per drain; an unreadable pool is logged and does not).
+    async fn pool_surges(&self, record: &DisruptionRecord) -> bool {
+        let Some(pool) = record.nodepool.as_deref() else {
+            return false;
+        };
+        match self.ports.cluster.nodepools().await {
+            Ok(pools) => pools
+                .valid
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(pool) && pool_opted_in(p)),
+            Err(e) => {
+                tracing::warn!(node = %record.node, nodepool = pool, error = %crate::error_chain::Chain(&e),
+                    "could not read the NodePool's surge annotation; pods opt in by their own");
+                false
+            }
+        }
     }
 
     /// The PersistentVolumes still attached to `node` that hold its termination: every
