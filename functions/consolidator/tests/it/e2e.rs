@@ -21,11 +21,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(240);
+pub(crate) const WAIT: Duration = Duration::from_secs(240);
 
 /// The shared scene, and the clock of this test's runs.
-struct Scene {
-    base: Base,
+pub(crate) struct Scene {
+    pub(crate) base: Base,
     /// How far the runs' clock is ahead of the wall clock: a test moves it on after
     /// killing a run, as the next scheduled run comes once the dead run's lease lapsed.
     ahead: std::sync::Mutex<Duration>,
@@ -64,7 +64,7 @@ impl Scene {
     }
 
     /// A scene whose NodePool allows `capacity` types, of the instance `families` when given.
-    async fn build(prefix: &str, budget: &str, capacity: &[&str], families: Option<&[&str]>) -> Result<Self> {
+    pub(crate) async fn build(prefix: &str, budget: &str, capacity: &[&str], families: Option<&[&str]>) -> Result<Self> {
         Self::build_with(prefix, budget, capacity, families, None).await
     }
 
@@ -117,14 +117,14 @@ impl Scene {
 
     /// A Deployment of `replicas` pods selecting this test's NodePool; `annotations` on
     /// its pods.
-    async fn deployment(&self, app: &str, replicas: i32, cpu: &str, annotations: serde_json::Value) -> Result<()> {
+    pub(crate) async fn deployment(&self, app: &str, replicas: i32, cpu: &str, annotations: serde_json::Value) -> Result<()> {
         let mut d = self.base.deployment(app, replicas, cpu, "512Mi");
         d["spec"]["template"]["metadata"]["annotations"] = annotations;
         d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(2);
         self.create_deployment(d).await
     }
 
-    async fn scale(&self, app: &str, replicas: i32) -> Result<()> {
+    pub(crate) async fn scale(&self, app: &str, replicas: i32) -> Result<()> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.kube.clone(),
             &self.name,
@@ -139,7 +139,7 @@ impl Scene {
         Ok(())
     }
 
-    async fn running(&self) -> Result<Vec<Pod>> {
+    pub(crate) async fn running(&self) -> Result<Vec<Pod>> {
         Ok(self
             .pods()
             .await?
@@ -149,7 +149,7 @@ impl Scene {
             .collect())
     }
 
-    async fn wait_running(&self, n: usize) -> Result<Vec<Pod>> {
+    pub(crate) async fn wait_running(&self, n: usize) -> Result<Vec<Pod>> {
         wait::until(&format!("{n} pods Running"), WAIT, async || {
             let pods = self.running().await?;
             if pods.len() == n && self.pods().await?.len() == n {
@@ -162,7 +162,7 @@ impl Scene {
     }
 
     /// This test's nodes: name, instance type, capacity type.
-    async fn nodes(&self) -> Result<Vec<(String, String, String)>> {
+    pub(crate) async fn nodes(&self) -> Result<Vec<(String, String, String)>> {
         Ok(Api::<Node>::all(self.kube.clone())
             .list(&ListParams::default())
             .await?
@@ -182,7 +182,7 @@ impl Scene {
     }
 
     /// One consolidator run, as the Lambda makes it (a short re-check).
-    async fn consolidate(&self, owner: &str) -> Result<carpool::run::consolidate::ConsolidationReport> {
+    pub(crate) async fn consolidate(&self, owner: &str) -> Result<carpool::run::consolidate::ConsolidationReport> {
         let store = self.store().await?;
         self.consolidate_on(&store, owner).await
     }

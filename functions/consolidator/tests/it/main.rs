@@ -6,6 +6,9 @@
 //! - [`e2e`]: on the local stack (`#[ignore]`d without it), a Deployment scaled down is
 //!   consolidated with its PDB held, runs killed mid-way resume without launching twice,
 //!   and a node on demand for want of spot returns to spot.
+//! - [`surge`]: on the local stack, a single-replica Deployment that opted in to a surge
+//!   before eviction keeps a ready replica while its node is consolidated.
 
 mod e2e;
 mod handler;
+mod surge;
