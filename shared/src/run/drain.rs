@@ -309,7 +309,7 @@ pub async fn drain_pass<K: Cluster>(
                 pdbs = Some(listed);
                 let surge = match object {
                     Some(p) if opted_in(p, rules.surge_pool) => {
-                        Some(surge_before_eviction(cluster, node, p, now).await)
+                        Some(surge_before_eviction(cluster, node, p, rules.surge_pool, now).await)
                     }
                     _ => None,
                 };

@@ -71,11 +71,17 @@ fn failed(e: &crate::ports::ClusterError) -> SurgeOutcome {
     }
 }
 
-/// Surges `pod` of `node`, whose eviction a PDB refused at `now`: see the module's
-/// documentation. Logs `rollout restarted before eviction` (info) with fields `node`,
+/// Surges `pod` of `node`, whose eviction a PDB refused at `now`, its NodePool having
+/// opted in or not: see the module's documentation. Logs `rollout restarted before eviction` (info) with fields `node`,
 /// `pod`, `deployment` and `restarted_at`, and publishes a `SurgeBeforeEviction` Event on
 /// the pod (a failure to publish is logged; the restart stands).
-pub async fn surge_before_eviction<K: Cluster>(cluster: &K, node: &str, pod: &Pod, now: SystemTime) -> SurgeOutcome {
+pub async fn surge_before_eviction<K: Cluster>(
+    cluster: &K,
+    node: &str,
+    pod: &Pod,
+    pool_opted_in: bool,
+    now: SystemTime,
+) -> SurgeOutcome {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let rs_name = match replica_set_of(pod) {
         Ok(name) => name,
@@ -95,7 +101,7 @@ pub async fn surge_before_eviction<K: Cluster>(cluster: &K, node: &str, pod: &Po
         Ok(None) => return refused(NoSurge::NoDeployment { name: rs_name }),
         Err(e) => return failed(&e),
     };
-    let restart = match surge(pod, &deployment, now) {
+    let restart = match surge(pod, &deployment, pool_opted_in, now) {
         Ok(Surge::Restart(restart)) => restart,
         Ok(Surge::RollingOut { deployment, waiting }) => return SurgeOutcome::RollingOut { deployment, waiting },
         Err(why) => return refused(why),

@@ -51,13 +51,18 @@ fn replica_set() -> ReplicaSet {
     .unwrap()
 }
 
-/// A settled 1-replica Deployment `shop/web`, as the apiserver defaults it.
-fn deployment() -> Deployment {
+/// A settled 1-replica Deployment `shop/web`, as the apiserver defaults it, its pod
+/// template annotated [`SURGE_ANNOTATION`] with `annotation` when given (its pods carry it).
+fn deployment(annotation: Option<&str>) -> Deployment {
+    let template_annotations = match annotation {
+        Some(v) => json!({SURGE_ANNOTATION: v}),
+        None => json!({}),
+    };
     serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "shop", "generation": 1, "resourceVersion": "10"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "app", "image": "app"}]}}},
+            "template": {"metadata": {"labels": {"app": "web"}, "annotations": template_annotations}, "spec": {"containers": [{"name": "app", "image": "app"}]}}},
         "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1},
     }))
     .unwrap()
@@ -69,7 +74,7 @@ fn cluster(annotation: Option<&str>) -> FakeCluster {
     let cluster = FakeCluster::new();
     cluster.add_pod(web_pod("web-0", NODE, annotation).pod().unwrap());
     cluster.add_replica_set(replica_set());
-    cluster.add_deployment(deployment());
+    cluster.add_deployment(deployment(annotation));
     cluster.add_pdb(
         pdb(
             "shop",
@@ -200,6 +205,21 @@ fn a_pool_that_opted_in_surges_its_workloads_but_not_a_pod_that_opted_out() {
 }
 
 #[test]
+fn a_pod_annotated_by_itself_does_not_restart_a_deployment_that_did_not_opt_in() {
+    // Whoever can create a pod under a ReplicaSet cannot make Carpool restart its
+    // Deployment: the Deployment's own template must opt in (or its NodePool).
+    let cluster = cluster(None);
+    cluster.add_pod(web_pod("web-0", NODE, Some("true")).pod().unwrap());
+    let p = pass(&cluster, voluntary());
+    assert!(
+        matches!(surge_of(&p), Some(SurgeOutcome::Refused { reason }) if reason.contains("did not opt in")),
+        "{:?}",
+        surge_of(&p)
+    );
+    assert_eq!(restarts(&cluster), 0);
+}
+
+#[test]
 fn a_statefulset_pod_is_not_restarted_and_the_drain_says_why() {
     let cluster = FakeCluster::new();
     let pod = PodBuilder::new("db-0")
@@ -232,7 +252,7 @@ fn a_statefulset_pod_is_not_restarted_and_the_drain_says_why() {
 #[test]
 fn a_deployment_that_cannot_surge_is_not_restarted() {
     let cluster = cluster(Some("true"));
-    let mut d = deployment();
+    let mut d = deployment(Some("true"));
     d.spec.as_mut().unwrap().strategy =
         serde_json::from_value(json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}))
             .unwrap();

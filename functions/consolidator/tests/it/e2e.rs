@@ -64,7 +64,12 @@ impl Scene {
     }
 
     /// A scene whose NodePool allows `capacity` types, of the instance `families` when given.
-    pub(crate) async fn build(prefix: &str, budget: &str, capacity: &[&str], families: Option<&[&str]>) -> Result<Self> {
+    pub(crate) async fn build(
+        prefix: &str,
+        budget: &str,
+        capacity: &[&str],
+        families: Option<&[&str]>,
+    ) -> Result<Self> {
         Self::build_with(prefix, budget, capacity, families, None).await
     }
 
@@ -117,7 +122,13 @@ impl Scene {
 
     /// A Deployment of `replicas` pods selecting this test's NodePool; `annotations` on
     /// its pods.
-    pub(crate) async fn deployment(&self, app: &str, replicas: i32, cpu: &str, annotations: serde_json::Value) -> Result<()> {
+    pub(crate) async fn deployment(
+        &self,
+        app: &str,
+        replicas: i32,
+        cpu: &str,
+        annotations: serde_json::Value,
+    ) -> Result<()> {
         let mut d = self.base.deployment(app, replicas, cpu, "512Mi");
         d["spec"]["template"]["metadata"]["annotations"] = annotations;
         d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(2);

@@ -136,7 +136,10 @@ async fn surged(scene: &Scene) -> Result<()> {
         } else {
             0
         };
-        let gone = Api::<Node>::all(scene.kube.clone()).get_opt(&first_node).await?.is_none();
+        let gone = Api::<Node>::all(scene.kube.clone())
+            .get_opt(&first_node)
+            .await?
+            .is_none();
         if quiet >= 2 && gone {
             break;
         }
@@ -153,7 +156,10 @@ async fn surged(scene: &Scene) -> Result<()> {
 
     ensure!(consolidated >= 1, "nothing was consolidated");
     ensure!(
-        Api::<Node>::all(scene.kube.clone()).get_opt(&first_node).await?.is_none(),
+        Api::<Node>::all(scene.kube.clone())
+            .get_opt(&first_node)
+            .await?
+            .is_none(),
         "web's first node {first_node} is still there"
     );
     ensure!(polls >= 10, "the watcher polled {polls} times");

@@ -131,6 +131,14 @@ pub enum NoSurge {
         /// Its replicas.
         replicas: i32,
     },
+    /// The Deployment itself did not opt in: its pod template does not say so (or says
+    /// `"false"`) and its NodePool does not. A pod's own annotation is not enough: it must
+    /// come from the template of the Deployment that is restarted.
+    #[error("Deployment {name} did not opt in: its pod template is not annotated {SURGE_ANNOTATION}: \"true\"")]
+    NotOptedIn {
+        /// The Deployment.
+        name: String,
+    },
     /// A restart was made for this pod, the rollout is done, and the pod is still there.
     #[error(
         "Deployment {name} was restarted for this pod already and its rollout is done; the PDB still allows no disruption"
@@ -216,11 +224,24 @@ fn rolling_out(d: &Deployment) -> Option<String> {
 }
 
 /// What to do for `pod`, whose eviction a PDB refused, given its Deployment `d` as read
-/// (see the module's documentation). The restart is stamped `now`, in whole seconds.
-pub fn surge(pod: &Pod, d: &Deployment, now: SystemTime) -> Result<Surge, NoSurge> {
+/// and whether the node's NodePool opted in (see the module's documentation). The
+/// Deployment's own pod template must opt in (or, under a pool that did, not opt out): the
+/// pod's annotation alone never restarts a Deployment. The restart is stamped `now`, in
+/// whole seconds.
+pub fn surge(pod: &Pod, d: &Deployment, pool_opted_in: bool, now: SystemTime) -> Result<Surge, NoSurge> {
     let name = d.metadata.name.clone().unwrap_or_default();
     let namespace = d.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let key = format!("{namespace}/{name}");
+    let template = d.spec.as_ref().and_then(|s| s.template.metadata.as_ref());
+    let says = template.and_then(|m| annotation(m, SURGE_ANNOTATION));
+    let workload_opted_in = match says {
+        Some("true") => true,
+        Some("false") => false,
+        _ => pool_opted_in,
+    };
+    if !workload_opted_in {
+        return Err(NoSurge::NotOptedIn { name: key });
+    }
     if let Some(waiting) = rolling_out(d) {
         return Ok(Surge::RollingOut {
             deployment: key,
@@ -323,6 +344,13 @@ mod tests {
             spec: Some(DeploymentSpec {
                 replicas: Some(1),
                 strategy,
+                template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        annotations: Some([(SURGE_ANNOTATION.to_string(), "true".to_string())].into()),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: None,
+                },
                 ..DeploymentSpec::default()
             }),
             status: Some(DeploymentStatus {
@@ -370,7 +398,7 @@ mod tests {
     fn a_settled_deployment_is_restarted_with_kubectls_annotation_at_now_in_whole_seconds() {
         // kubectl `defaultObjectRestarter`: restartedAt = time.Now().Format(time.RFC3339).
         let p = pod(Some("true"), Some(("ReplicaSet", "web-7d9")));
-        let Ok(Surge::Restart(r)) = surge(&p, &deployment(None), now()) else {
+        let Ok(Surge::Restart(r)) = surge(&p, &deployment(None), false, now()) else {
             panic!("no restart")
         };
         assert_eq!(r.key(), "shop/web");
@@ -386,13 +414,13 @@ mod tests {
         let p = pod(Some("true"), None);
         let mut d = deployment(None);
         d.metadata.generation = Some(4);
-        assert!(matches!(surge(&p, &d, now()), Ok(Surge::RollingOut { .. })));
+        assert!(matches!(surge(&p, &d, false, now()), Ok(Surge::RollingOut { .. })));
         let mut d = deployment(None);
         d.status.as_mut().unwrap().replicas = Some(2);
         let Ok(Surge::RollingOut {
             deployment: key,
             waiting,
-        }) = surge(&p, &d, now())
+        }) = surge(&p, &d, false, now())
         else {
             panic!("not waiting")
         };
@@ -402,7 +430,7 @@ mod tests {
         );
         let mut d = deployment(None);
         d.status.as_mut().unwrap().available_replicas = Some(0);
-        assert!(matches!(surge(&p, &d, now()), Ok(Surge::RollingOut { .. })));
+        assert!(matches!(surge(&p, &d, false, now()), Ok(Surge::RollingOut { .. })));
     }
 
     #[test]
@@ -410,15 +438,20 @@ mod tests {
         // `deploymentutil.ResolveFenceposts`: surge rounded up; 25% of 1 is 1 pod.
         let p = pod(Some("true"), None);
         assert!(matches!(
-            surge(&p, &deployment(rolling(IntOrString::String("25%".into()))), now()),
+            surge(
+                &p,
+                &deployment(rolling(IntOrString::String("25%".into()))),
+                false,
+                now()
+            ),
             Ok(Surge::Restart(_))
         ));
         assert!(matches!(
-            surge(&p, &deployment(rolling(IntOrString::Int(1))), now()),
+            surge(&p, &deployment(rolling(IntOrString::Int(1))), false, now()),
             Ok(Surge::Restart(_))
         ));
         assert_eq!(
-            surge(&p, &deployment(rolling(IntOrString::Int(0))), now()),
+            surge(&p, &deployment(rolling(IntOrString::Int(0))), false, now()),
             Err(NoSurge::NoSurgeRoom {
                 name: "shop/web".into(),
                 max_surge: "0".into(),
@@ -426,7 +459,7 @@ mod tests {
             })
         );
         assert!(matches!(
-            surge(&p, &deployment(rolling(IntOrString::String("0%".into()))), now()),
+            surge(&p, &deployment(rolling(IntOrString::String("0%".into()))), false, now()),
             Err(NoSurge::NoSurgeRoom { .. })
         ));
     }
@@ -436,13 +469,13 @@ mod tests {
         let p = pod(Some("true"), None);
         let mut d = deployment(None);
         d.spec.as_mut().unwrap().paused = Some(true);
-        assert!(matches!(surge(&p, &d, now()), Err(NoSurge::Paused { .. })));
+        assert!(matches!(surge(&p, &d, false, now()), Err(NoSurge::Paused { .. })));
         let recreate = Some(DeploymentStrategy {
             type_: Some("Recreate".into()),
             rolling_update: None,
         });
         assert!(matches!(
-            surge(&p, &deployment(recreate), now()),
+            surge(&p, &deployment(recreate), false, now()),
             Err(NoSurge::Recreate { .. })
         ));
         let sts = pod(Some("true"), Some(("StatefulSet", "db")));
@@ -452,12 +485,37 @@ mod tests {
     }
 
     #[test]
+    fn a_deployment_whose_template_did_not_opt_in_is_not_restarted_for_a_pods_annotation() {
+        // A pod's annotation alone (written by whoever created the pod) never restarts a
+        // Deployment: its template must say so, or its pool, unless the template opts out.
+        let p = pod(Some("true"), None);
+        let mut d = deployment(None);
+        d.spec.as_mut().unwrap().template.metadata = None;
+        assert_eq!(
+            surge(&p, &d, false, now()),
+            Err(NoSurge::NotOptedIn {
+                name: "shop/web".into()
+            })
+        );
+        assert!(
+            matches!(surge(&p, &d, true, now()), Ok(Surge::Restart(_))),
+            "the pool opted in"
+        );
+        let mut out = deployment(None);
+        out.spec.as_mut().unwrap().template.metadata = Some(ObjectMeta {
+            annotations: Some([(SURGE_ANNOTATION.to_string(), "false".to_string())].into()),
+            ..ObjectMeta::default()
+        });
+        assert!(matches!(surge(&p, &out, true, now()), Err(NoSurge::NotOptedIn { .. })));
+    }
+
+    #[test]
     fn a_done_rollout_made_for_the_same_pod_is_not_made_again() {
         let p = pod(Some("true"), None);
         let mut d = deployment(None);
         d.metadata.annotations = Some([(SURGED_FOR.to_string(), "pod-uid".to_string())].into());
         assert_eq!(
-            surge(&p, &d, now()),
+            surge(&p, &d, false, now()),
             Err(NoSurge::AlreadySurged {
                 name: "shop/web".into()
             })
