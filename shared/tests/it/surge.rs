@@ -27,20 +27,36 @@ fn now() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
 }
 
-/// The pod `shop/web-0` of ReplicaSet `web-rs` on `node`, with `annotation` of
-/// [`SURGE_ANNOTATION`] when given.
-fn web_pod(name: &str, node: &str, annotation: Option<&str>) -> PodBuilder {
+/// The pod `shop/<name>` (label `app=web`) of the controller `kind/owner` on `node`, with
+/// `annotation` of [`SURGE_ANNOTATION`] when given.
+fn pod_of(name: &str, kind: &str, owner: &str, node: &str, annotation: Option<&str>) -> PodBuilder {
     let p = PodBuilder::new(name)
         .namespace("shop")
         .uid(name)
         .label("app", "web")
-        .owner("apps/v1", "ReplicaSet", "web-rs")
+        .owner("apps/v1", kind, owner)
         .spec("nodeName", json!(node))
         .running();
     match annotation {
         Some(v) => p.annotation(SURGE_ANNOTATION, v),
         None => p,
     }
+}
+
+/// The pod `shop/<name>` of ReplicaSet `web-rs` on `node`.
+fn web_pod(name: &str, node: &str, annotation: Option<&str>) -> PodBuilder {
+    pod_of(name, "ReplicaSet", "web-rs", node, annotation)
+}
+
+/// The PDB `shop/web`: `minAvailable: 1` of the pods labelled `app=web`.
+fn web_pdb() -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
+    pdb(
+        "shop",
+        "web",
+        json!({"matchLabels": {"app": "web"}}),
+        json!({"minAvailable": 1}),
+    )
+    .unwrap()
 }
 
 fn replica_set() -> ReplicaSet {
@@ -75,15 +91,7 @@ fn cluster(annotation: Option<&str>) -> FakeCluster {
     cluster.add_pod(web_pod("web-0", NODE, annotation).pod().unwrap());
     cluster.add_replica_set(replica_set());
     cluster.add_deployment(deployment(annotation));
-    cluster.add_pdb(
-        pdb(
-            "shop",
-            "web",
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"minAvailable": 1}),
-        )
-        .unwrap(),
-    );
+    cluster.add_pdb(web_pdb());
     cluster
 }
 
@@ -222,24 +230,8 @@ fn a_pod_annotated_by_itself_does_not_restart_a_deployment_that_did_not_opt_in()
 #[test]
 fn a_statefulset_pod_is_not_restarted_and_the_drain_says_why() {
     let cluster = FakeCluster::new();
-    let pod = PodBuilder::new("db-0")
-        .namespace("shop")
-        .uid("db-0")
-        .label("app", "web")
-        .owner("apps/v1", "StatefulSet", "db")
-        .spec("nodeName", json!(NODE))
-        .running()
-        .annotation(SURGE_ANNOTATION, "true");
-    cluster.add_pod(pod.pod().unwrap());
-    cluster.add_pdb(
-        pdb(
-            "shop",
-            "web",
-            json!({"matchLabels": {"app": "web"}}),
-            json!({"minAvailable": 1}),
-        )
-        .unwrap(),
-    );
+    cluster.add_pod(pod_of("db-0", "StatefulSet", "db", NODE, Some("true")).pod().unwrap());
+    cluster.add_pdb(web_pdb());
     let p = pass(&cluster, voluntary());
     let Some(SurgeOutcome::Refused { reason }) = surge_of(&p) else {
         panic!("{:?}", surge_of(&p))
@@ -278,6 +270,54 @@ fn a_failed_restart_is_reported_and_tried_again_by_the_next_pass() {
     );
     let second = pass(&cluster, voluntary());
     assert!(matches!(surge_of(&second), Some(SurgeOutcome::Restarted { .. })));
+}
+
+#[test]
+fn a_replicaset_whose_deployment_is_gone_is_refused_with_the_reason() {
+    let cluster = FakeCluster::new();
+    cluster.add_pod(web_pod("web-0", NODE, Some("true")).pod().unwrap());
+    cluster.add_replica_set(replica_set());
+    cluster.add_pdb(web_pdb());
+    let p = pass(&cluster, voluntary());
+    assert!(
+        matches!(surge_of(&p), Some(SurgeOutcome::Refused { reason }) if reason.contains("ReplicaSet web-rs")),
+        "{:?}",
+        surge_of(&p)
+    );
+    assert_eq!(restarts(&cluster), 0);
+}
+
+#[test]
+fn a_deployment_that_cannot_be_read_is_a_failure_tried_again_by_the_next_pass() {
+    let cluster = cluster(Some("true"));
+    cluster.fail_on("deployment shop/web", ClusterErrorKind::Throttled);
+    assert!(matches!(
+        surge_of(&pass(&cluster, voluntary())),
+        Some(SurgeOutcome::Failed { .. })
+    ));
+    assert_eq!(restarts(&cluster), 0);
+    assert!(matches!(
+        surge_of(&pass(&cluster, voluntary())),
+        Some(SurgeOutcome::Restarted { .. })
+    ));
+}
+
+#[test]
+fn an_event_that_cannot_be_published_does_not_undo_the_restart() {
+    // Events are best effort (the Cluster contract): the restart stands, and the next
+    // pass waits for its rollout instead of restarting again.
+    let cluster = cluster(Some("true"));
+    cluster.fail_events(Some(ClusterErrorKind::Api));
+    assert!(matches!(
+        surge_of(&pass(&cluster, voluntary())),
+        Some(SurgeOutcome::Restarted { .. })
+    ));
+    assert!(cluster.events().is_empty());
+    assert!(matches!(
+        surge_of(&pass(&cluster, voluntary())),
+        Some(SurgeOutcome::RollingOut { .. })
+    ));
+    assert_eq!(restarts(&cluster), 1);
 }
 
 #[test]

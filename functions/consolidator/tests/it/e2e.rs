@@ -200,7 +200,7 @@ impl Scene {
 
     /// Consolidator runs, `pause` apart, until two in a row neither command nor step (at
     /// most `runs`), none rolling back: the methods of the commands made.
-    async fn settle(
+    pub(crate) async fn settle(
         &self,
         prefix: &str,
         runs: usize,

@@ -118,33 +118,7 @@ async fn surged(scene: &Scene) -> Result<()> {
     scene.wait_running(1).await?;
 
     let watch = watch_web(scene);
-    let mut quiet = 0;
-    let mut consolidated = 0;
-    for run in 0..30 {
-        let report = scene.consolidate(&format!("surge-{run}")).await?;
-        eprintln!(
-            "run {run}: command {:?} steps {:?} evicted {} blocked {:?}",
-            report.command.as_ref().map(|c| (c.method, c.nodes.clone())),
-            report.steps,
-            report.evicted,
-            report.blocked
-        );
-        ensure!(report.rolled_back.is_empty(), "rolled back: {:?}", report.rolled_back);
-        consolidated += report.nodes_consolidated;
-        quiet = if report.command.is_none() && report.steps.is_empty() {
-            quiet + 1
-        } else {
-            0
-        };
-        let gone = Api::<Node>::all(scene.kube.clone())
-            .get_opt(&first_node)
-            .await?
-            .is_none();
-        if quiet >= 2 && gone {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let settled = scene.settle("surge", 30, Duration::from_secs(2)).await;
     watch.stop.store(true, Ordering::SeqCst);
     watch.task.await?;
     let (fewest, most, polls) = (
@@ -154,7 +128,9 @@ async fn surged(scene: &Scene) -> Result<()> {
     );
     eprintln!("watcher: {polls} polls, fewest serving replicas {fewest}, most {most}");
 
-    ensure!(consolidated >= 1, "nothing was consolidated");
+    let methods = settled?;
+    ensure!(!methods.is_empty(), "nothing was consolidated");
+    eprintln!("consolidation methods: {methods:?}");
     ensure!(
         Api::<Node>::all(scene.kube.clone())
             .get_opt(&first_node)
