@@ -1073,3 +1073,19 @@ fn a_deleted_node_is_drained_before_its_instance_is_terminated_and_the_node_goes
         "no replacement: the provisioner plans for the pods"
     );
 }
+
+/// Issue 41, item 10: a NodePool's `terminationGracePeriod` may be any number of hours
+/// (the CRD's pattern bounds none). `5000000000000000h` parses, and the handler's
+/// `now + terminationGracePeriod` panicked, so every event about the pool's nodes crashed
+/// the function. The deadline saturates: the node is handled as with no ceiling.
+#[test]
+fn a_huge_termination_grace_period_is_handled_without_a_panic() {
+    let w = world();
+    w.cluster.add_nodepool(rebalance_pool(Some("5000000000000000h")));
+    let cluster = Replicas::new(&w.cluster, Recreate::Running);
+    let reports = handle(&w, &cluster, "inv-1", &rebalance("e-1", SPOT, start()));
+    assert_eq!(reports[0].outcome, Outcome::WaitingForReplacement, "{reports:?}");
+    let records = block_on(w.store.list_disruptions()).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].terminate_by, Some(i64::MAX), "{records:?}");
+}

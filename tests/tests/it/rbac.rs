@@ -1147,3 +1147,105 @@ fn the_interruption_group_may_not_taint_label_as_its_own_or_delete_a_node_carpoo
     );
     outcome
 }
+
+/// Issue 41, item 2. Neither node policy looked at `metadata.ownerReferences` or
+/// `metadata.finalizers`. A Node given an owner that does not exist is deleted by the
+/// garbage collector (`GarbageCollector.attemptToDeleteItem` in kubernetes/kubernetes
+/// `pkg/controller/garbagecollector/garbagecollector.go`: an object whose owners are all
+/// absent is deleted), and with it its pods, past every PDB and past the DELETE policy,
+/// even for the provisioner's group, which has no `delete`; and either group could strip
+/// another controller's finalizer. Now, for both groups, on the real apiserver: the owner
+/// patch is refused, another finalizer's removal is refused, Carpool's own finalizer is
+/// added and removed on Carpool's node, and it cannot be added to a node Carpool did not
+/// launch.
+#[test]
+#[ignore = "needs local stack (infra/local/up)"]
+fn neither_group_may_give_a_node_an_owner_or_touch_another_controllers_finalizer_but_carpools_own_comes_and_goes()
+-> Result<()> {
+    let kubectl = Kubectl::for_stack()?;
+    kubectl.apply_rbac()?;
+    let pid = std::process::id();
+    let ours = format!("carpool-owned-{pid}");
+    let theirs = format!("not-carpools-{pid}");
+    let manifest = format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {ours}\n  labels:\n    carpool.sh/managed: \"true\"\n    karpenter.sh/nodepool: general\n  finalizers: [example.com/protect]\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: {theirs}\n  labels:\n    karpenter.sh/nodepool: general\n"
+    );
+    kubectl
+        .run(&["apply", "-f", "-"], None, Some(&manifest))?
+        .map_err(anyhow::Error::msg)?;
+    let patch = |node: &str, group: &str, kind: &str, body: &str| {
+        kubectl.run(&["patch", "node", node, "--type", kind, "-p", body], Some(group), None)
+    };
+    let finalizers = |node: &str| -> Result<String> {
+        Ok(kubectl
+            .run(
+                &["get", "node", node, "-o", "jsonpath={.metadata.finalizers}"],
+                None,
+                None,
+            )?
+            .map_err(anyhow::Error::msg)?)
+    };
+    let owner = r#"{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"0b6f7c6e-0000-4000-8000-000000000000"}]}}"#;
+    let strip_other = r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["example.com/protect"]}}"#;
+    let add_ours = r#"{"metadata":{"finalizers":["carpool.sh/termination"]}}"#;
+    let remove_ours = r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["carpool.sh/termination"]}}"#;
+    let outcome = (|| -> Result<()> {
+        for (group, policy) in [
+            (GROUP, "carpool-node-patch"),
+            (INTERRUPTION_GROUP, "carpool-interruption-node-patch"),
+        ] {
+            ensure!(
+                eventually(&|| Ok(patch(&ours, group, "merge", owner)?.is_err()))?,
+                "{group} could give a Node an owner"
+            );
+            let refused = patch(&ours, group, "merge", owner)?.unwrap_err();
+            ensure!(refused.contains(policy), "refused, but not by {policy}: {refused}");
+            let stripped = patch(&ours, group, "strategic", strip_other)?;
+            ensure!(
+                stripped.as_ref().is_err_and(|e| e.contains(policy)),
+                "{group} could remove another controller's finalizer: {stripped:?}"
+            );
+            patch(&ours, group, "strategic", add_ours)?
+                .map_err(|e| anyhow::anyhow!("{group} could not add carpool.sh/termination to its node: {e}"))?;
+            let with = finalizers(&ours)?;
+            ensure!(
+                with.contains("carpool.sh/termination") && with.contains("example.com/protect"),
+                "after the add, the finalizers are {with}"
+            );
+            patch(&ours, group, "strategic", remove_ours)?
+                .map_err(|e| anyhow::anyhow!("{group} could not remove carpool.sh/termination: {e}"))?;
+            let without = finalizers(&ours)?;
+            ensure!(
+                !without.contains("carpool.sh/termination") && without.contains("example.com/protect"),
+                "after the removal, the finalizers are {without}"
+            );
+            let foreign = patch(&theirs, group, "strategic", add_ours)?;
+            ensure!(
+                foreign.as_ref().is_err_and(|e| e.contains(policy)),
+                "{group} could put carpool.sh/termination on a node Carpool did not launch: {foreign:?}"
+            );
+        }
+        Ok(())
+    })();
+    for node in [&ours, &theirs] {
+        let _ = kubectl.run(
+            &[
+                "patch",
+                "node",
+                node.as_str(),
+                "--type",
+                "merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ],
+            None,
+            None,
+        );
+        let _ = kubectl.run(
+            &["delete", "node", node.as_str(), "--wait=false", "--ignore-not-found"],
+            None,
+            None,
+        );
+    }
+    outcome
+}

@@ -149,3 +149,41 @@ fn the_queue_policy_denies_nothing_the_function_needs_to_consume() {
         assert!(granted.iter().any(|g| g == a), "{a} not granted: {granted:?}");
     }
 }
+
+/// Every mapping in `v`, at any depth (statements sit inside `!If`s too).
+fn mappings(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Mapping(m) => {
+            out.push(v.clone());
+            m.values().for_each(|x| mappings(x, out));
+        }
+        Value::Sequence(s) => s.iter().for_each(|x| mappings(x, out)),
+        Value::Tagged(t) => mappings(&t.value, out),
+        _ => {}
+    }
+}
+
+/// Issue 41, item 6: the stack could pass any role tagged `carpool.sh/cluster`, and it
+/// tags its own three function roles that way, so an EC2NodeClass naming a function's
+/// role gave nodes the functions' permissions. `iam:PassRole` is scoped to roles named
+/// by the stack (the node role, and the operator's `ExtraNodeRoleNames`), never by a tag
+/// or a wildcard.
+#[test]
+fn pass_role_names_its_roles_and_never_trusts_a_tag_or_a_wildcard() {
+    let mut all = Vec::new();
+    mappings(&template()["Resources"], &mut all);
+    let pass: Vec<&Value> = all
+        .iter()
+        .filter(|s| actions(s).iter().any(|a| a == "iam:passrole"))
+        .collect();
+    assert!(
+        pass.len() >= 2,
+        "the node role's and the listed roles' statements: {pass:?}"
+    );
+    for s in pass {
+        let text = serde_yaml_ng::to_string(s).unwrap();
+        assert!(!text.contains("aws:ResourceTag"), "PassRole by a tag: {text}");
+        assert!(!text.contains("role/*"), "PassRole on every role: {text}");
+        assert!(text.contains("iam:PassedToService"), "PassRole to any service: {text}");
+    }
+}

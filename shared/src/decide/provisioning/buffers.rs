@@ -28,6 +28,18 @@ pub const VIRTUAL_POD_ANNOTATION: &str = "karpenter.sh/capacity-buffer-fake-pod"
 /// The buffer a virtual pod belongs to (Karpenter's `BufferNameAnnotation`).
 pub const BUFFER_NAME_ANNOTATION: &str = "karpenter.sh/capacity-buffer-name";
 
+/// The most chunks one buffer gives. A buffer's `replicas` has no upper bound (the CRD
+/// allows 2³¹−1), nor has a buffer sized by `limits` alone; every chunk is a pod that each
+/// run of the provisioner and the consolidator builds and plans, so one namespaced object
+/// could otherwise exhaust their memory and stop all scaling in the cluster. A buffer
+/// larger than this is planned at this size, and says so.
+pub const MAX_CHUNKS_PER_BUFFER: u32 = 1_000;
+
+/// The most chunks all buffers give together, for the same reason: the buffers are
+/// sized in order (by namespace and name), and those past this total are cut, each
+/// saying so. About the 5,000 pending pods the planner plans in a fraction of a second.
+pub const MAX_CHUNKS: u32 = 5_000;
+
 /// The buffers' chunks, and the buffers that give none, with why.
 #[derive(Clone, Debug, Default)]
 pub struct BufferPods {
@@ -35,7 +47,7 @@ pub struct BufferPods {
     pub pods: Vec<Pod>,
     /// Per buffer, `namespace/name` and its chunks.
     pub sizes: Vec<(String, u32)>,
-    /// Buffers that give no chunk, `namespace/name` and why.
+    /// Buffers that give no chunk, or fewer than they ask for, `namespace/name` and why.
     pub skipped: Vec<(String, String)>,
 }
 
@@ -66,9 +78,17 @@ fn limit_replicas(limits: &std::collections::BTreeMap<String, Quantity>, request
 }
 
 /// The chunks of `buffers` at `now`, from their pod templates among `templates`.
+///
+/// The sizes are capped before any chunk is built: by [`MAX_CHUNKS_PER_BUFFER`] per
+/// buffer, then by what is left of [`MAX_CHUNKS`], the buffers taken by namespace and
+/// name so that the same ones win every run; a buffer cut is listed in
+/// [`BufferPods::skipped`] with the size it asked for and the size it got.
 pub fn virtual_pods(buffers: &[CapacityBuffer], templates: &[PodTemplate], now: SystemTime) -> BufferPods {
     let mut out = BufferPods::default();
-    for b in buffers {
+    let mut left = MAX_CHUNKS;
+    let mut ordered: Vec<&CapacityBuffer> = buffers.iter().collect();
+    ordered.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+    for b in ordered {
         let key = format!("{}/{}", b.namespace(), b.name());
         let strategy = b.spec.provisioning_strategy.as_deref().unwrap_or(ACTIVE_CAPACITY);
         if strategy != ACTIVE_CAPACITY {
@@ -122,12 +142,25 @@ pub fn virtual_pods(buffers: &[CapacityBuffer], templates: &[PodTemplate], now: 
             .and_then(|s| effective_requests(s).ok())
             .unwrap_or_default();
         let capped = limit_replicas(&b.spec.limits, &requests);
-        let size = match (wanted, capped) {
+        let asked = match (wanted, capped) {
             (Some(w), Some(c)) => w.min(c),
             (Some(w), None) => w,
             (None, Some(c)) => c,
             (None, None) => 0,
         };
+        let size = asked.min(MAX_CHUNKS_PER_BUFFER).min(left);
+        left -= size;
+        if size < asked {
+            let why = if size < asked.min(MAX_CHUNKS_PER_BUFFER) {
+                format!("all buffers together give at most {MAX_CHUNKS} chunks")
+            } else {
+                format!("a buffer gives at most {MAX_CHUNKS_PER_BUFFER} chunks")
+            };
+            out.skipped.push((
+                key.clone(),
+                format!("sized {asked} chunks, planned {size}: {why} (the rest is skipped)"),
+            ));
+        }
         out.sizes.push((key, size));
         out.pods
             .extend((0..size).filter_map(|i| chunk(b, &template, i as usize + 1)));
@@ -228,6 +261,57 @@ spec: {spec}
         assert_eq!(
             out.sizes,
             vec![("web/burst".to_string(), 2), ("web/burst".to_string(), 3)]
+        );
+    }
+
+    /// Issue 41, item 1: one buffer of 2³¹−1 replicas, or one sized by a huge limit alone,
+    /// made every run build that many pods and run out of memory, which stopped scaling
+    /// everywhere in the cluster. Each is cut to [`MAX_CHUNKS_PER_BUFFER`] before a pod is
+    /// built, and says so.
+    #[test]
+    fn a_buffer_of_two_billion_replicas_or_sized_by_a_huge_limit_alone_gives_a_bounded_number_of_chunks() {
+        let huge = buffer("{podTemplateRef: {name: web-chunk}, replicas: 2147483647}");
+        let mut by_limits = buffer("{podTemplateRef: {name: web-chunk}, limits: {cpu: \"1000000000\", memory: 1Ei}}");
+        by_limits.metadata.name = Some("by-limits".into());
+        let out = virtual_pods(&[huge, by_limits], &[template("2")], SystemTime::UNIX_EPOCH);
+        assert_eq!(out.pods.len(), 2 * MAX_CHUNKS_PER_BUFFER as usize);
+        assert_eq!(
+            out.sizes,
+            vec![
+                ("web/burst".to_string(), MAX_CHUNKS_PER_BUFFER),
+                ("web/by-limits".to_string(), MAX_CHUNKS_PER_BUFFER)
+            ]
+        );
+        assert_eq!(out.skipped.len(), 2, "{:?}", out.skipped);
+        assert!(
+            out.skipped[0].1.contains("sized 2147483647 chunks, planned 1000"),
+            "{:?}",
+            out.skipped
+        );
+        assert!(out.skipped[1].1.contains("at most 1000"), "{:?}", out.skipped);
+    }
+
+    /// Many buffers together are cut at [`MAX_CHUNKS`], the same ones every run (by
+    /// namespace and name), and the one cut says so.
+    #[test]
+    fn many_buffers_together_give_at_most_the_total_and_the_last_by_name_is_cut() {
+        let buffers: Vec<CapacityBuffer> = (0..7)
+            .map(|i| {
+                let mut b = buffer("{podTemplateRef: {name: web-chunk}, replicas: 900}");
+                b.metadata.name = Some(format!("b{}", 6 - i));
+                b
+            })
+            .collect();
+        let out = virtual_pods(&buffers, &[template("100m")], SystemTime::UNIX_EPOCH);
+        assert_eq!(out.pods.len(), MAX_CHUNKS as usize);
+        let sizes: Vec<u32> = out.sizes.iter().map(|(_, s)| *s).collect();
+        assert_eq!(sizes, vec![900, 900, 900, 900, 900, 500, 0]);
+        assert_eq!(out.sizes[6].0, "web/b6");
+        assert_eq!(out.skipped.len(), 2, "{:?}", out.skipped);
+        assert!(
+            out.skipped[0]
+                .1
+                .contains("all buffers together give at most 5000 chunks")
         );
     }
 

@@ -25,6 +25,13 @@ use crate::model::well_known as wk;
 use crate::model::{Node, NodePool};
 use crate::snapshot::Snapshot;
 
+/// The most nodes a static pool keeps when it sets no `limits.nodes`, and the most
+/// missing nodes one run plans for a pool. `spec.replicas` is an int64 with no upper bound
+/// in the CRD, and each missing node is a placeholder pod the planner places, so one
+/// NodePool could otherwise exhaust the provisioner's memory and stop all scaling; a pool
+/// that means more sets `limits.nodes`, and gets its nodes this many a run.
+pub const MAX_STATIC_NODES: usize = 1_000;
+
 /// The label of a static pool's placeholder pods.
 const PLACEHOLDER: &str = "carpool.sh/static-placeholder";
 
@@ -87,12 +94,27 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> StaticPlan {
             .spec
             .limits
             .get("nodes")
-            .map_or(usize::MAX, |q| usize::try_from(q.units_ceil()).unwrap_or(0));
-        let want = replicas.min(limit);
+            .map(|q| usize::try_from(q.units_ceil()).unwrap_or(0));
+        let want = replicas.min(limit.unwrap_or(MAX_STATIC_NODES));
+        if limit.is_none() && replicas > MAX_STATIC_NODES {
+            out.unplanned.push((
+                pool.name().to_string(),
+                format!(
+                    "replicas {replicas} without limits.nodes: Carpool keeps at most {MAX_STATIC_NODES} nodes for it (set limits.nodes for more)"
+                ),
+            ));
+        }
         if mine.len() >= want {
             continue;
         }
         out.short.push((pool.name().to_string(), mine.len(), want));
+        let missing = want - mine.len();
+        if missing > MAX_STATIC_NODES {
+            out.unplanned.push((
+                pool.name().to_string(),
+                format!("{missing} nodes missing: this run plans {MAX_STATIC_NODES}, the next runs the rest"),
+            ));
+        }
         let mut dynamic: NodePool = pool.clone();
         dynamic.spec.replicas = None;
         let annotations = dynamic.metadata.annotations.get_or_insert_with(Default::default);
@@ -108,7 +130,7 @@ pub fn plan(snapshot: &Snapshot, region: &RegionCatalog<'_>) -> StaticPlan {
             })
             .collect();
         let view = Snapshot {
-            pods: (0..want - mine.len())
+            pods: (0..missing.min(MAX_STATIC_NODES))
                 .filter_map(|i| placeholder(pool.name(), i))
                 .collect(),
             nodes,
@@ -198,5 +220,27 @@ mod tests {
         let capped = plan(&snapshot(5, Some(3), &[("a", "us-east-1a")]), &region);
         assert_eq!(capped.short, vec![("warm".to_string(), 1, 3)]);
         assert_eq!(capped.nodes.len(), 2);
+    }
+
+    /// Issue 41, item 1: `replicas` is an int64 with no bound; without `limits.nodes`, a
+    /// pool of 2⁶³−1 replicas made the provisioner build that many placeholder pods (and
+    /// run out of memory). It keeps [`MAX_STATIC_NODES`] nodes, and says why.
+    #[test]
+    fn a_static_pool_of_unbounded_replicas_without_a_node_limit_keeps_a_bounded_number_and_says_so() {
+        let region = Catalog::embedded().unwrap().region("us-east-1").unwrap();
+        let p = plan(&snapshot(i64::MAX, None, &[]), &region);
+        assert_eq!(p.short, vec![("warm".to_string(), 0, MAX_STATIC_NODES)]);
+        assert_eq!(p.nodes.len(), MAX_STATIC_NODES);
+        assert_eq!(p.unplanned.len(), 1, "{:?}", p.unplanned);
+        assert!(p.unplanned[0].1.contains("without limits.nodes"), "{:?}", p.unplanned);
+        // With a node limit the user chose, the limit holds, planned this many a run.
+        let limited = plan(&snapshot(i64::MAX, Some(1_000_000), &[]), &region);
+        assert_eq!(limited.short, vec![("warm".to_string(), 0, 1_000_000)]);
+        assert_eq!(limited.nodes.len(), MAX_STATIC_NODES);
+        assert!(
+            limited.unplanned[0].1.contains("this run plans 1000"),
+            "{:?}",
+            limited.unplanned
+        );
     }
 }

@@ -128,7 +128,7 @@ impl<C: Cloud, K: Cluster, S: StateStore, T: Timer> Consolidator<'_, C, K, S, T>
                     .as_deref()
                     .and_then(|p| snapshot.nodepools.iter().find(|n| n.name() == p))
                     .and_then(NodePool::termination_grace_period)
-                    .map(|tgp| epoch_millis(now + tgp)),
+                    .map(|tgp| crate::model::time::epoch_millis_after(now, tgp)),
                 burst: None,
                 evicted: Vec::new(),
                 held_by: None,

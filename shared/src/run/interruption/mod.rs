@@ -144,7 +144,10 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                 .and_then(|l| l.get(crate::model::well_known::NODEPOOL))
                 .cloned();
             let terminate_by = match &nodepool {
-                Some(pool) => self.termination_grace(pool).await?.map(|tgp| epoch_millis(now + tgp)),
+                Some(pool) => self
+                    .termination_grace(pool)
+                    .await?
+                    .map(|tgp| crate::model::time::epoch_millis_after(now, tgp)),
                 None => None,
             };
             let record = DisruptionRecord {
@@ -516,7 +519,7 @@ impl<'a, C: Cloud, K: Cluster, S: StateStore, T: Timer> Disrupter<'a, C, K, S, T
                     } else {
                         self.termination_grace(&instance.nodepool)
                             .await?
-                            .map(|tgp| epoch_millis(start + tgp))
+                            .map(|tgp| crate::model::time::epoch_millis_after(start, tgp))
                     },
                     // A spot warning of a burst: replaced together with the others.
                     burst: if terms.hard {
