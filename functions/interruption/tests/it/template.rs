@@ -166,7 +166,7 @@ fn mappings(v: &Value, out: &mut Vec<Value>) {
 /// Issue 41, item 6: the stack could pass any role tagged `carpool.sh/cluster`, and it
 /// tags its own three function roles that way, so an EC2NodeClass naming a function's
 /// role gave nodes the functions' permissions. `iam:PassRole` is scoped to roles named
-/// by the stack (the node role, and the operator's `ExtraNodeRoleNames`), never by a tag
+/// by the stack (the node role, and the operator's `ExtraNodeRoleArns`), never by a tag
 /// or a wildcard.
 #[test]
 fn pass_role_names_its_roles_and_never_trusts_a_tag_or_a_wildcard() {
