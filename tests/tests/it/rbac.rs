@@ -1177,13 +1177,13 @@ fn neither_group_may_give_a_node_an_owner_or_touch_another_controllers_finalizer
         kubectl.run(&["patch", "node", node, "--type", kind, "-p", body], Some(group), None)
     };
     let finalizers = |node: &str| -> Result<String> {
-        Ok(kubectl
+        kubectl
             .run(
                 &["get", "node", node, "-o", "jsonpath={.metadata.finalizers}"],
                 None,
                 None,
             )?
-            .map_err(anyhow::Error::msg)?)
+            .map_err(anyhow::Error::msg)
     };
     let owner = r#"{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"0b6f7c6e-0000-4000-8000-000000000000"}]}}"#;
     let strip_other = r#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["example.com/protect"]}}"#;
