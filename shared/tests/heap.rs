@@ -8,16 +8,14 @@
 //! memory fails this test at once (an allocation refused) instead. One test in the binary,
 //! so that nothing else allocates beside it.
 
-use std::alloc::System;
-use std::time::{Duration, SystemTime};
+mod plain;
 
-use carpool::catalog::Catalog;
+use std::alloc::System;
+
 use carpool::decide::provisioning::buffers::MAX_CHUNKS_PER_BUFFER;
-use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
-use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
-use carpool::model::well_known as wk;
-use carpool::run::provision::{Provisioner, RunReport, Settings};
-use pollster::block_on;
+use carpool::fixtures::PodBuilder;
+use carpool::run::provision::RunReport;
+use plain::Plain;
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -25,8 +23,6 @@ static HEAP: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
 
 /// Far above a run's normal peak, far below the machine's memory.
 const HEAP_LIMIT: usize = 4 << 30;
-
-const START: u64 = 1_790_000_000;
 
 fn buffer(name: &str, spec: Value) -> Value {
     json!({
@@ -39,18 +35,8 @@ fn buffer(name: &str, spec: Value) -> Value {
 
 /// A cluster with one NodePool, a pending `api` pod, and `buffers`.
 fn run_world(buffers: &[Value]) -> RunReport {
-    let cloud = FakeCloud::new();
-    let cluster = FakeCluster::new();
-    let store = FakeStore::new();
-    let clock = FakeClock::at(SystemTime::UNIX_EPOCH + Duration::from_secs(START));
-    cloud.set_now(START as i64 * 1000);
-    cluster.add_nodepool(
-        NodePoolBuilder::new("general")
-            .requirement(wk::CAPACITY_TYPE, "In", &["on-demand"])
-            .requirement(wk::INSTANCE_FAMILY, "In", &["m5"])
-            .build(),
-    );
-    cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
+    let w = Plain::new();
+    let cluster = &w.cluster;
     cluster.add_pod_template(
         serde_json::from_value(json!({
             "metadata": {"name": "web-chunk", "namespace": "web"},
@@ -74,14 +60,7 @@ fn run_world(buffers: &[Value]) -> RunReport {
             .pod()
             .unwrap(),
     );
-    let catalog = Catalog::embedded().unwrap();
-    let region = catalog.region("us-east-1").unwrap();
-    let settings = Settings {
-        deployment: "carpool-test".into(),
-        ..Settings::default()
-    };
-    let mut p = Provisioner::new(&cloud, &cluster, &store, &clock, settings, "run-1");
-    block_on(p.run(&region)).unwrap()
+    w.run()
 }
 
 /// The pending pods the run's batches placed (on new nodes, or on the room launched for

@@ -7,15 +7,13 @@
 //!
 //! Its own test binary, for the capped global allocator.
 
-use std::alloc::System;
-use std::time::{Duration, SystemTime};
+mod plain;
 
-use carpool::catalog::Catalog;
-use carpool::fakes::{FakeClock, FakeCloud, FakeCluster, FakeStore};
+use std::alloc::System;
+
 use carpool::fixtures::{EC2NodeClassBuilder, NodePoolBuilder, PodBuilder};
 use carpool::model::well_known as wk;
-use carpool::run::provision::{Provisioner, Settings};
-use pollster::block_on;
+use plain::Plain;
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Value, json};
@@ -25,8 +23,6 @@ static HEAP: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
 
 /// Far above a run's normal peak, far below the machine's memory.
 const HEAP_LIMIT: usize = 3 << 30;
-
-const START: u64 = 1_790_000_000;
 
 /// Quantities at and past the edges: zero, negative, huge, the largest int64, exa.
 fn quantity() -> impl Strategy<Value = Value> {
@@ -182,18 +178,8 @@ proptest! {
         (cpu, memory, skew, grace) in hostile_pod(),
     ) {
         let _ = HEAP.set_limit(HEAP_LIMIT);
-        let cloud = FakeCloud::new();
-        let cluster = FakeCluster::new();
-        let store = FakeStore::new();
-        let clock = FakeClock::at(SystemTime::UNIX_EPOCH + Duration::from_secs(START));
-        cloud.set_now(START as i64 * 1000);
-        cluster.add_nodepool(
-            NodePoolBuilder::new("general")
-                .requirement(wk::CAPACITY_TYPE, "In", &["on-demand"])
-                .requirement(wk::INSTANCE_FAMILY, "In", &["m5"])
-                .build(),
-        );
-        cluster.add_ec2nodeclass(EC2NodeClassBuilder::standard().build());
+        let w = Plain::new();
+        let cluster = &w.cluster;
         cluster.add_nodepool(pool);
         cluster.add_ec2nodeclass(class);
         cluster.add_capacity_buffer(buffer);
@@ -223,11 +209,7 @@ proptest! {
                 .pod()
                 .unwrap(),
         );
-        let catalog = Catalog::embedded().unwrap();
-        let region = catalog.region("us-east-1").unwrap();
-        let settings = Settings { deployment: "carpool-test".into(), ..Settings::default() };
-        let mut p = Provisioner::new(&cloud, &cluster, &store, &clock, settings, "run-1");
-        let report = block_on(p.run(&region)).unwrap();
+        let report = w.run();
         let unplaced: Vec<_> = report.batches.iter().flat_map(|b| &b.unschedulable).filter(|u| u.pod == "api/plain-0").collect();
         prop_assert!(unplaced.is_empty(), "the plain pod was not planned: {:?}", unplaced);
         prop_assert!(
